@@ -1,0 +1,129 @@
+"""Reads a GGUF file: memory-mapped tensors, dequantized one at a time, under HF tensor names."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from trtserve.build.hashing import fingerprint
+from trtserve.errors import UserError
+from trtserve.models.registry import family_for_gguf
+
+# GGUF tensor name -> HF name ("{i}" is the layer index).
+_NAMES = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
+    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
+    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
+    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
+    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
+    "blk.{i}.attn_q.bias": "model.layers.{i}.self_attn.q_proj.bias",
+    "blk.{i}.attn_k.bias": "model.layers.{i}.self_attn.k_proj.bias",
+    "blk.{i}.attn_v.bias": "model.layers.{i}.self_attn.v_proj.bias",
+    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
+    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
+    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
+    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
+}
+_LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
+# Tensors llama.cpp adds that carry no weights of the model (precomputed RoPE tables).
+_IGNORED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+
+
+def _hf_name(gguf_name: str) -> str | None:
+    m = _LAYER.match(gguf_name)
+    if m:
+        template = _NAMES.get("blk.{i}." + m.group(2))
+        return template.format(i=m.group(1)) if template else None
+    return _NAMES.get(gguf_name)
+
+
+def _unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
+    """Undo llama.cpp's row permutation of q/k (interleaved RoPE pairs -> NeoX halves)."""
+    rows = w.shape[0]
+    half = rows // heads // 2
+    return w.reshape(heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
+
+
+class GGUFReader:
+    def __init__(self, path: Path):
+        import gguf
+
+        self.path = path
+        self.description = f"GGUF file {path}"
+        try:
+            self._reader = gguf.GGUFReader(str(path))
+        except Exception as err:  # gguf raises ValueError/IndexError/struct errors on bad files
+            raise UserError(f"{path} is not a readable GGUF file ({err}); re-download or re-convert it") from None
+        field = self._reader.fields.get("general.architecture")
+        if field is None:
+            raise UserError(f"{path} has no general.architecture key; it is not a model GGUF file")
+        self.family = family_for_gguf(field.contents())
+        self.hf_config = self._auto_config()
+        self.auto_dtype = "float32"  # GGUF weights are dequantized; float32 keeps them exact
+        self._tensors = {}
+        for t in self._reader.tensors:
+            if t.name in _IGNORED:
+                continue
+            name = _hf_name(t.name)
+            if name is None:
+                raise UserError(
+                    f"GGUF tensor {t.name} in {path} is not part of a {self.family.name} model; the file does not match its architecture"
+                )
+            self._tensors[name] = t
+
+    def _auto_config(self):
+        from transformers import AutoConfig
+
+        try:
+            return AutoConfig.from_pretrained(str(self.path.parent), gguf_file=self.path.name)
+        except Exception as err:
+            raise UserError(
+                f"cannot read the model config from {self.path} ({err}); the GGUF metadata is incomplete"
+            ) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        # GGUF lists dimensions fastest-first; torch wants them slowest-first.
+        return tuple(int(d) for d in reversed(self._tensors[name].shape))
+
+    def load(self, name: str) -> torch.Tensor:
+        import gguf
+
+        t = self._tensors[name]
+        try:
+            data = gguf.quants.dequantize(t.data, t.tensor_type)
+        except NotImplementedError:
+            raise UserError(
+                f"GGUF tensor {t.name} has type {t.tensor_type.name}, which trtserve cannot read; "
+                "re-quantize the file to F32, F16, BF16, Q8_0, Q4_0/Q4_1, Q5_0/Q5_1 or a K-quant"
+            ) from None
+        w = torch.from_numpy(np.array(data, dtype=np.float32)).reshape(self.shape(name))
+        if self.family.gguf_permuted_qk:
+            cfg = self.hf_config
+            if name.endswith("q_proj.weight"):
+                w = _unpermute(w, cfg.num_attention_heads)
+            elif name.endswith("k_proj.weight"):
+                w = _unpermute(w, cfg.num_key_value_heads or cfg.num_attention_heads)
+        return w
+
+    def save_tokenizer(self, dest: Path) -> None:
+        from transformers import AutoTokenizer
+
+        try:
+            tok = AutoTokenizer.from_pretrained(str(self.path.parent), gguf_file=self.path.name)
+        except Exception as err:
+            raise UserError(
+                f"cannot build a tokenizer from {self.path} ({err}); the GGUF has no usable vocabulary"
+            ) from None
+        tok.save_pretrained(str(dest))
+
+    def fingerprint(self) -> str:
+        return fingerprint({self.path.name: self.path})

@@ -1,0 +1,109 @@
+"""manifest.json: what an engine dir holds and how it was made; verified on every load."""
+
+from __future__ import annotations
+
+import json
+import platform
+from datetime import UTC, datetime
+from pathlib import Path
+
+from pydantic import BaseModel, ValidationError
+
+from trtserve.build.hashing import sha256_file
+from trtserve.errors import EngineIntegrityError, UserError
+
+MANIFEST = "manifest.json"
+FORMAT_VERSION = 1
+
+
+class FileEntry(BaseModel):
+    sha256: str
+    size: int  # bytes
+
+
+class Manifest(BaseModel):
+    format_version: int = FORMAT_VERSION
+    created_at: str  # the only field that differs between two builds of the same inputs
+    backend: str  # "torch"
+    target_device: str  # what the engine was built for
+    source: dict  # {"kind", "path", "fingerprint"}
+    toolchain: dict[str, str]  # package -> version
+    build_config: dict  # fully resolved BuildConfig
+    files: dict[str, FileEntry]  # path relative to the engine dir -> entry
+
+
+def toolchain_versions() -> dict[str, str]:
+    from importlib.metadata import version
+
+    import torch
+    import transformers
+
+    import trtserve
+
+    return {
+        "trtserve": trtserve.__version__,
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "safetensors": version("safetensors"),
+        "python": platform.python_version(),
+    }
+
+
+def write_manifest(engine_dir: Path, *, backend: str, target_device: str, source: dict, build_config: dict) -> Manifest:
+    files = {}
+    for p in sorted(engine_dir.rglob("*")):
+        if p.is_file() and p.name != MANIFEST:
+            files[p.relative_to(engine_dir).as_posix()] = FileEntry(sha256=sha256_file(p), size=p.stat().st_size)
+    manifest = Manifest(
+        created_at=datetime.now(UTC).isoformat(timespec="seconds"),
+        backend=backend,
+        target_device=target_device,
+        source=source,
+        toolchain=toolchain_versions(),
+        build_config=build_config,
+        files=files,
+    )
+    (engine_dir / MANIFEST).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    return manifest
+
+
+def read_manifest(engine_dir: Path) -> Manifest:
+    path = engine_dir / MANIFEST
+    if not engine_dir.is_dir():
+        raise UserError(
+            f"engine dir {engine_dir} does not exist; build one with `trtserve build MODEL -o {engine_dir}`"
+        )
+    if not path.is_file():
+        raise UserError(
+            f"{engine_dir} is not a trtserve engine dir (no {MANIFEST}); build one with `trtserve build MODEL -o {engine_dir}`"
+        )
+    try:
+        manifest = Manifest.model_validate(json.loads(path.read_text()))
+    except (json.JSONDecodeError, ValidationError, UnicodeDecodeError) as err:
+        raise EngineIntegrityError(
+            f"{path} is corrupted ({type(err).__name__}); rebuild the engine with `trtserve build ... --force`"
+        ) from None
+    if manifest.format_version != FORMAT_VERSION:
+        raise UserError(
+            f"{engine_dir} has manifest format {manifest.format_version}, this trtserve reads {FORMAT_VERSION}; rebuild the engine"
+        )
+    return manifest
+
+
+def verify_engine_dir(engine_dir: Path) -> Manifest:
+    """Check every file against the manifest; refuse a missing, truncated or modified one by name."""
+    manifest = read_manifest(engine_dir)
+    rebuild = "rebuild the engine with `trtserve build ... --force`"
+    for rel, entry in manifest.files.items():
+        p = engine_dir / rel
+        if not p.is_file():
+            raise EngineIntegrityError(f"engine file {rel} is missing from {engine_dir}; {rebuild}")
+        size = p.stat().st_size
+        if size != entry.size:
+            what = "truncated" if size < entry.size else "modified"
+            raise EngineIntegrityError(
+                f"engine file {rel} is {what} ({size} bytes, manifest says {entry.size}); {rebuild}"
+            )
+        if sha256_file(p) != entry.sha256:
+            raise EngineIntegrityError(f"engine file {rel} was modified (sha256 differs from the manifest); {rebuild}")
+    return manifest

@@ -1,0 +1,52 @@
+"""Atomic engine-dir writes: build into a hidden temporary dir beside the target, then rename."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from trtserve.build.manifest import MANIFEST
+from trtserve.errors import UserError
+
+
+def check_target(out: Path, force: bool) -> None:
+    if out.exists() or out.is_symlink():
+        if not force:
+            raise UserError(f"output dir {out} already exists; pass --force to replace it or choose another -o")
+        if not out.is_dir():
+            raise UserError(f"output path {out} exists and is not a directory; remove it or choose another -o")
+        if any(out.iterdir()) and not (out / MANIFEST).exists():
+            raise UserError(f"{out} is not empty and not an engine dir; refusing to replace it even with --force")
+
+
+@contextlib.contextmanager
+def staged_dir(out: Path, force: bool) -> Iterator[Path]:
+    """Yield a temporary dir; on success it replaces `out`, on any failure it is removed."""
+    check_target(out, force)
+    parent = out.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=parent))
+        tmp.chmod(0o755)  # mkdtemp makes it private; an engine dir is an ordinary dir
+    except OSError as err:
+        raise UserError(f"cannot write the engine under {parent} ({err.strerror}); choose a writable -o") from None
+    try:
+        yield tmp
+        if out.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=parent))
+            out.rename(old / "engine")
+            tmp.rename(out)
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            tmp.rename(out)
+    except OSError as err:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise UserError(
+            f"writing the engine to {out} failed ({err.strerror or err}); check free disk space and permissions"
+        ) from None
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

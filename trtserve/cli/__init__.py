@@ -1,0 +1,43 @@
+"""The `trtserve` command line: one file per command, argument parsing only."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from trtserve import __version__
+from trtserve.errors import UserError
+
+
+class _Group(click.Group):
+    """Prints a UserError as one line on stderr with exit code 2, never a stack trace."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as err:
+            click.echo(f"error: {err}", err=True)
+            sys.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted; nothing was left half-written", err=True)
+            sys.exit(130)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="trtserve")
+@click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
+def main(verbose: bool) -> None:
+    """Compile LLM checkpoints into engines and serve them (TensorRT-LLM or the embedded torch engine)."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+
+
+def _register() -> None:
+    from trtserve.cli import build, generate, inspect
+
+    for module in (build, generate, inspect):
+        main.add_command(module.command)
+
+
+_register()

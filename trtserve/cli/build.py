@@ -1,0 +1,32 @@
+"""`trtserve build MODEL -o ENGINE_DIR`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from trtserve.build.config import load_build_config
+
+
+@click.command("build")
+@click.argument("model", required=False)
+@click.option("-o", "--output", "output", required=True, type=click.Path(path_type=Path), help="Engine dir to write.")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML build config (see configs/).")
+@click.option(
+    "--dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]), help="Weight and compute dtype [auto]."
+)
+@click.option("--tp-size", type=int, help="Tensor-parallel ranks of the TensorRT-LLM checkpoint [1].")
+@click.option("--max-batch-size", type=int, help="Most sequences in one engine step [256].")
+@click.option("--max-seq-len", type=int, help="Longest prompt + output in tokens [the model's context].")
+@click.option("--max-num-tokens", type=int, help="Most tokens in one engine step [8192].")
+@click.option("--tokens-per-block", type=int, help="KV-cache block size in tokens, a power of two [32].")
+@click.option("--backend", type=click.Choice(["torch"]), help="Engine backend [torch].")
+@click.option("--force", is_flag=True, help="Replace an existing engine dir.")
+@click.option("--quiet", is_flag=True, help="No progress bars (for CI logs).")
+def command(model: str | None, output: Path, config_file: Path | None, force: bool, quiet: bool, **flags) -> None:
+    """Convert MODEL (a Hugging Face dir, a .gguf file, or `smollm2-135m`) into an engine dir."""
+    from trtserve.build.builder import build_engine
+
+    cfg = load_build_config(config_file, {"model": model, **flags})
+    build_engine(cfg, output, force=force, quiet=quiet)

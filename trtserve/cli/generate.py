@@ -1,0 +1,28 @@
+"""`trtserve generate ENGINE_DIR PROMPT...`: offline generation, for demos and smoke checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+
+@click.command("generate")
+@click.argument("engine_dir", type=click.Path(path_type=Path))
+@click.argument("prompts", nargs=-1, required=True)
+@click.option("--max-tokens", default=64, show_default=True, type=click.IntRange(1))
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(0.0))
+@click.option("--top-p", default=1.0, show_default=True, type=click.FloatRange(0.0, 1.0, min_open=True))
+@click.option("--top-k", default=0, show_default=True, type=click.IntRange(0))
+@click.option("--seed", type=int)
+@click.option("--chat/--no-chat", default=True, show_default=True, help="Apply the engine's chat template.")
+def command(engine_dir: Path, prompts: tuple[str, ...], chat: bool, **params) -> None:
+    """Generate a reply to each PROMPT with the torch engine."""
+    from trtserve.runtime.llm import LLM
+    from trtserve.runtime.sampling_params import SamplingParams
+
+    llm = LLM(engine_dir)
+    for prompt, out in zip(prompts, llm.generate(list(prompts), SamplingParams(**params), chat=chat), strict=True):
+        click.echo(
+            f">>> {prompt}\n{out.text.strip()}\n[{len(out.token_ids)} tokens, finish_reason={out.finish_reason}]"
+        )

@@ -1,0 +1,32 @@
+"""`trtserve inspect ENGINE_DIR`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+
+@click.command("inspect")
+@click.argument("engine_dir", type=click.Path(path_type=Path))
+@click.option("--memory", help="Memory budget (e.g. 8GiB): report how many tokens and sequences fit.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
+def command(engine_dir: Path, memory: str | None, as_json: bool) -> None:
+    """Summarize an engine dir: manifest, model shape, weight and KV bytes, capacity."""
+    from trtserve.build.inspect import parse_memory, summarize
+
+    info = summarize(engine_dir, parse_memory(memory) if memory else None)
+    if as_json:
+        click.echo(json.dumps(info, indent=2))
+        return
+    table = Table(title=f"engine {engine_dir}", show_header=False)
+    for key, value in info.items():
+        if isinstance(value, dict):
+            value = ", ".join(f"{k}={v}" for k, v in value.items())
+        elif isinstance(value, int) and ("bytes" in key or key == "memory_budget"):
+            value = f"{value:,} ({value / 2**20:.1f} MiB)"
+        table.add_row(key, str(value))
+    Console().print(table)

@@ -1,0 +1,115 @@
+"""The decoder forward pass over a flat batch and a paged KV cache, for every family.
+
+Weights come from the engine's model.safetensors (TensorRT-LLM names; fused qkv and fc_gate).
+Numerics follow HF transformers (RMSNorm in float32, residuals in the model dtype, logits cast
+to float32) so greedy output matches it token for token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file
+
+from trtserve.models.batch import FlatBatch
+from trtserve.models.config import TORCH_DTYPES, ModelConfig
+from trtserve.models.kv_cache import PagedKVCache
+from trtserve.models.rope import Rope
+
+
+@dataclass
+class Layer:
+    input_norm: torch.Tensor  # (hidden,)
+    qkv: torch.Tensor  # (q_size + 2 * kv_size, hidden)
+    qkv_bias: torch.Tensor | None  # (q_size + 2 * kv_size,)
+    dense: torch.Tensor  # (hidden, q_size)
+    post_norm: torch.Tensor  # (hidden,)
+    fc_gate: torch.Tensor  # (2 * intermediate, hidden): [activated fc; gate]
+    fc_gate_bias: torch.Tensor | None
+    proj: torch.Tensor  # (hidden, intermediate)
+    proj_bias: torch.Tensor | None
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * xf.to(x.dtype)
+
+
+class DecoderModel:
+    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], max_positions: int, device: torch.device):
+        self.cfg = cfg
+        self.device = device
+        self.dtype = TORCH_DTYPES[cfg.dtype]
+        w = {k: v.to(device) for k, v in weights.items()}
+        self.embed = w.pop("transformer.vocab_embedding.weight")  # (vocab, hidden)
+        self.final_norm = w.pop("transformer.ln_f.weight")
+        self.lm_head = w.pop("lm_head.weight", None)
+        if self.lm_head is None:
+            self.lm_head = self.embed
+        else:
+            self.lm_head = self.lm_head[: cfg.vocab_size]
+        self.layers = []
+        for i in range(cfg.num_hidden_layers):
+            p = f"transformer.layers.{i}."
+            self.layers.append(
+                Layer(
+                    input_norm=w.pop(p + "input_layernorm.weight"),
+                    qkv=w.pop(p + "attention.qkv.weight"),
+                    qkv_bias=w.pop(p + "attention.qkv.bias", None),
+                    dense=w.pop(p + "attention.dense.weight"),
+                    post_norm=w.pop(p + "post_layernorm.weight"),
+                    fc_gate=w.pop(p + "mlp.fc_gate.weight"),
+                    fc_gate_bias=w.pop(p + "mlp.fc_gate.bias", None),
+                    proj=w.pop(p + "mlp.proj.weight"),
+                    proj_bias=w.pop(p + "mlp.proj.bias", None),
+                )
+            )
+        if w:
+            raise ValueError(f"unused engine weights: {sorted(w)[:5]}")
+        self.rope = Rope(cfg, max_positions, self.dtype, device)
+        self.scale = cfg.head_size**-0.5
+
+    @classmethod
+    def load(cls, path: Path, cfg: ModelConfig, max_positions: int, device: torch.device) -> DecoderModel:
+        return cls(cfg, load_file(str(path)), max_positions, device)
+
+    def new_kv_cache(self, num_blocks: int, tokens_per_block: int) -> PagedKVCache:
+        return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device)
+
+    @torch.inference_mode()
+    def forward(self, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
+        """Run every token of the batch; returns float32 logits (B, vocab) at each sequence's last token."""
+        cfg = self.cfg
+        n_h, n_kv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size
+        h = self.embed[batch.token_ids]  # (T, hidden)
+        for i, layer in enumerate(self.layers):
+            x = rms_norm(h, layer.input_norm, cfg.norm_epsilon)
+            qkv = F.linear(x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) hd)
+            q, k, v = qkv.split([n_h * hd, n_kv * hd, n_kv * hd], dim=-1)
+            q = self.rope.apply(q.view(-1, n_h, hd), batch.positions)  # (T, n_h, hd)
+            k = self.rope.apply(k.view(-1, n_kv, hd), batch.positions)  # (T, n_kv, hd)
+            kv.write(i, batch.slot_mapping, k, v.view(-1, n_kv, hd))
+            attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
+            h = h + F.linear(attn, layer.dense)
+            x = rms_norm(h, layer.post_norm, cfg.norm_epsilon)
+            fc, gate = F.linear(x, layer.fc_gate, layer.fc_gate_bias).chunk(2, dim=-1)  # (T, I) each
+            h = h + F.linear(F.silu(fc) * gate, layer.proj, layer.proj_bias)
+        last = rms_norm(h[batch.logits_indices], self.final_norm, cfg.norm_epsilon)  # (B, hidden)
+        return F.linear(last, self.lm_head).float()  # (B, vocab)
+
+    def _attention(self, layer: int, q: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
+        keys, values = kv.gather(layer, batch.kv_slots)  # (B, max_kv, n_kv, hd) each
+        qp = q[batch.q_index]  # (B, max_q, n_h, hd)
+        out = F.scaled_dot_product_attention(
+            qp.transpose(1, 2),  # (B, n_h, max_q, hd)
+            keys.transpose(1, 2),  # (B, n_kv, max_kv, hd)
+            values.transpose(1, 2),
+            attn_mask=batch.attn_mask,  # (B, 1, max_q, max_kv)
+            scale=self.scale,
+            enable_gqa=True,
+        )  # (B, n_h, max_q, hd)
+        return out.transpose(1, 2)[batch.q_valid].flatten(1)  # (T, n_h * hd)

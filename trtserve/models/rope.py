@@ -1,0 +1,53 @@
+"""Rotary position embeddings, NeoX layout (rotate halves), as HF transformers computes them.
+
+Inverse frequencies come from transformers' own RoPE initialisers, so scaled variants (linear,
+llama3, yarn) match the reference exactly.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from trtserve.models.config import ModelConfig
+
+
+def inv_freq_and_scale(cfg: ModelConfig) -> tuple[torch.Tensor, float]:
+    from transformers import LlamaConfig
+    from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+
+    scaling = dict(cfg.rotary_scaling or {})
+    rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
+    params = {"rope_type": rope_type, "rope_theta": cfg.rotary_base, **scaling}
+    hf = LlamaConfig(
+        hidden_size=cfg.hidden_size,
+        num_attention_heads=cfg.num_attention_heads,
+        head_dim=cfg.head_size,
+        max_position_embeddings=cfg.max_position_embeddings,
+        rope_parameters=params,
+    )
+    if rope_type == "default":
+        dim = cfg.head_size
+        inv = 1.0 / (cfg.rotary_base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        return inv, 1.0
+    inv, scale = ROPE_INIT_FUNCTIONS[rope_type](hf, torch.device("cpu"))
+    return inv.float(), float(scale)
+
+
+class Rope:
+    """cos/sin tables for positions [0, max_positions), looked up per token."""
+
+    def __init__(self, cfg: ModelConfig, max_positions: int, dtype: torch.dtype, device: torch.device):
+        inv, scale = inv_freq_and_scale(cfg)
+        pos = torch.arange(max_positions, dtype=torch.float)
+        freqs = torch.outer(pos, inv)  # (positions, head_dim/2)
+        emb = torch.cat([freqs, freqs], dim=-1)  # (positions, head_dim)
+        self.cos = (emb.cos() * scale).to(dtype=dtype, device=device)
+        self.sin = (emb.sin() * scale).to(dtype=dtype, device=device)
+
+    def apply(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+        """x: (tokens, heads, head_dim); positions: (tokens,)."""
+        cos = self.cos[positions].unsqueeze(1)  # (tokens, 1, head_dim)
+        sin = self.sin[positions].unsqueeze(1)
+        half = x.shape[-1] // 2
+        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+        return x * cos + rotated * sin
