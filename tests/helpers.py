@@ -1,0 +1,107 @@
+"""Tiny random checkpoints built from configs in the test itself (no downloads)."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import torch
+
+CORPUS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "A model server turns checkpoints into engines and serves them.",
+    "Paged attention keeps the KV cache in fixed-size blocks.",
+    "Continuous batching lets requests join and leave at every step.",
+    "Héllo wörld, naïve café; 東京 and 北京 are cities. 🙂",
+] * 20
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}</s>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+VOCAB = 320
+
+
+@functools.cache
+def _tokenizer_files() -> dict[str, str]:
+    import tempfile
+
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB - 8, special_tokens=["<s>", "</s>", "<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = CHAT_TEMPLATE
+    with tempfile.TemporaryDirectory() as d:
+        fast.save_pretrained(d)
+        return {p.name: p.read_text() for p in Path(d).iterdir()}
+
+
+def write_tokenizer(dest: Path) -> None:
+    for name, text in _tokenizer_files().items():
+        (dest / name).write_text(text)
+
+
+def tiny_config(arch: str = "llama", **overrides):
+    from transformers import LlamaConfig, MistralConfig, Qwen2Config
+
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=256,
+        initializer_range=0.2,  # peaked logits: greedy ties would make comparisons meaningless
+        bos_token_id=0,
+        eos_token_id=1,
+    )
+    cls = {"llama": LlamaConfig, "mistral": MistralConfig, "qwen2": Qwen2Config}[arch]
+    return cls(**(common | overrides))
+
+
+def make_hf_model(dest: Path, arch: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> Path:
+    """Save a random model of `arch` with `overrides` to dest (safetensors + tokenizer)."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    cfg = tiny_config(arch, **overrides)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=dtype)
+    dest.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(dest)
+    write_tokenizer(dest)
+    return dest
+
+
+def hf_greedy(model_dir: Path, prompts: list[list[int]], max_new_tokens: int, dtype=torch.float32, **kw) -> list[list[int]]:
+    """HF transformers' greedy generate, one prompt at a time, never stopping at EOS."""
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw).eval()
+    outs = []
+    with torch.inference_mode():
+        for p in prompts:
+            ids = torch.tensor([p])
+            out = model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
+                do_sample=False, eos_token_id=None, pad_token_id=0,
+            )
+            outs.append(out[0, len(p):].tolist())
+    return outs
+
+
+def random_prompts(n: int, seed: int = 0, lo: int = 3, hi: int = 40, vocab: int = VOCAB) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    lens = torch.randint(lo, hi, (n,), generator=g).tolist()
+    return [torch.randint(3, vocab, (k,), generator=g).tolist() for k in lens]
+
+
+def read_json(path: Path) -> dict:
+    return json.loads(Path(path).read_text())
