@@ -105,3 +105,68 @@ def random_prompts(n: int, seed: int = 0, lo: int = 3, hi: int = 40, vocab: int 
 
 def read_json(path: Path) -> dict:
     return json.loads(Path(path).read_text())
+
+
+def _permute(w, heads: int):
+    """llama.cpp's q/k row permutation (convert_hf_to_gguf.py's LlamaModel.permute)."""
+    return w.reshape(heads, 2, w.shape[0] // heads // 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
+
+
+def write_gguf(hf_dir: Path, dest: Path, raw_types: dict | None = None) -> Path:
+    """Write a llama GGUF of the HF model at hf_dir, as llama.cpp's converter lays it out.
+
+    raw_types: {gguf tensor name: GGMLQuantizationType} written as zero bytes of that type.
+    """
+    import gguf
+    import numpy as np
+    from safetensors.torch import load_file
+
+    cfg = read_json(hf_dir / "config.json")
+    sd = {k: v.float().numpy() for k, v in load_file(hf_dir / "model.safetensors").items()}
+    tok = read_json(hf_dir / "tokenizer.json")
+    w = gguf.GGUFWriter(str(dest), "llama")
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_freq_base(cfg.get("rope_theta", (cfg.get("rope_parameters") or {}).get("rope_theta", 10000.0)))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_vocab_size(cfg["vocab_size"])
+    vocab = sorted(tok["model"]["vocab"].items(), key=lambda kv: kv[1])
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list([t for t, _ in vocab])
+    w.add_token_types([3 if t.startswith("<") and t.endswith(">") else 1 for t, _ in vocab])
+    merges = tok["model"]["merges"]
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
+    w.add_bos_token_id(cfg["bos_token_id"])
+    w.add_eos_token_id(cfg["eos_token_id"])
+    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
+    per_layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
+                 "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
+                 "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    raw_types = raw_types or {}
+    for name, arr in sd.items():
+        if name.startswith("model.layers."):
+            i, rest = name[len("model.layers."):].split(".", 1)
+            mod = rest.rsplit(".", 1)[0]
+            gname = f"blk.{i}.{per_layer[mod]}.weight"
+            if mod == "self_attn.q_proj":
+                arr = _permute(arr, cfg["num_attention_heads"])
+            elif mod == "self_attn.k_proj":
+                arr = _permute(arr, cfg["num_key_value_heads"])
+        else:
+            gname = names[name]
+        if gname in raw_types:
+            qt = raw_types[gname]
+            block, size = gguf.GGML_QUANT_SIZES[qt]
+            raw = np.zeros((arr.shape[0], arr.shape[1] // block * size), dtype=np.uint8)
+            w.add_tensor(gname, raw, raw_shape=raw.shape, raw_dtype=qt)
+        else:
+            w.add_tensor(gname, np.ascontiguousarray(arr, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return dest

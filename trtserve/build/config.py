@@ -72,7 +72,10 @@ def read_yaml(path: Path) -> dict:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
-        raise UserError(f"config file {path} is not valid YAML ({err}); fix its syntax") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or type(err).__name__
+        raise UserError(f"config file {path} is not valid YAML ({problem}{where}); fix its syntax") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -22,6 +23,24 @@ def check_target(out: Path, force: bool) -> None:
             raise UserError(f"{out} is not empty and not an engine dir; refusing to replace it even with --force")
 
 
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_staging(out: Path) -> None:
+    """Remove staging dirs of earlier builds of `out` whose process was killed (e.g. SIGKILL)."""
+    for stale in out.parent.glob(f".{out.name}.building-*"):
+        pid = stale.name.rsplit(".building-", 1)[1].split("-", 1)[0]
+        if pid.isdigit() and not _pid_alive(int(pid)):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 @contextlib.contextmanager
 def staged_dir(out: Path, force: bool) -> Iterator[Path]:
     """Yield a temporary dir; on success it replaces `out`, on any failure it is removed."""
@@ -29,7 +48,8 @@ def staged_dir(out: Path, force: bool) -> Iterator[Path]:
     parent = out.parent
     try:
         parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-", dir=parent))
+        remove_stale_staging(out)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.building-{os.getpid()}-", dir=parent))
         tmp.chmod(0o755)  # mkdtemp makes it private; an engine dir is an ordinary dir
     except OSError as err:
         raise UserError(f"cannot write the engine under {parent} ({err.strerror}); choose a writable -o") from None

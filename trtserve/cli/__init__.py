@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import signal
 import sys
 
 import click
@@ -18,7 +19,7 @@ class _Group(click.Group):
         try:
             return super().invoke(ctx)
         except UserError as err:
-            click.echo(f"error: {err}", err=True)
+            click.echo("error: " + " ".join(str(err).split()), err=True)  # always one line
             sys.exit(2)
         except KeyboardInterrupt:
             click.echo("interrupted; nothing was left half-written", err=True)
@@ -30,6 +31,8 @@ class _Group(click.Group):
 @click.option("-v", "--verbose", is_flag=True, help="Log debug detail.")
 def main(verbose: bool) -> None:
     """Compile LLM checkpoints into engines and serve them (TensorRT-LLM or the embedded torch engine)."""
+    # SIGTERM unwinds like Ctrl-C, so a build removes its staging dir before exiting.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
 
 

@@ -1,0 +1,3 @@
+from trtserve.cli import main
+
+main()
