@@ -33,7 +33,9 @@ def _tokenizer_files() -> dict[str, str]:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=VOCAB - 8, special_tokens=["<s>", "</s>", "<unk>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        vocab_size=VOCAB - 8,
+        special_tokens=["<s>", "</s>", "<unk>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
     )
     tok.train_from_iterator(CORPUS, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
@@ -67,7 +69,9 @@ def tiny_config(arch: str = "llama", **overrides):
     return cls(**(common | overrides))
 
 
-def make_hf_model(dest: Path, arch: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32, **overrides) -> Path:
+def make_hf_model(
+    dest: Path, arch: str = "llama", seed: int = 0, dtype: torch.dtype = torch.float32, **overrides
+) -> Path:
     """Save a random model of `arch` with `overrides` to dest (safetensors + tokenizer)."""
     from transformers import AutoModelForCausalLM
 
@@ -80,7 +84,9 @@ def make_hf_model(dest: Path, arch: str = "llama", seed: int = 0, dtype: torch.d
     return dest
 
 
-def hf_greedy(model_dir: Path, prompts: list[list[int]], max_new_tokens: int, dtype=torch.float32, **kw) -> list[list[int]]:
+def hf_greedy(
+    model_dir: Path, prompts: list[list[int]], max_new_tokens: int, dtype=torch.float32, **kw
+) -> list[list[int]]:
     """HF transformers' greedy generate, one prompt at a time, never stopping at EOS."""
     from transformers import AutoModelForCausalLM
 
@@ -90,10 +96,15 @@ def hf_greedy(model_dir: Path, prompts: list[list[int]], max_new_tokens: int, dt
         for p in prompts:
             ids = torch.tensor([p])
             out = model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens, min_new_tokens=max_new_tokens,
-                do_sample=False, eos_token_id=None, pad_token_id=0,
+                ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
             )
-            outs.append(out[0, len(p):].tolist())
+            outs.append(out[0, len(p) :].tolist())
     return outs
 
 
@@ -142,14 +153,26 @@ def write_gguf(hf_dir: Path, dest: Path, raw_types: dict | None = None) -> Path:
     w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in merges])
     w.add_bos_token_id(cfg["bos_token_id"])
     w.add_eos_token_id(cfg["eos_token_id"])
-    names = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight", "lm_head.weight": "output.weight"}
-    per_layer = {"input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm", "self_attn.q_proj": "attn_q",
-                 "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v", "self_attn.o_proj": "attn_output",
-                 "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up", "mlp.down_proj": "ffn_down"}
+    names = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
+    per_layer = {
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+    }
     raw_types = raw_types or {}
     for name, arr in sd.items():
         if name.startswith("model.layers."):
-            i, rest = name[len("model.layers."):].split(".", 1)
+            i, rest = name[len("model.layers.") :].split(".", 1)
             mod = rest.rsplit(".", 1)[0]
             gname = f"blk.{i}.{per_layer[mod]}.weight"
             if mod == "self_attn.q_proj":

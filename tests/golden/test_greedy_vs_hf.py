@@ -17,8 +17,16 @@ CASES = {
     "llama-head-dim": ("llama", {"head_dim": 32, "num_key_value_heads": 1}),
     "llama3-rope": (
         "llama",
-        {"rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
-                             "high_freq_factor": 4.0, "original_max_position_embeddings": 32}},
+        {
+            "rope_parameters": {
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            }
+        },
     ),
     "llama-linear-rope": ("llama", {"rope_parameters": {"rope_type": "linear", "rope_theta": 10000.0, "factor": 2.0}}),
     "mistral-sliding": ("mistral", {"sliding_window": 24}),

@@ -71,7 +71,11 @@ def test_unsupported_architecture(tmp_path, good_src):
     cfg = json.loads((src / "config.json").read_text())
     cfg["architectures"], cfg["model_type"] = ["GPT2LMHeadModel"], "gpt2"
     (src / "config.json").write_text(json.dumps(cfg))
-    expect_error(tmp_path, "GPT2LMHeadModel is not supported; trtserve builds: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM", src)
+    expect_error(
+        tmp_path,
+        "GPT2LMHeadModel is not supported; trtserve builds: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
+        src,
+    )
 
 
 def test_truncated_safetensors(tmp_path, good_src):
@@ -95,7 +99,9 @@ def test_tensor_with_wrong_shape(tmp_path, good_src):
     sd = load_file(src / "model.safetensors")
     sd["model.layers.1.mlp.up_proj.weight"] = torch.zeros(95, 64)
     save_file(sd, src / "model.safetensors")
-    expect_error(tmp_path, "tensor model.layers.1.mlp.up_proj.weight has shape [95, 64] but config.json implies [96, 64]", src)
+    expect_error(
+        tmp_path, "tensor model.layers.1.mlp.up_proj.weight has shape [95, 64] but config.json implies [96, 64]", src
+    )
 
 
 def test_missing_tensor(tmp_path, good_src):
@@ -123,11 +129,15 @@ def test_unknown_dtype_value(tmp_path, good_src):
 
 
 def test_bad_tokens_per_block(tmp_path, good_src):
-    expect_error(tmp_path, "'tokens_per_block': Value error, must be a power of two", good_src, "--tokens-per-block", "48")
+    expect_error(
+        tmp_path, "'tokens_per_block': Value error, must be a power of two", good_src, "--tokens-per-block", "48"
+    )
 
 
 def test_max_seq_len_beyond_context(tmp_path, good_src):
-    expect_error(tmp_path, "--max-seq-len 100000 exceeds the model's context of 256 tokens", good_src, "--max-seq-len", "100000")
+    expect_error(
+        tmp_path, "--max-seq-len 100000 exceeds the model's context of 256 tokens", good_src, "--max-seq-len", "100000"
+    )
 
 
 def test_unwritable_output(tmp_path, good_src):
@@ -181,7 +191,9 @@ def test_yaml_config_supplies_every_flag(tmp_path, good_src):
     cfg = tmp_path / "build.yaml"
     cfg.write_text(f"model: {good_src}\ndtype: bfloat16\nmax_seq_len: 128\ntokens_per_block: 16\nmax_batch_size: 4\n")
     out = tmp_path / "e"
-    result = CliRunner().invoke(main, ["build", "--config", str(cfg), "-o", str(out), "--quiet", "--max-batch-size", "8"])
+    result = CliRunner().invoke(
+        main, ["build", "--config", str(cfg), "-o", str(out), "--quiet", "--max-batch-size", "8"]
+    )
     assert result.exit_code == 0, result.output
     engine = json.loads((out / "config.json").read_text())
     assert engine["pretrained_config"]["dtype"] == "bfloat16"
@@ -192,8 +204,12 @@ def test_yaml_config_supplies_every_flag(tmp_path, good_src):
 
 def test_real_process_exit_code_and_stderr(tmp_path):
     env = dict(os.environ)
-    proc = subprocess.run([sys.executable, "-m", "trtserve.cli", "build", str(tmp_path / "nope"), "-o", str(tmp_path / "e")],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "trtserve.cli", "build", str(tmp_path / "nope"), "-o", str(tmp_path / "e")],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 2
     assert proc.stderr.startswith("error: MODEL") and proc.stderr.count("\n") == 1
     assert proc.stdout == ""

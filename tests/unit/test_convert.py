@@ -23,8 +23,12 @@ def test_checkpoint_names_and_values_match_the_fact_sheet(tmp_path):
     hf = load_file(src / "model.safetensors")
     ck = load_file(eng / "checkpoint/rank0.safetensors")
     L = "transformer.layers.0."
-    assert torch.equal(ck[L + "attention.qkv.weight"], torch.cat([hf[f"model.layers.0.self_attn.{x}_proj.weight"] for x in "qkv"]))
-    assert torch.equal(ck[L + "attention.qkv.bias"], torch.cat([hf[f"model.layers.0.self_attn.{x}_proj.bias"] for x in "qkv"]))
+    assert torch.equal(
+        ck[L + "attention.qkv.weight"], torch.cat([hf[f"model.layers.0.self_attn.{x}_proj.weight"] for x in "qkv"])
+    )
+    assert torch.equal(
+        ck[L + "attention.qkv.bias"], torch.cat([hf[f"model.layers.0.self_attn.{x}_proj.bias"] for x in "qkv"])
+    )
     assert torch.equal(ck[L + "mlp.fc.weight"], hf["model.layers.0.mlp.gate_proj.weight"])
     assert torch.equal(ck[L + "mlp.gate.weight"], hf["model.layers.0.mlp.up_proj.weight"])
     assert torch.equal(ck[L + "mlp.proj.weight"], hf["model.layers.0.mlp.down_proj.weight"])
@@ -32,8 +36,16 @@ def test_checkpoint_names_and_values_match_the_fact_sheet(tmp_path):
     assert torch.equal(ck["transformer.vocab_embedding.weight"], hf["model.embed_tokens.weight"])
     assert torch.equal(ck["transformer.ln_f.weight"], hf["model.norm.weight"])
     assert torch.equal(ck["lm_head.weight"], hf["lm_head.weight"])
-    per_layer = {"input_layernorm.weight", "post_layernorm.weight", "attention.qkv.weight", "attention.qkv.bias",
-                 "attention.dense.weight", "mlp.fc.weight", "mlp.gate.weight", "mlp.proj.weight"}
+    per_layer = {
+        "input_layernorm.weight",
+        "post_layernorm.weight",
+        "attention.qkv.weight",
+        "attention.qkv.bias",
+        "attention.dense.weight",
+        "mlp.fc.weight",
+        "mlp.gate.weight",
+        "mlp.proj.weight",
+    }
     expected = {"transformer.vocab_embedding.weight", "transformer.ln_f.weight", "lm_head.weight"}
     expected |= {f"transformer.layers.{i}.{n}" for i in range(2) for n in per_layer}
     assert set(ck) == expected
@@ -86,7 +98,9 @@ def test_tp_shards_reassemble(tmp_path, tp, kv):
                     for r, part in enumerate(parts):
                         head = r * kv // tp
                         assert torch.equal(part, full[head * hd : (head + 1) * hd])
-        assert torch.equal(torch.cat([rk[L + "attention.dense.weight"] for rk in ranks], 1), hf[H + "self_attn.o_proj.weight"])
+        assert torch.equal(
+            torch.cat([rk[L + "attention.dense.weight"] for rk in ranks], 1), hf[H + "self_attn.o_proj.weight"]
+        )
         assert torch.equal(torch.cat([rk[L + "mlp.fc.weight"] for rk in ranks]), hf[H + "mlp.gate_proj.weight"])
         assert torch.equal(torch.cat([rk[L + "mlp.gate.weight"] for rk in ranks]), hf[H + "mlp.up_proj.weight"])
         assert torch.equal(torch.cat([rk[L + "mlp.proj.weight"] for rk in ranks], 1), hf[H + "mlp.down_proj.weight"])

@@ -61,10 +61,17 @@ def test_a_different_source_changes_the_fingerprint(tmp_path, src):
 @pytest.mark.parametrize(
     "damage,message",
     [
-        (lambda e: (e / "model.safetensors").write_bytes((e / "model.safetensors").read_bytes()[:-10]), "model.safetensors is truncated"),
+        (
+            lambda e: (e / "model.safetensors").write_bytes((e / "model.safetensors").read_bytes()[:-10]),
+            "model.safetensors is truncated",
+        ),
         (lambda e: (e / "checkpoint/rank0.safetensors").unlink(), "checkpoint/rank0.safetensors is missing"),
-        (lambda e: (e / "tokenizer/tokenizer.json").write_text((e / "tokenizer/tokenizer.json").read_text().replace("a", "b")),
-         "tokenizer/tokenizer.json was modified"),
+        (
+            lambda e: (e / "tokenizer/tokenizer.json").write_text(
+                (e / "tokenizer/tokenizer.json").read_text().replace("a", "b")
+            ),
+            "tokenizer/tokenizer.json was modified",
+        ),
         (lambda e: (e / "manifest.json").write_text("{"), "manifest.json is corrupted"),
     ],
 )
@@ -122,13 +129,24 @@ def test_disk_error_is_a_clear_message(tmp_path, src, monkeypatch):
 
 @pytest.mark.slow
 def test_signal_during_build_leaves_nothing(tmp_path):
-    big = make_hf_model(tmp_path / "big", "llama", hidden_size=512, intermediate_size=2048, num_hidden_layers=8,
-                        num_attention_heads=8, num_key_value_heads=8, vocab_size=32000)
+    big = make_hf_model(
+        tmp_path / "big",
+        "llama",
+        hidden_size=512,
+        intermediate_size=2048,
+        num_hidden_layers=8,
+        num_attention_heads=8,
+        num_key_value_heads=8,
+        vocab_size=32000,
+    )
     out = tmp_path / "out"
     out.mkdir()
     for sig in (signal.SIGINT, signal.SIGTERM):
-        proc = subprocess.Popen([sys.executable, "-m", "trtserve.cli", "build", str(big), "-o", str(out / "e"), "--quiet"],
-                                stderr=subprocess.PIPE, text=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "trtserve.cli", "build", str(big), "-o", str(out / "e"), "--quiet"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         deadline = time.time() + 60
         while not list(out.glob(".e.building-*")) and time.time() < deadline:
             time.sleep(0.02)
