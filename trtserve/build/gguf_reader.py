@@ -31,8 +31,9 @@ _NAMES = {
     "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
 }
 _LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
-# Tensors llama.cpp adds that carry no weights of the model (precomputed RoPE tables).
-_IGNORED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+# Precomputed RoPE factor tables (Llama 3.1 / LongRoPE GGUFs): they change the model, and the
+# HF config we derive cannot express them.
+_UNSUPPORTED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 
 
 def _hf_name(gguf_name: str) -> str | None:
@@ -64,28 +65,68 @@ class GGUFReader:
         if field is None:
             raise UserError(f"{path} has no general.architecture key; it is not a model GGUF file")
         self.family = family_for_gguf(field.contents())
-        self.hf_config = self._auto_config()
         self.auto_dtype = "float32"  # GGUF weights are dequantized; float32 keeps them exact
         self._tensors = {}
         for t in self._reader.tensors:
-            if t.name in _IGNORED:
-                continue
+            if t.name in _UNSUPPORTED:
+                raise UserError(
+                    f"{path} carries precomputed RoPE factors ({t.name}), which trtserve cannot convert; build from the HF checkpoint instead"
+                )
             name = _hf_name(t.name)
             if name is None:
                 raise UserError(
                     f"GGUF tensor {t.name} in {path} is not part of a {self.family.name} model; the file does not match its architecture"
                 )
             self._tensors[name] = t
+        self.hf_config = self._hf_config()
 
-    def _auto_config(self):
+    def _meta(self, key: str, default=None):
+        field = self._reader.fields.get(key)
+        return field.contents() if field is not None else default
+
+    def _hf_config(self):
+        """The transformers config, from GGUF metadata.
+
+        Read directly rather than through transformers' GGUF loader, which parses the whole
+        vocabulary into Python objects to build a config (hundreds of MB for a 135M model).
+        """
         from transformers import AutoConfig
 
-        try:
-            return AutoConfig.from_pretrained(str(self.path.parent), gguf_file=self.path.name)
-        except Exception as err:
-            raise UserError(
-                f"cannot read the model config from {self.path} ({err}); the GGUF metadata is incomplete"
-            ) from None
+        arch = self._meta("general.architecture")
+
+        def need(key: str):
+            value = self._meta(f"{arch}.{key}")
+            if value is None:
+                raise UserError(f"{self.path} lacks the metadata key {arch}.{key}; the GGUF file is incomplete")
+            return value
+
+        heads = int(need("attention.head_count"))
+        hidden = int(need("embedding_length"))
+        rope = {"rope_type": "default", "rope_theta": float(self._meta(f"{arch}.rope.freq_base", 10000.0))}
+        scaling = self._meta(f"{arch}.rope.scaling.type")
+        if scaling not in (None, "none"):
+            rope |= {"rope_type": scaling, "factor": float(need("rope.scaling.factor"))}
+            if scaling == "yarn":
+                rope["original_max_position_embeddings"] = int(need("rope.scaling.original_context_length"))
+        if "model.embed_tokens.weight" not in self._tensors:
+            raise UserError(f"{self.path} has no token_embd.weight tensor; the GGUF file is incomplete")
+        return AutoConfig.for_model(
+            arch,
+            architectures=list(self.family.hf_architectures),
+            vocab_size=self.shape("model.embed_tokens.weight")[0],
+            hidden_size=hidden,
+            intermediate_size=int(need("feed_forward_length")),
+            num_hidden_layers=int(need("block_count")),
+            num_attention_heads=heads,
+            num_key_value_heads=int(self._meta(f"{arch}.attention.head_count_kv", heads)),
+            head_dim=int(self._meta(f"{arch}.attention.key_length", hidden // heads)),
+            max_position_embeddings=int(need("context_length")),
+            rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
+            rope_parameters=rope,
+            tie_word_embeddings="lm_head.weight" not in self._tensors,
+            bos_token_id=self._meta("tokenizer.ggml.bos_token_id"),
+            eos_token_id=self._meta("tokenizer.ggml.eos_token_id"),
+        )
 
     def names(self) -> list[str]:
         return sorted(self._tensors)

@@ -7,9 +7,9 @@ import shutil
 from pathlib import Path
 
 import torch
-from safetensors import SafetensorError, safe_open
 
 from trtserve.build.hashing import fingerprint
+from trtserve.build.safetensors_io import SafetensorsFile
 from trtserve.errors import UserError
 from trtserve.models.registry import family_for_hf
 
@@ -40,8 +40,8 @@ class HFReader:
         self._handles = {}
         for f in self._files:
             try:
-                handle = safe_open(str(f), framework="pt")
-            except (SafetensorError, OSError) as err:
+                handle = SafetensorsFile(f)
+            except (ValueError, OSError) as err:
                 raise UserError(
                     f"weights file {f} is truncated or corrupted ({err}); re-download or re-save the checkpoint"
                 ) from None
@@ -85,12 +85,12 @@ class HFReader:
         return sorted(self._where)
 
     def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._handles[self._where[name]].get_slice(name).get_shape())
+        return self._handles[self._where[name]].shape(name)
 
     def load(self, name: str) -> torch.Tensor:
         try:
-            return self._handles[self._where[name]].get_tensor(name)
-        except (SafetensorError, OSError) as err:
+            return self._handles[self._where[name]].load(name)
+        except (ValueError, OSError) as err:
             raise UserError(
                 f"cannot read tensor {name} from {self._where[name]} ({err}); the file is corrupted, re-download it"
             ) from None

@@ -1,0 +1,227 @@
+"""The paged KV cache's bookkeeping: block tables, ref counts, prefix reuse and LRU eviction.
+
+Every block is in exactly one of two states: referenced (ref_count > 0, held by one or more block
+tables) or free (ref_count == 0, in `_free`, ordered least- to most-recently released). A free
+block may still hold a cached prefix (its hash is in `_cached`); it is reused for that prefix
+until it is evicted, which happens only when a new block is needed and it is the oldest free one.
+
+Prefix keys form a hash chain: block k's key = H(key of block k-1, its token ids), and the chain
+starts at H(namespace, cache_salt) where the namespace is the engine's fingerprint. A changed
+engine or salt therefore never matches an old block.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+def chain_root(namespace: str, salt: str | None) -> bytes:
+    return hashlib.blake2b(f"{namespace}\0{salt or ''}".encode(), digest_size=16).digest()
+
+
+def block_key(parent: bytes, tokens: Sequence[int]) -> bytes:
+    return hashlib.blake2b(parent + array("q", tokens).tobytes(), digest_size=16).digest()
+
+
+@dataclass
+class BlockStats:
+    num_blocks: int
+    used: int  # referenced by at least one block table
+    free: int  # unreferenced and holding no cached prefix
+    cached: int  # unreferenced but holding a reusable prefix (evictable)
+    utilization: float  # used / num_blocks
+    prefix_queries: int  # prompt tokens looked up in the prefix cache
+    prefix_hits: int  # of those, tokens found cached
+    waste: float  # allocated-but-unfilled token slots / allocated slots, over used blocks
+
+
+class BlockManager:
+    def __init__(self, num_blocks: int, tokens_per_block: int, namespace: str, enable_prefix_caching: bool = True):
+        if num_blocks < 1:
+            raise ValueError("the KV cache needs at least one block")
+        self.num_blocks = num_blocks
+        self.block_size = tokens_per_block
+        self.namespace = namespace
+        self.enable_prefix_caching = enable_prefix_caching
+        self._ref = [0] * num_blocks
+        self._key: list[bytes | None] = [None] * num_blocks  # prefix key a block holds, if any
+        self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
+        self._cached: dict[bytes, int] = {}  # prefix key -> block id
+        self._tables: dict[str, list[int]] = {}  # request id -> block ids
+        self._num_tokens: dict[str, int] = {}  # request id -> token slots in use
+        self._chain: dict[str, list[bytes]] = {}  # request id -> keys of its full, hashed blocks
+        self._salt: dict[str, str | None] = {}
+        self.prefix_queries = 0
+        self.prefix_hits = 0
+
+    # ---- queries -------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks that can be handed out now (free or evictable cached)."""
+        return len(self._free)
+
+    def blocks_for(self, num_tokens: int) -> int:
+        return -(-num_tokens // self.block_size)
+
+    def block_table(self, request_id: str) -> list[int]:
+        return self._tables[request_id]
+
+    def has(self, request_id: str) -> bool:
+        return request_id in self._tables
+
+    def ref_count(self, block: int) -> int:
+        return self._ref[block]
+
+    # ---- prefix lookup -------------------------------------------------------------------
+    def lookup_prefix(self, token_ids: Sequence[int], salt: str | None) -> list[int]:
+        """Cached blocks holding a prefix of token_ids (never the last token, whose logits are needed)."""
+        usable = (len(token_ids) - 1) // self.block_size
+        self.prefix_queries += len(token_ids)
+        if not self.enable_prefix_caching:
+            return []
+        hits, key = [], chain_root(self.namespace, salt)
+        for i in range(usable):
+            key = block_key(key, token_ids[i * self.block_size : (i + 1) * self.block_size])
+            block = self._cached.get(key)
+            if block is None:
+                break
+            hits.append(block)
+        self.prefix_hits += len(hits) * self.block_size
+        return hits
+
+    # ---- allocation ----------------------------------------------------------------------
+    def allocate(self, request_id: str, cached_blocks: list[int], num_tokens: int, salt: str | None = None) -> bool:
+        """Give a new request the cached prefix blocks plus new ones for `num_tokens` slots in all."""
+        assert request_id not in self._tables, request_id
+        need = self.blocks_for(num_tokens) - len(cached_blocks)
+        # Cached blocks that are free leave the free pool when taken.
+        reclaimed = sum(1 for b in cached_blocks if self._ref[b] == 0)
+        if need > len(self._free) - reclaimed:
+            return False
+        for b in cached_blocks:
+            self._take(b)
+        table = list(cached_blocks) + [self._pop_free() for _ in range(max(need, 0))]
+        self._tables[request_id] = table
+        self._num_tokens[request_id] = num_tokens
+        self._salt[request_id] = salt
+        self._chain[request_id] = [self._key[b] for b in cached_blocks]  # type: ignore[misc]
+        return True
+
+    def append_slots(self, request_id: str, num_tokens: int) -> bool:
+        """Grow a request's table to hold `num_tokens` slots; False (and no change) if blocks ran out."""
+        table = self._tables[request_id]
+        need = self.blocks_for(num_tokens) - len(table)
+        if need > len(self._free):
+            return False
+        table.extend(self._pop_free() for _ in range(max(need, 0)))
+        self._num_tokens[request_id] = max(num_tokens, self._num_tokens[request_id])
+        return True
+
+    def commit(self, request_id: str, token_ids: Sequence[int], num_computed: int) -> None:
+        """Register the request's blocks that became full (num_computed tokens are in the cache)."""
+        if not self.enable_prefix_caching:
+            return
+        chain, table = self._chain[request_id], self._tables[request_id]
+        key = chain[-1] if chain else chain_root(self.namespace, self._salt[request_id])
+        for i in range(len(chain), num_computed // self.block_size):
+            key = block_key(key, token_ids[i * self.block_size : (i + 1) * self.block_size])
+            chain.append(key)
+            block = table[i]
+            if key not in self._cached and self._key[block] is None:
+                self._cached[key] = block
+                self._key[block] = key
+
+    def fork(self, parent_id: str, child_id: str, num_tokens: int) -> list[tuple[int, int]]:
+        """Share the parent's full blocks with a child; copy its partial last block.
+
+        Returns (src, dst) block copies the runner must perform; raises MemoryError if no block
+        is free for the copy (the caller reserved enough before forking).
+        """
+        table = self._tables[parent_id]
+        full = num_tokens // self.block_size
+        shared = table[:full]
+        copies = []
+        for b in shared:
+            self._take(b)
+        child = list(shared)
+        if full < len(table):
+            if not self._free:
+                for b in shared:
+                    self._release(b)
+                raise MemoryError("no free KV block to fork into")
+            dst = self._pop_free()
+            copies.append((table[full], dst))
+            child.append(dst)
+        self._tables[child_id] = child
+        self._num_tokens[child_id] = num_tokens
+        self._salt[child_id] = self._salt[parent_id]
+        self._chain[child_id] = list(self._chain[parent_id][:full])
+        return copies
+
+    def free(self, request_id: str) -> None:
+        """Release a request's blocks, tail first, so the LRU evicts a prefix's tail before its head."""
+        table = self._tables.pop(request_id, None)
+        if table is None:
+            return
+        for b in reversed(table):
+            self._release(b)
+        del self._num_tokens[request_id], self._chain[request_id], self._salt[request_id]
+
+    # ---- internals -----------------------------------------------------------------------
+    def _take(self, block: int) -> None:
+        if self._ref[block] == 0:
+            del self._free[block]
+        self._ref[block] += 1
+
+    def _release(self, block: int) -> None:
+        self._ref[block] -= 1
+        assert self._ref[block] >= 0
+        if self._ref[block] == 0:
+            self._free[block] = None  # most recently used end
+
+    def _pop_free(self) -> int:
+        block, _ = self._free.popitem(last=False)  # least recently used
+        key = self._key[block]
+        if key is not None:  # evict its cached prefix
+            del self._cached[key]
+            self._key[block] = None
+        self._ref[block] = 1
+        return block
+
+    # ---- stats ---------------------------------------------------------------------------
+    def stats(self) -> BlockStats:
+        used = self.num_blocks - len(self._free)
+        cached = sum(1 for b in self._free if self._key[b] is not None)
+        filled: dict[int, int] = {}
+        for rid, table in self._tables.items():
+            n = self._num_tokens[rid]
+            for i, b in enumerate(table):
+                filled[b] = max(filled.get(b, 0), min(self.block_size, max(n - i * self.block_size, 0)))
+        slots = used * self.block_size
+        return BlockStats(
+            num_blocks=self.num_blocks,
+            used=used,
+            free=len(self._free) - cached,
+            cached=cached,
+            utilization=used / self.num_blocks,
+            prefix_queries=self.prefix_queries,
+            prefix_hits=self.prefix_hits,
+            waste=(slots - sum(filled.values())) / slots if slots else 0.0,
+        )
+
+    def check_invariants(self) -> None:
+        """Assert the bookkeeping is consistent (tests call this after every operation)."""
+        holders = [0] * self.num_blocks
+        for table in self._tables.values():
+            for b in table:
+                holders[b] += 1
+        assert holders == self._ref, "ref counts differ from the number of tables holding each block"
+        for b in range(self.num_blocks):
+            assert (self._ref[b] == 0) == (b in self._free), f"block {b} is not exactly one of free/referenced"
+        for key, b in self._cached.items():
+            assert self._key[b] == key
+        assert sum(k is not None for k in self._key) == len(self._cached)
