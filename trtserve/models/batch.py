@@ -26,7 +26,7 @@ class FlatBatch:
     q_valid: torch.Tensor  # (B, max_q) bool: real query rows
     kv_slots: torch.Tensor  # (B, max_kv) int64: cache slot of each context position; pad -> 0
     attn_mask: torch.Tensor  # (B, 1, max_q, max_kv) bool: True = query may attend to key
-    logits_indices: torch.Tensor  # (B,) int64: flat index of each sequence's last token
+    logits_indices: torch.Tensor  # (N,) int64: flat indices of the tokens whose logits are wanted
 
 
 def make_batch(
@@ -34,7 +34,10 @@ def make_batch(
     tokens_per_block: int,
     sliding_window: int | None = None,
     device: torch.device | None = None,
+    logit_rows: Sequence[Sequence[int]] | None = None,
 ) -> FlatBatch:
+    """Lay out a step. logit_rows: per sequence, offsets within its chunk whose logits are wanted
+    (default: its last token)."""
     n_b = len(seqs)
     q_lens = torch.tensor([len(s.tokens) for s in seqs])  # (B,)
     starts = torch.tensor([s.start for s in seqs])  # (B,)
@@ -75,5 +78,14 @@ def make_batch(
         q_valid=q_valid.to(**to),
         kv_slots=kv_slots.to(**to),
         attn_mask=mask[:, None].to(**to),
-        logits_indices=(offsets + q_lens - 1).to(**to),
+        logits_indices=_logits_indices(offsets, q_lens, logit_rows).to(**to),
     )
+
+
+def _logits_indices(
+    offsets: torch.Tensor, q_lens: torch.Tensor, logit_rows: Sequence[Sequence[int]] | None
+) -> torch.Tensor:
+    if logit_rows is None:
+        return offsets + q_lens - 1
+    flat = [int(offsets[b]) + r for b, rows in enumerate(logit_rows) for r in rows]
+    return torch.tensor(flat, dtype=torch.long)

@@ -17,7 +17,8 @@ class PagedKVCache:
         self.tokens_per_block = tokens_per_block
         slots = num_blocks * tokens_per_block
         # (layers, 2 [K, V], slots, kv_heads, head_dim)
-        self.data = torch.zeros(
+        # torch.empty: pages are committed as blocks are first written, not at startup.
+        self.data = torch.empty(
             cfg.num_hidden_layers, 2, slots, cfg.num_key_value_heads, cfg.head_size, dtype=dtype, device=device
         )
 
@@ -29,3 +30,12 @@ class PagedKVCache:
     def gather(self, layer: int, kv_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """kv_slots: (B, max_kv) -> K, V each (B, max_kv, kv_heads, head_dim)."""
         return self.data[layer, 0][kv_slots], self.data[layer, 1][kv_slots]
+
+    def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
+        """Copy whole blocks src -> dst in every layer (copy-on-write for forked sequences)."""
+        if not pairs:
+            return
+        bs = self.tokens_per_block
+        src = torch.cat([torch.arange(s * bs, (s + 1) * bs) for s, _ in pairs]).to(self.data.device)
+        dst = torch.cat([torch.arange(d * bs, (d + 1) * bs) for _, d in pairs]).to(self.data.device)
+        self.data[:, :, dst] = self.data[:, :, src]

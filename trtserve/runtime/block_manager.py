@@ -148,7 +148,7 @@ class BlockManager:
         for b in shared:
             self._take(b)
         child = list(shared)
-        if full < len(table):
+        if num_tokens % self.block_size:
             if not self._free:
                 for b in shared:
                     self._release(b)

@@ -1,31 +1,103 @@
-"""Token selection from one step's logits, per request."""
+"""Token selection for one step: penalties, masks, temperature, top-k/top-p/min-p, logprobs.
+
+Rows are processed as one batch where the math allows; only the draw itself runs per request,
+with the request's own generator, so a seeded request gets the same tokens in any batch.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from trtserve.runtime.sampling_params import SamplingParams
 
 
-def make_generator(params: SamplingParams) -> torch.Generator | None:
-    if params.greedy:
-        return None
-    g = torch.Generator()
-    g.manual_seed(params.seed if params.seed is not None else int(torch.randint(0, 2**62, ()).item()))
-    return g
+@dataclass
+class SampleRow:
+    params: SamplingParams
+    prompt_ids: Sequence[int]
+    output_ids: Sequence[int]
+    generator: torch.Generator | None
+    banned_until_min: Sequence[int] = ()  # EOS and stop ids, masked while output < min_tokens
 
 
-def sample(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
-    """logits: (vocab,) float32 for one sequence."""
-    if params.greedy:
-        return int(torch.argmax(logits))
-    logits = logits / params.temperature
-    if params.top_k:
-        kth = torch.topk(logits, min(params.top_k, logits.numel())).values[-1]
-        logits = logits.masked_fill(logits < kth, float("-inf"))
-    probs = torch.softmax(logits, dim=-1)
-    if params.top_p < 1.0:
-        sorted_p, order = torch.sort(probs, descending=True)
-        keep = torch.cumsum(sorted_p, 0) - sorted_p < params.top_p  # always keeps the top token
-        probs = torch.zeros_like(probs).scatter_(0, order[keep], sorted_p[keep])
-    return int(torch.multinomial(probs.cpu(), 1, generator=generator))
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    rank: int  # 1 = the most likely token
+    top: list[tuple[int, float]]  # top-N (token id, logprob), most likely first
+
+
+def apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
+    """In place. logits: (B, vocab) float32."""
+    for i, r in enumerate(rows):
+        p = r.params
+        if not p.needs_penalties:
+            continue
+        row = logits[i]
+        if p.repetition_penalty != 1.0:
+            seen = torch.tensor(sorted(set(r.prompt_ids) | set(r.output_ids)), dtype=torch.long)
+            vals = row[seen]
+            row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        if r.output_ids and (p.presence_penalty or p.frequency_penalty):
+            ids, counts = torch.tensor(r.output_ids, dtype=torch.long).unique(return_counts=True)
+            row[ids] -= p.frequency_penalty * counts.float() + p.presence_penalty
+
+
+def apply_min_tokens(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
+    for i, r in enumerate(rows):
+        if len(r.output_ids) < r.params.min_tokens and r.banned_until_min:
+            logits[i, list(r.banned_until_min)] = float("-inf")
+
+
+def logprobs_of(logprobs: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
+    """logprobs: (vocab,) log-softmax of one row."""
+    lp = float(logprobs[token])
+    rank = int((logprobs > logprobs[token]).sum()) + 1
+    top = []
+    if top_n:
+        vals, ids = logprobs.topk(top_n)
+        top = list(zip(ids.tolist(), vals.tolist(), strict=True))
+    return TokenLogprob(token, lp, rank, top)
+
+
+def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], list[TokenLogprob | None]]:
+    """logits: (B, vocab) float32, one row per SampleRow. Returns token ids and their logprobs."""
+    logits = logits.clone()
+    apply_penalties(logits, rows)
+    apply_min_tokens(logits, rows)
+    tokens = logits.argmax(dim=-1).tolist()  # greedy for every row; sampled rows overwrite below
+    sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
+    if sampled:
+        for i, tok in zip(sampled, _draw(logits[sampled], [rows[i] for i in sampled]), strict=True):
+            tokens[i] = tok
+    want = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
+    lps: list[TokenLogprob | None] = [None] * len(rows)
+    if want:
+        logp = torch.log_softmax(logits[want], dim=-1)  # of the penalized distribution, before temperature
+        for j, i in enumerate(want):
+            lps[i] = logprobs_of(logp[j], tokens[i], rows[i].params.logprobs or 0)
+    return tokens, lps
+
+
+def _draw(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[int]:
+    """Sample one token per row. logits: (S, vocab)."""
+    temps = torch.tensor([r.params.temperature for r in rows]).unsqueeze(1)  # (S, 1)
+    probs_sorted, order = torch.sort(torch.softmax(logits / temps, dim=-1), dim=-1, descending=True)  # (S, vocab)
+    ranks = torch.arange(logits.shape[1]).unsqueeze(0)  # (1, vocab)
+    top_k = torch.tensor([r.params.top_k or logits.shape[1] for r in rows]).unsqueeze(1)
+    top_p = torch.tensor([r.params.top_p for r in rows]).unsqueeze(1)
+    min_p = torch.tensor([r.params.min_p for r in rows]).unsqueeze(1)
+    drop = ranks >= top_k
+    drop |= (probs_sorted.cumsum(dim=-1) - probs_sorted) >= top_p  # keeps the smallest set reaching top_p
+    drop |= probs_sorted < min_p * probs_sorted[:, :1]
+    drop[:, 0] = False  # the most likely token always survives
+    probs_sorted = probs_sorted.masked_fill(drop, 0.0)
+    out = []
+    for i, r in enumerate(rows):
+        pick = torch.multinomial(probs_sorted[i], 1, generator=r.generator)
+        out.append(int(order[i, pick]))
+    return out

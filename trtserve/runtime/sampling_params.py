@@ -2,20 +2,45 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+MAX_LOGPROBS = 20
 
 
 class SamplingParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    n: int = Field(1, ge=1, le=16)  # sequences per prompt; they share the prompt's KV blocks
     max_tokens: int = Field(32, ge=1)  # new tokens at most (TensorRT-LLM's default)
-    temperature: float = Field(1.0, ge=0.0)  # 0 = greedy
+    min_tokens: int = Field(0, ge=0)  # EOS and stop tokens are masked until this many are generated
+    temperature: float = Field(1.0, ge=0.0, le=100.0)  # 0 = greedy
     top_k: int = Field(0, ge=0)  # 0 = off
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)  # drop tokens below min_p * the top probability
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)  # HF/CTRL style, over prompt and output
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)  # OpenAI style, over output tokens
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     seed: int | None = None  # a seeded request samples the same tokens whatever the batch
+    stop: list[str] = []  # stop strings, matched on detokenized text
     stop_token_ids: list[int] = []
+    include_stop_str_in_output: bool = False
     ignore_eos: bool = False
+    logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # top-N alternatives per token (0: sampled only)
+    prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
+    skip_special_tokens: bool = True
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SamplingParams:
+        if self.min_tokens > self.max_tokens:
+            raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        if any(not s for s in self.stop):
+            raise ValueError("stop strings must not be empty")
+        return self
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+    @property
+    def needs_penalties(self) -> bool:
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0

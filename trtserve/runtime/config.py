@@ -1,0 +1,19 @@
+"""Runtime settings of the torch engine (the `run` YAML's engine section)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field
+
+from trtserve.runtime.scheduler import CapacityPolicy
+
+
+class RuntimeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    kv_cache_memory: ByteSize | None = None  # bytes for the KV cache (e.g. "2GiB"); wins over the fraction
+    kv_cache_free_memory_fraction: float = Field(0.5, gt=0.0, lt=1.0)  # of memory available at startup
+    capacity_policy: CapacityPolicy = "guaranteed_no_evict"
+    enable_prefix_caching: bool = True
+    max_batch_size: int | None = Field(None, ge=1)  # None: the engine's build limit
+    max_num_tokens: int | None = Field(None, ge=1)  # None: the engine's build limit
+    device: str | None = None  # None: cuda if available, else cpu
