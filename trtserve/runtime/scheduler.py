@@ -116,9 +116,9 @@ class Scheduler:
             cached = [] if wants_all else self.blocks.lookup_prefix(req.all_token_ids, req.cache_salt)
             num_cached = len(cached) * self.blocks.block_size
             n = min(req.num_tokens - num_cached, budget)
-            if self.config.policy == "guaranteed_no_evict":
-                if self._worst_case(req) - len(cached) > self.blocks.num_free_blocks - self._reserved():
-                    return
+            no_evict = self.config.policy == "guaranteed_no_evict"
+            if no_evict and self._worst_case(req) - len(cached) > self.blocks.num_free_blocks - self._reserved():
+                return
             if not self.blocks.allocate(req.request_id, cached, num_cached + n, req.cache_salt):
                 return  # FCFS: nothing behind the head of the queue jumps it
             self.waiting.pop(0)
