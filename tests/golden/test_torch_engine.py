@@ -1,0 +1,97 @@
+"""The async torch backend: streaming, concurrency, aborts, failed steps, health."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from helpers import random_prompts
+
+from trtserve import LLM, SamplingParams
+from trtserve.backends.base import GenerateRequest
+from trtserve.backends.torch_engine import TorchEngine
+from trtserve.errors import UserError
+from trtserve.runtime.config import RuntimeConfig
+
+P = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_llama_engine):
+    e = TorchEngine(tiny_llama_engine, RuntimeConfig(kv_cache_memory=16 << 20))
+    yield e
+    e.shutdown()
+
+
+async def _collect(engine, rid, prompt, params=P):
+    tokens = []
+    async for d in engine.generate(GenerateRequest(rid, prompt, params)):
+        tokens += d.token_ids
+        last = d
+    return tokens, last
+
+
+def test_concurrent_streams_equal_offline(engine, tiny_llama_engine):
+    prompts = random_prompts(6, seed=30)
+    expected = [o.token_ids for o in LLM(tiny_llama_engine, kv_cache_memory=16 << 20).generate(prompts, P)]
+
+    async def main():
+        return await asyncio.gather(*(_collect(engine, f"c{i}", p) for i, p in enumerate(prompts)))
+
+    results = asyncio.run(main())
+    assert [t for t, _ in results] == expected
+    assert all(last.finish_reason == "length" for _, last in results)
+    assert engine.health()
+
+
+def test_leaving_a_stream_aborts_and_frees_blocks(engine):
+    async def main():
+        gen = engine.generate(
+            GenerateRequest(
+                "leaver", list(range(5, 60)), SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
+            )
+        )
+        async for d in gen:
+            if d.token_ids:
+                break
+        await gen.aclose()
+        for _ in range(100):
+            await asyncio.sleep(0.02)
+            s = engine.stats()
+            if s.kv_blocks_used == 0 and s.running == 0:
+                return s
+        return engine.stats()
+
+    s = asyncio.run(main())
+    assert s.kv_blocks_used == 0 and s.running == 0 and s.waiting == 0
+
+
+def test_bad_request_raises_before_queueing(engine):
+    async def main():
+        return await _collect(engine, "big", [3] * 250, SamplingParams(max_tokens=20))
+
+    with pytest.raises(UserError, match="exceeds the engine's max_seq_len"):
+        asyncio.run(main())
+
+
+def test_a_failing_step_fails_its_requests_and_the_loop_goes_on(engine, monkeypatch):
+    real = engine.core.runner.execute
+    calls = {"n": 0}
+
+    def flaky(step):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("injected")
+        return real(step)
+
+    monkeypatch.setattr(engine.core.runner, "execute", flaky)
+
+    async def main():
+        first = await _collect(engine, "victim", [5, 6, 7])
+        second = await _collect(engine, "survivor", [5, 6, 7])
+        return first, second
+
+    (t1, d1), (t2, d2) = asyncio.run(main())
+    assert d1.finish_reason == "error" and "injected" in d1.error and t1 == []
+    assert d2.finish_reason == "length" and len(t2) == 12
+    assert engine.health() and engine.stats().kv_blocks_used == 0

@@ -1,0 +1,139 @@
+"""The torch backend: the Engine interface over EngineCore, stepping in its own thread.
+
+The caller's event loop never blocks on the model: requests and aborts go to the engine thread
+through a queue; deltas come back through each request's asyncio.Queue.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from trtserve.backends.base import EngineStats, GenerateRequest, TokenDelta
+from trtserve.runtime.config import RuntimeConfig
+from trtserve.runtime.engine_core import EngineCore
+from trtserve.runtime.loader import load_engine
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Sink:
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    n: int  # sequences to wait for
+    finished: set[int] = field(default_factory=set)
+
+    def put(self, item) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
+
+
+class TorchEngine:
+    def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
+        cfg = config or RuntimeConfig()
+        self.loaded = load_engine(engine_dir, cfg.device)
+        self.tokenizer = self.loaded.tokenizer
+        self.core = EngineCore(self.loaded, cfg)
+        self.max_seq_len = self.core.max_seq_len
+        self._inbox: queue.SimpleQueue = queue.SimpleQueue()
+        self._sinks: dict[str, _Sink] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._stats = self.core.stats()
+        self._dead: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="trtserve-engine", daemon=True)
+        self._thread.start()
+
+    # ---- the Engine interface ---------------------------------------------------------------
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
+        """Stream the request's deltas; leaving early (cancel, disconnect) aborts it."""
+        if not self.health():
+            raise RuntimeError("the engine loop is not running")
+        self.core.check(request)  # raises UserError before anything is queued
+        sink = _Sink(asyncio.get_running_loop(), asyncio.Queue(), request.params.n)
+        self._inbox.put(("add", request, sink))
+        self._wake.set()
+        done = 0
+        try:
+            while done < request.params.n:
+                item = await sink.queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                if item.finish_reason is not None:
+                    done += 1
+                yield item
+        finally:
+            if done < request.params.n:
+                self.abort(request.request_id)
+
+    def abort(self, request_id: str, index: int | None = None) -> None:
+        """Finish the request (or one of its sequences) by the next engine step."""
+        self._inbox.put(("abort", request_id, index))
+        self._wake.set()
+
+    def stats(self) -> EngineStats:
+        return self._stats  # a snapshot taken by the engine thread after each step
+
+    def health(self) -> bool:
+        return self._thread.is_alive() and self._dead is None and not self._stop.is_set()
+
+    def shutdown(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout=10)
+
+    # ---- the engine thread ------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                self._drain_inbox()
+                if self.core.has_unfinished():
+                    self._deliver(self.core.step())
+                    self._stats = self.core.stats()
+                else:
+                    self._wake.wait(0.05)
+                    self._wake.clear()
+        except BaseException as err:  # a bug outside a step: the loop is dead, say so everywhere
+            log.exception("engine loop died")
+            self._dead = err
+            for sink in self._sinks.values():
+                sink.put(RuntimeError(f"engine loop died: {err}"))
+            self._sinks.clear()
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                msg = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if msg[0] == "add":
+                _, request, sink = msg
+                try:
+                    self.core.add_request(request)
+                except Exception as err:  # e.g. a duplicate id; the caller sees it
+                    sink.put(err)
+                    continue
+                self._sinks[request.request_id] = sink
+            else:
+                _, request_id, index = msg
+                if index is None:
+                    self._deliver(self.core.abort(request_id))
+                else:
+                    self.core.abort_sequence(request_id, index)
+            self._stats = self.core.stats()
+
+    def _deliver(self, deltas: list[TokenDelta]) -> None:
+        for d in deltas:
+            sink = self._sinks.get(d.request_id)
+            if sink is None:
+                continue
+            sink.put(d)
+            if d.finish_reason is not None:
+                sink.finished.add(d.index)
+                if len(sink.finished) >= sink.n:
+                    del self._sinks[d.request_id]
