@@ -10,7 +10,6 @@ from helpers import random_prompts
 
 from trtserve import LLM, SamplingParams
 from trtserve.backends.base import GenerateRequest
-from trtserve.runtime.engine_core import EngineCore
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 
