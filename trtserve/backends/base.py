@@ -38,6 +38,7 @@ class TokenDelta:
     stop_reason: int | None = None  # the stop token id that ended it
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    queue_time: float | None = None  # seconds from arrival to first scheduling (first delta only)
     error: str | None = None
 
 
@@ -60,6 +61,11 @@ class EngineStats:
 
 
 class Engine(Protocol):
+    max_seq_len: int  # prompt + output limit the engine was built for
+
+    def check(self, request: GenerateRequest) -> None:
+        """Raise UserError if the request can never run on this engine (e.g. too long)."""
+
     def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]: ...
 
     def abort(self, request_id: str) -> None: ...

@@ -50,6 +50,9 @@ class TorchEngine:
         self._thread.start()
 
     # ---- the Engine interface ---------------------------------------------------------------
+    def check(self, request: GenerateRequest) -> None:
+        self.core.check(request)
+
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
         """Stream the request's deltas; leaving early (cancel, disconnect) aborts it."""
         if not self.health():

@@ -36,14 +36,14 @@ class BuildConfig(BaseModel):
         return v
 
 
-def describe_validation_error(err: ValidationError, source: str) -> str:
+def describe_validation_error(err: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
     """One sentence naming each bad field and why, for a pydantic error."""
     parts = []
     for e in err.errors():
         field = ".".join(str(p) for p in e["loc"]) or "config"
         msg = e["msg"]
         if e["type"] == "extra_forbidden":
-            allowed = ", ".join(BuildConfig.model_fields)
+            allowed = ", ".join((model or BuildConfig).model_fields)
             msg = f"unknown key (allowed: {allowed})"
         elif e["type"] == "literal_error":
             msg = f"got {e.get('input')!r}; {msg[0].lower()}{msg[1:]}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
+import time
 
 import psutil
 import torch
@@ -113,6 +114,7 @@ class EngineCore:
         r = Request(
             req.request_id, list(req.prompt_token_ids), req.params, next(self._arrival), req.priority, req.cache_salt
         )
+        r.arrival_time = time.monotonic()
         r.make_generator()
         self.groups[req.request_id] = [r]
         self.scheduler.add(r)
@@ -260,6 +262,8 @@ class EngineCore:
             self.groups.pop(group_id, None)
 
     def _delta(self, r: Request, tokens, lps, prompt_lps=None) -> TokenDelta:
+        first = len(r.output_token_ids) == len(tokens)
+        queued = (r.scheduled_time or time.monotonic()) - r.arrival_time if first else None
         return TokenDelta(
             request_id=r.request_id.split("#", 1)[0],
             index=r.index,
@@ -270,6 +274,7 @@ class EngineCore:
             stop_reason=r.stop_reason,
             num_prompt_tokens=r.num_prompt_tokens,
             num_cached_tokens=r.num_cached_tokens,
+            queue_time=queued,
         )
 
     # ---- stats -----------------------------------------------------------------------------

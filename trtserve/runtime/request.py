@@ -35,6 +35,8 @@ class Request:
     generator: torch.Generator | None = None
     forked: bool = False  # n > 1 children have been created
     prompt_logprobs_done: bool = False
+    arrival_time: float = 0.0  # time.monotonic() when added
+    scheduled_time: float | None = None  # time.monotonic() when first admitted to the batch
 
     @property
     def num_tokens(self) -> int:

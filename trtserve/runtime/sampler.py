@@ -53,6 +53,16 @@ def apply_min_tokens(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
             logits[i, list(r.banned_until_min)] = float("-inf")
 
 
+def apply_bad_words(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
+    """Mask the last token of each bad word whose other tokens end the sequence so far."""
+    for i, r in enumerate(rows):
+        for word in r.params.bad_words_ids:
+            *head, last = word
+            seq = list(r.prompt_ids) + list(r.output_ids)
+            if not head or seq[len(seq) - len(head) :] == head:
+                logits[i, last] = float("-inf")
+
+
 def logprobs_of(logprobs: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
     """logprobs: (vocab,) log-softmax of one row."""
     lp = float(logprobs[token])
@@ -69,6 +79,7 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], 
     logits = logits.clone()
     apply_penalties(logits, rows)
     apply_min_tokens(logits, rows)
+    apply_bad_words(logits, rows)
     tokens = logits.argmax(dim=-1).tolist()  # greedy for every row; sampled rows overwrite below
     sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
     if sampled:

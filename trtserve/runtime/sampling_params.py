@@ -23,6 +23,7 @@ class SamplingParams(BaseModel):
     seed: int | None = None  # a seeded request samples the same tokens whatever the batch
     stop: list[str] = []  # stop strings, matched on detokenized text
     stop_token_ids: list[int] = []
+    bad_words_ids: list[list[int]] = []  # token sequences never to complete (TensorRT-LLM's bad_words)
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # top-N alternatives per token (0: sampled only)

@@ -13,6 +13,7 @@ policies follow TensorRT-LLM:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -125,6 +126,7 @@ class Scheduler:
             if req.num_computed_tokens == 0 and not req.output_token_ids:
                 req.num_cached_tokens = num_cached
             req.num_computed_tokens = num_cached
+            req.scheduled_time = req.scheduled_time or time.monotonic()
             req.status = Status.RUNNING
             self.running.append(req)
             out.chunks.append(ScheduledChunk(req, n))

@@ -1,0 +1,40 @@
+"""`trtserve run ENGINE_DIR`: serve an engine over HTTP (OpenAI API and KServe v2)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+
+@click.command("run")
+@click.argument("engine_dir", type=click.Path(path_type=Path))
+@click.option("--host", help="Address to listen on [127.0.0.1].")
+@click.option("--port", type=int, help="Port [8000].")
+@click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML run config (see configs/).")
+@click.option("--model-name", help="Model name clients use [the engine dir's name].")
+@click.option("--api-key", help="Require `Authorization: Bearer KEY` (or set TRTSERVE_API_KEY).")
+@click.option("--kv-cache-memory", help="KV-cache budget, e.g. 2GiB [a fraction of free memory].")
+@click.option("--max-queued-requests", type=int, help="Waiting requests before 429 [256].")
+@click.option("--request-timeout", type=float, help="Default per-request deadline in seconds [600].")
+def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | None, **flags) -> None:
+    """Serve ENGINE_DIR: /v1 (OpenAI), /v2 (KServe, Triton generate), /metrics, /health."""
+    from trtserve.build.manifest import read_manifest
+    from trtserve.serve.config import load_serve_config
+    from trtserve.serve.server import serve
+
+    flags["api_key"] = flags.get("api_key") or os.environ.get("TRTSERVE_API_KEY")
+    cfg = load_serve_config(config_file, flags)
+    if kv_cache_memory:
+        cfg = cfg.model_copy(
+            update={"engine": cfg.engine.model_copy(update={"kv_cache_memory": _size(kv_cache_memory)})}
+        )
+    read_manifest(engine_dir)  # a missing or foreign dir fails here, before the server starts
+    serve(engine_dir, cfg)
+
+
+def _size(text: str) -> int:
+    from trtserve.build.inspect import parse_memory
+
+    return parse_memory(text)

@@ -1,0 +1,37 @@
+"""`trtserve run` settings, from flags or a YAML file (configs/run-*.yaml)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trtserve.build.config import describe_validation_error, read_yaml
+from trtserve.errors import UserError
+from trtserve.runtime.config import RuntimeConfig
+
+
+class ServeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    model_name: str | None = None  # the name clients use; default: the engine dir's name
+    api_key: str | None = None  # Bearer key required on everything but health (or TRTSERVE_API_KEY)
+    max_queued_requests: int = Field(256, ge=1)  # waiting (not yet generating) requests before 429
+    max_queued_tokens: int = Field(1 << 20, ge=1)  # prompt tokens of waiting requests before 429
+    request_timeout: float | None = Field(600.0, gt=0)  # seconds; a request's `timeout` may lower it
+    max_body_bytes: int = Field(8 << 20, ge=1024)  # larger request bodies get 413
+    cors_allow_origins: list[str] = []  # CORS is off unless origins are listed
+    drain_timeout: float = Field(30.0, ge=0)  # seconds in-flight requests get after SIGTERM
+    warmup: bool = True  # run one request before reporting ready
+    engine: RuntimeConfig = RuntimeConfig()
+
+
+def load_serve_config(path: Path | None, overrides: dict) -> ServeConfig:
+    data = read_yaml(path) if path is not None else {}
+    data.update({k: v for k, v in overrides.items() if v is not None})
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as err:
+        raise UserError(describe_validation_error(err, "run config", ServeConfig)) from None

@@ -1,0 +1,88 @@
+"""HTTP errors: OpenAI-style bodies on /v1 (and the extras), KServe-style `{"error": msg}` on /v2."""
+
+from __future__ import annotations
+
+import logging
+
+from fastapi import Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from trtserve.errors import UserError
+
+log = logging.getLogger(__name__)
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "service_unavailable",
+    504: "timeout_error",
+}
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, param: str | None = None, headers: dict | None = None):
+        super().__init__(message)
+        self.status, self.message, self.param, self.headers = status, message, param, headers
+
+
+def error_body(path: str, status: int, message: str, param: str | None = None) -> dict:
+    if path.startswith("/v2"):
+        return {"error": message}
+    return {"error": {"message": message, "type": _TYPES.get(status, "server_error"), "param": param, "code": status}}
+
+
+def error_response(
+    path: str, status: int, message: str, param: str | None = None, headers: dict | None = None
+) -> JSONResponse:
+    return JSONResponse(error_body(path, status, message, param), status_code=status, headers=headers)
+
+
+def describe_request_error(err: RequestValidationError) -> tuple[str, str | None]:
+    """One sentence for the first problem, naming the field."""
+    e = err.errors()[0]
+    loc = [str(p) for p in e.get("loc", ()) if p not in ("body",)]
+    field = ".".join(loc) or None
+    msg = e.get("msg", "invalid value")
+    if e.get("type") == "extra_forbidden":
+        msg = "unknown field"
+    elif e.get("type") == "json_invalid":
+        return "the request body is not valid JSON", None
+    elif e.get("type") == "missing":
+        msg = "field required"
+    more = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
+    return (f"{field}: {msg}{more}" if field else f"{msg}{more}"), field
+
+
+def install_handlers(app) -> None:
+    @app.exception_handler(APIError)
+    async def _api(request: Request, err: APIError):
+        return error_response(request.url.path, err.status, err.message, err.param, err.headers)
+
+    @app.exception_handler(UserError)
+    async def _user(request: Request, err: UserError):
+        return error_response(request.url.path, 400, str(err))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(request: Request, err: RequestValidationError):
+        message, field = describe_request_error(err)
+        return error_response(request.url.path, 400, message, field)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, err: StarletteHTTPException):
+        message = {
+            404: f"no route for {request.method} {request.url.path}",
+            405: f"method {request.method} not allowed on {request.url.path}",
+        }
+        return error_response(request.url.path, err.status_code, message.get(err.status_code, str(err.detail)))
+
+    @app.exception_handler(Exception)
+    async def _bug(request: Request, err: Exception):
+        log.exception("unhandled error on %s", request.url.path)
+        return error_response(
+            request.url.path, 500, f"internal error ({type(err).__name__}); this is a bug in trtserve"
+        )

@@ -1,0 +1,149 @@
+"""The serving logic every front end shares: admission, deadlines, metrics, text output.
+
+OpenAI and KServe routes are adapters onto `GenerationService.stream` / `.collect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator
+
+from starlette.requests import Request as HTTPRequest
+
+from trtserve.backends.base import Engine, GenerateRequest
+from trtserve.runtime.outputs import OutputProcessor, RequestOutput, TextDelta
+from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.serve.admission import Admission
+from trtserve.serve.config import ServeConfig
+from trtserve.serve.errors import APIError
+from trtserve.serve.metrics import Metrics
+
+
+class GenerationService:
+    def __init__(self, engine: Engine, tokenizer, model_name: str, config: ServeConfig, metrics: Metrics):
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.config = config
+        self.metrics = metrics
+        self.admission = Admission(config.max_queued_requests, config.max_queued_tokens)
+        self.started = time.time()
+
+    @property
+    def max_seq_len(self) -> int:
+        return self.engine.max_seq_len
+
+    @staticmethod
+    def new_id(prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex}"
+
+    def deadline(self, timeout: float | None) -> float | None:
+        limits = [t for t in (timeout, self.config.request_timeout) if t is not None]
+        return min(limits) if limits else None
+
+    def start(
+        self,
+        request_id: str,
+        prompt_ids: list[int],
+        params: SamplingParams,
+        *,
+        timeout: float | None = None,
+        priority: float = 0.0,
+        cache_salt: str | None = None,
+        log: dict | None = None,
+    ) -> GenerationRun:
+        """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated."""
+        req = GenerateRequest(request_id, prompt_ids, params, priority, cache_salt)
+        self.engine.check(req)
+        ticket = self.admission.enter(len(prompt_ids))
+        return GenerationRun(self, req, ticket, self.deadline(timeout), log)
+
+
+class GenerationRun:
+    """One admitted request: iterate `deltas()` to stream it, or `await collect()`."""
+
+    def __init__(
+        self, service: GenerationService, req: GenerateRequest, ticket, deadline: float | None, log: dict | None
+    ):
+        self.service, self.req, self.ticket, self.deadline, self.log = service, req, ticket, deadline, log
+        self.proc = OutputProcessor(service.tokenizer, req.request_id, req.prompt_token_ids, req.params)
+
+    @property
+    def output(self) -> RequestOutput:
+        return self.proc.output
+
+    async def collect(self) -> RequestOutput:
+        async for _ in self.deltas():
+            pass
+        return self.output
+
+    async def deltas(self) -> AsyncIterator[TextDelta]:
+        """Raises APIError 504 on the deadline and 500 if the engine failed the request."""
+        svc, req = self.service, self.req
+        m, model = svc.metrics, svc.model_name
+        start = last = time.monotonic()
+        first = True
+        gen = svc.engine.generate(req)
+        try:
+            async with asyncio.timeout(self.deadline):
+                async for d in gen:
+                    now = time.monotonic()
+                    if first and d.token_ids:
+                        first = False
+                        self.ticket.started()
+                        m.ttft.labels(model).observe(now - start)
+                        if self.log is not None:
+                            self.log.setdefault("ttft_ms", round((now - start) * 1000, 1))
+                    elif d.token_ids:
+                        m.itl.labels(model).observe(now - last)
+                    if d.queue_time is not None:
+                        m.queue.labels(model).observe(d.queue_time)
+                    last = now
+                    td = self.proc.process(d)
+                    if td is None:
+                        continue
+                    if self.proc.stopped_by_string(d.index) and d.finish_reason is None:
+                        svc.engine.abort(req.request_id, d.index)
+                    if td.error:
+                        raise APIError(500, f"the engine failed while running this request ({td.error})")
+                    if td.finish_reason:
+                        m.finished.labels(model, td.finish_reason).inc()
+                    yield td
+        except TimeoutError:
+            raise APIError(
+                504, f"the request did not finish within its {self.deadline:g} s deadline and was aborted"
+            ) from None
+        finally:
+            await gen.aclose()  # aborts the request in the engine if it is still running
+            self.ticket.release()
+            m.e2e.labels(model).observe(time.monotonic() - start)
+            if self.log is not None:
+                self.log["prompt_tokens"] = self.log.get("prompt_tokens", 0) + len(req.prompt_token_ids)
+                done = sum(len(o.token_ids) for o in self.output.outputs)
+                self.log["completion_tokens"] = self.log.get("completion_tokens", 0) + done
+
+
+async def until_disconnected(http: HTTPRequest) -> None:
+    """Return when the client goes away (for non-streaming responses)."""
+    while True:
+        message = await http.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def run_or_abort_on_disconnect(http: HTTPRequest, coro):
+    """Run `coro`; if the client disconnects first, cancel it (which aborts its engine requests)."""
+    work = asyncio.ensure_future(coro)
+    watch = asyncio.ensure_future(until_disconnected(http))
+    try:
+        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+        if work in done:
+            return work.result()
+        work.cancel()
+        raise APIError(499, "the client disconnected; the request was aborted")
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()

@@ -1,0 +1,205 @@
+"""KServe v2 / Triton bodies: infer requests (JSON and the binary tensor extension) and the
+TensorRT-LLM ensemble's generate inputs."""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trtserve.serve.errors import APIError
+
+DTYPES = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+    "BYTES": np.object_,
+}
+HEADER = "Inference-Header-Content-Length"
+
+
+class InferInput(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    shape: list[int]
+    datatype: str
+    parameters: dict[str, Any] | None = None
+    data: list[Any] | None = None
+
+
+class InferOutputSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    parameters: dict[str, Any] | None = None
+
+
+class InferRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    id: str | None = None
+    parameters: dict[str, Any] | None = None
+    inputs: list[InferInput] = Field(min_length=1)
+    outputs: list[InferOutputSpec] | None = None
+
+
+def _bytes_elements(buf: bytes) -> list[bytes]:
+    out, i = [], 0
+    while i < len(buf):
+        if i + 4 > len(buf):
+            raise ValueError("truncated BYTES length prefix")
+        (n,) = struct.unpack_from("<I", buf, i)
+        if i + 4 + n > len(buf):
+            raise ValueError("BYTES element runs past its buffer")
+        out.append(buf[i + 4 : i + 4 + n])
+        i += 4 + n
+    return out
+
+
+def encode_bytes(values: list[bytes]) -> bytes:
+    return b"".join(struct.pack("<I", len(v)) + v for v in values)
+
+
+def _decode(inp: InferInput, raw: bytes | None) -> np.ndarray:
+    if inp.datatype not in DTYPES:
+        raise APIError(400, f"input {inp.name!r} has datatype {inp.datatype!r}; use one of {', '.join(DTYPES)}")
+    count = int(np.prod(inp.shape)) if inp.shape else 1
+    if any(d < 0 for d in inp.shape):
+        raise APIError(400, f"input {inp.name!r} has a negative dimension in shape {inp.shape}")
+    try:
+        if raw is not None:
+            if inp.datatype == "BYTES":
+                arr = np.array(_bytes_elements(raw), dtype=np.object_)
+            else:
+                arr = np.frombuffer(raw, dtype=np.dtype(DTYPES[inp.datatype]).newbyteorder("<"))
+        else:
+            if inp.data is None:
+                raise ValueError("it has neither data nor binary_data_size")
+            flat = list(_flatten(inp.data))
+            if inp.datatype == "BYTES":
+                arr = np.array([v.encode() if isinstance(v, str) else bytes(v) for v in flat], dtype=np.object_)
+            else:
+                arr = np.array(flat, dtype=DTYPES[inp.datatype])
+    except (ValueError, TypeError, OverflowError) as err:
+        raise APIError(400, f"input {inp.name!r} cannot be read as {inp.datatype}: {err}") from None
+    if arr.size != count:
+        raise APIError(400, f"input {inp.name!r} has {arr.size} elements but shape {inp.shape} needs {count}")
+    return arr.reshape(inp.shape) if inp.shape else arr.reshape(())
+
+
+def _flatten(data):
+    for v in data:
+        if isinstance(v, list):
+            yield from _flatten(v)
+        else:
+            yield v
+
+
+def parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, dict[str, np.ndarray]]:
+    """Parse an infer body: JSON, or a JSON header followed by binary tensors (binary_data_size)."""
+    try:
+        split = int(header_length) if header_length is not None else len(body)
+        if not 0 < split <= len(body):
+            raise ValueError
+    except ValueError:
+        raise APIError(400, f"{HEADER} must be an integer between 1 and the body size ({len(body)})") from None
+    try:
+        req = InferRequest.model_validate(json.loads(body[:split]))
+    except json.JSONDecodeError:
+        raise APIError(400, "the infer request header is not valid JSON") from None
+    except ValidationError as err:
+        e = err.errors()[0]
+        field = ".".join(str(x) for x in e["loc"])
+        msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
+        raise APIError(400, f"{field}: {msg}") from None
+    blob, offset, tensors = body[split:], 0, {}
+    for inp in req.inputs:
+        size = (inp.parameters or {}).get("binary_data_size")
+        raw = None
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(blob):
+                raise APIError(
+                    400, f"input {inp.name!r} declares binary_data_size {size} beyond the {len(blob)} binary bytes sent"
+                )
+            raw, offset = blob[offset : offset + size], offset + size
+        if inp.name in tensors:
+            raise APIError(400, f"input {inp.name!r} is given twice")
+        tensors[inp.name] = _decode(inp, raw)
+    if offset != len(blob):
+        raise APIError(400, f"{len(blob) - offset} binary bytes follow the last input; check binary_data_size")
+    return req, tensors
+
+
+def _scalar(v):
+    """Triton sends scalars as 1-element tensors or lists; take the value."""
+    while isinstance(v, list | tuple) and len(v) == 1:
+        v = v[0]
+    if isinstance(v, np.ndarray):
+        v = v.reshape(-1)
+        v = v[0].item() if v.size == 1 else v.tolist()
+    if isinstance(v, bytes):
+        v = v.decode()
+    return v
+
+
+class GenerateInputs(BaseModel):
+    """The TensorRT-LLM ensemble's optional inputs (besides text_input), as tensors, keys or parameters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_tokens: int = Field(16, ge=1)
+    temperature: float | None = Field(None, ge=0.0, le=100.0)
+    top_k: int | None = Field(None, ge=0)
+    top_p: float | None = Field(None, ge=0.0, le=1.0)
+    min_p: float | None = Field(None, ge=0.0, le=1.0)
+    min_tokens: int | None = Field(None, ge=0)
+    presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
+    repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
+    length_penalty: float | None = None  # beam search only; accepted and unused, as TensorRT-LLM does without beams
+    seed: int | None = Field(None, ge=0, le=2**64 - 1)
+    random_seed: int | None = Field(None, ge=0, le=2**64 - 1)
+    beam_width: int = Field(1, ge=1, le=1)
+    num_return_sequences: int = Field(1, ge=1, le=16)
+    stop_words: list[str] = []
+    bad_words: list[str] = []
+    end_id: int | None = None
+    pad_id: int | None = None
+    stream: bool = False
+    exclude_input_in_output: bool = False
+    return_log_probs: bool = False
+    return_context_logits: bool = Field(False, le=False)
+    return_generation_logits: bool = Field(False, le=False)
+    timeout: float | None = Field(None, gt=0.0)
+    priority: float = 0.0
+
+    @field_validator("stop_words", "bad_words", mode="before")
+    @classmethod
+    def _words(cls, v):
+        if isinstance(v, np.ndarray):
+            v = v.reshape(-1).tolist()
+        if isinstance(v, str | bytes):
+            v = [v]
+        words = [w.decode() if isinstance(w, bytes) else w for w in (v or [])]
+        return [w for w in words if w != ""]  # the ensemble's examples send "" for "none"
+
+
+def generate_inputs(values: dict[str, Any]) -> GenerateInputs:
+    clean = {k: v if k in ("stop_words", "bad_words") else _scalar(v) for k, v in values.items()}
+    try:
+        return GenerateInputs.model_validate(clean)
+    except ValidationError as err:
+        e = err.errors()[0]
+        field = ".".join(str(x) for x in e["loc"])
+        msg = "unknown input or parameter" if e["type"] == "extra_forbidden" else e["msg"]
+        raise APIError(400, f"{field}: {msg}") from None

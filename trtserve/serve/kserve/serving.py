@@ -1,0 +1,258 @@
+"""KServe v2 / Triton serving logic: an adapter onto the same GenerationService as OpenAI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import numpy as np
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.requests import Request as HTTPRequest
+
+import trtserve
+from trtserve.errors import UserError
+from trtserve.runtime.outputs import RequestOutput
+from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.serve.errors import APIError
+from trtserve.serve.generation import GenerationService, run_or_abort_on_disconnect
+from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
+from trtserve.serve.sse import event
+
+VERSION = "1"
+OPTIONAL_INPUTS = {
+    "max_tokens": "INT32",
+    "temperature": "FP32",
+    "top_k": "INT32",
+    "top_p": "FP32",
+    "min_p": "FP32",
+    "min_tokens": "INT32",
+    "presence_penalty": "FP32",
+    "frequency_penalty": "FP32",
+    "repetition_penalty": "FP32",
+    "length_penalty": "FP32",
+    "seed": "UINT64",
+    "beam_width": "INT32",
+    "num_return_sequences": "INT32",
+    "stop_words": "BYTES",
+    "bad_words": "BYTES",
+    "end_id": "INT32",
+    "pad_id": "INT32",
+    "stream": "BOOL",
+    "exclude_input_in_output": "BOOL",
+    "return_log_probs": "BOOL",
+}
+OUTPUTS = {"text_output": "BYTES", "cum_log_probs": "FP32", "output_log_probs": "FP32"}
+
+
+class KServeServing:
+    def __init__(self, service: GenerationService, platform: str):
+        self.svc = service
+        self.tok = service.tokenizer
+        self.platform = platform
+
+    # ---- metadata ----------------------------------------------------------------------------
+    def check_model(self, name: str, version: str | None = None) -> None:
+        if name != self.svc.model_name:
+            raise APIError(404, f"model {name!r} is not served here; this server serves {self.svc.model_name!r}")
+        if version not in (None, "", VERSION):
+            raise APIError(404, f"model {name!r} has no version {version!r}; the only version is {VERSION}")
+
+    def server_metadata(self) -> dict:
+        return {
+            "name": "trtserve",
+            "version": trtserve.__version__,
+            "extensions": ["binary_tensor_data", "model_configuration", "generate"],
+        }
+
+    def model_metadata(self) -> dict:
+        inputs = [{"name": "text_input", "datatype": "BYTES", "shape": [-1]}]
+        inputs += [{"name": k, "datatype": v, "shape": [-1]} for k, v in OPTIONAL_INPUTS.items()]
+        return {
+            "name": self.svc.model_name,
+            "versions": [VERSION],
+            "platform": self.platform,
+            "inputs": inputs,
+            "outputs": [{"name": k, "datatype": v, "shape": [-1]} for k, v in OUTPUTS.items()],
+        }
+
+    def model_config(self) -> dict:
+        def spec(name: str, dtype: str, optional: bool) -> dict:
+            return {
+                "name": name,
+                "data_type": "TYPE_STRING" if dtype == "BYTES" else f"TYPE_{dtype}",
+                "dims": [-1],
+                "optional": optional,
+            }
+
+        return {
+            "name": self.svc.model_name,
+            "platform": self.platform,
+            "backend": "trtserve",
+            "max_batch_size": 0,
+            "input": [spec("text_input", "BYTES", False)] + [spec(k, v, True) for k, v in OPTIONAL_INPUTS.items()],
+            "output": [spec(k, v, False) for k, v in OUTPUTS.items()],
+            "model_transaction_policy": {"decoupled": False},
+            "parameters": {"max_seq_len": {"string_value": str(self.svc.max_seq_len)}},
+        }
+
+    # ---- requests -> sampling ------------------------------------------------------------------
+    def sampling(self, g: GenerateInputs) -> SamplingParams:
+        # TensorRT-LLM samples only when top_k or top_p is set; otherwise it decodes greedily.
+        top_k, top_p = g.top_k or 0, g.top_p or 0.0
+        greedy = top_k == 0 and top_p == 0.0
+        return SamplingParams(
+            n=g.num_return_sequences,
+            max_tokens=g.max_tokens,
+            min_tokens=min(g.min_tokens or 0, g.max_tokens),
+            temperature=0.0 if greedy else (1.0 if g.temperature is None else g.temperature),
+            top_k=top_k,
+            top_p=top_p or 1.0,
+            min_p=g.min_p or 0.0,
+            presence_penalty=g.presence_penalty or 0.0,
+            frequency_penalty=g.frequency_penalty or 0.0,
+            repetition_penalty=g.repetition_penalty or 1.0,
+            seed=g.seed if g.seed is not None else g.random_seed,
+            stop=g.stop_words,
+            stop_token_ids=[g.end_id] if g.end_id is not None else [],
+            bad_words_ids=[list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words],
+            logprobs=0 if g.return_log_probs else None,
+        )
+
+    def _start(self, prompt: str, g: GenerateInputs, rid: str, log: dict):
+        ids = list(self.tok.encode(prompt))
+        return self.svc.start(rid, ids, self.sampling(g), timeout=g.timeout, priority=g.priority, log=log)
+
+    def _text(self, prompt: str, out: RequestOutput, g: GenerateInputs) -> list[str]:
+        prefix = "" if g.exclude_input_in_output else prompt
+        return [prefix + c.text for c in out.outputs]
+
+    # ---- infer -----------------------------------------------------------------------------------
+    async def infer(self, body: bytes, headers, http: HTTPRequest, log: dict) -> Response:
+        req, tensors = parse_infer(body, headers.get(HEADER))
+        if "text_input" not in tensors:
+            raise APIError(400, "input 'text_input' (BYTES) is required")
+        text = tensors.pop("text_input")
+        values = {k: v for k, v in (req.parameters or {}).items() if k not in ("binary_data_output",)}
+        values.update(tensors)
+        g = generate_inputs(values)
+        prompts = [t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t) for t in text.reshape(-1)]
+        wanted = (
+            [o.name for o in req.outputs]
+            if req.outputs
+            else ["text_output"] + (["cum_log_probs", "output_log_probs"] if g.return_log_probs else [])
+        )
+        for name in wanted:
+            if name not in OUTPUTS:
+                raise APIError(400, f"unknown output {name!r}; this model has {', '.join(OUTPUTS)}")
+        rid = req.id or self.svc.new_id("infer")
+        runs = []
+        try:
+            for i, prompt in enumerate(prompts):
+                runs.append(self._start(prompt, g, f"{rid}-{i}", log))
+        except BaseException:
+            for r in runs:
+                r.ticket.release()
+            raise
+        outs = await run_or_abort_on_disconnect(http, asyncio.gather(*(r.collect() for r in runs)))
+        shape = list(text.shape) + ([g.num_return_sequences] if g.num_return_sequences > 1 else [])
+        arrays = self._outputs(prompts, outs, g, shape)
+        binary = bool((req.parameters or {}).get("binary_data_output")) or any(
+            (o.parameters or {}).get("binary_data") for o in (req.outputs or [])
+        )
+        head = {"model_name": self.svc.model_name, "model_version": VERSION, "id": rid, "outputs": []}
+        return self._respond(head, {n: arrays[n] for n in wanted}, binary)
+
+    def _outputs(self, prompts, outs: list[RequestOutput], g: GenerateInputs, shape) -> dict[str, np.ndarray]:
+        texts = [t for p, o in zip(prompts, outs, strict=True) for t in self._text(p, o, g)]
+        lps = [[lp.logprob for lp in (c.logprobs or [])] for o in outs for c in o.outputs]
+        width = max((len(x) for x in lps), default=0)
+        padded = np.zeros((len(lps), width), dtype=np.float32)
+        for i, row in enumerate(lps):
+            padded[i, : len(row)] = row
+        return {
+            "text_output": np.array([t.encode() for t in texts], dtype=np.object_).reshape(shape),
+            "cum_log_probs": np.array([sum(x) for x in lps], dtype=np.float32).reshape(shape),
+            "output_log_probs": padded.reshape([*shape, width]),
+        }
+
+    def _respond(self, head: dict, arrays: dict[str, np.ndarray], binary: bool) -> Response:
+        blobs = []
+        for name, arr in arrays.items():
+            entry = {"name": name, "datatype": OUTPUTS[name], "shape": list(arr.shape)}
+            if binary:
+                raw = encode_bytes(list(arr.reshape(-1))) if OUTPUTS[name] == "BYTES" else arr.astype("<f4").tobytes()
+                entry["parameters"] = {"binary_data_size": len(raw)}
+                blobs.append(raw)
+            else:
+                flat = arr.reshape(-1).tolist()
+                entry["data"] = [v.decode("utf-8", "replace") for v in flat] if OUTPUTS[name] == "BYTES" else flat
+            head["outputs"].append(entry)
+        if not binary:
+            return JSONResponse(head)
+        header = json.dumps(head).encode()
+        return Response(
+            header + b"".join(blobs), media_type="application/octet-stream", headers={HEADER: str(len(header))}
+        )
+
+    # ---- generate ----------------------------------------------------------------------------------
+    def _generate_args(self, body: dict) -> tuple[str, GenerateInputs]:
+        if not isinstance(body, dict):
+            raise APIError(400, "the generate body must be a JSON object")
+        body = dict(body)
+        text = body.pop("text_input", None)
+        if isinstance(text, list) and len(text) == 1:
+            text = text[0]
+        if not isinstance(text, str):
+            raise APIError(400, "text_input (a string) is required")
+        params = body.pop("parameters", None) or {}
+        if not isinstance(params, dict):
+            raise APIError(400, "parameters must be a JSON object")
+        body.pop("id", None)
+        return text, generate_inputs({**params, **body})
+
+    async def generate(self, body: dict, http: HTTPRequest, log: dict) -> JSONResponse:
+        text, g = self._generate_args(body)
+        if g.stream:
+            raise APIError(400, "stream: true needs the generate_stream endpoint")
+        run = self._start(text, g, self.svc.new_id("gen"), log)
+        out = await run_or_abort_on_disconnect(http, run.collect())
+        texts = self._text(text, out, g)
+        resp = {
+            "model_name": self.svc.model_name,
+            "model_version": VERSION,
+            "text_output": texts[0] if len(texts) == 1 else texts,
+            "finish_reason": [c.finish_reason for c in out.outputs] if len(texts) > 1 else out.outputs[0].finish_reason,
+        }
+        if g.return_log_probs:
+            lps = [[lp.logprob for lp in (c.logprobs or [])] for c in out.outputs]
+            resp["output_log_probs"] = lps[0] if len(lps) == 1 else lps
+            resp["cum_log_probs"] = [sum(x) for x in lps] if len(lps) > 1 else sum(lps[0])
+        return JSONResponse(resp)
+
+    def generate_stream(self, body: dict, log: dict) -> StreamingResponse:
+        text, g = self._generate_args(body)
+        run = self._start(text, g, self.svc.new_id("gen"), log)
+        prefix = "" if g.exclude_input_in_output else text
+
+        async def events():
+            sent_prefix = set()
+            try:
+                async for d in run.deltas():
+                    piece = d.text
+                    if d.index not in sent_prefix:
+                        sent_prefix.add(d.index)
+                        piece = prefix + piece
+                    ev = {"model_name": self.svc.model_name, "model_version": VERSION, "text_output": piece}
+                    if g.num_return_sequences > 1:
+                        ev["sequence_index"] = d.index
+                    if d.finish_reason:
+                        ev["finish_reason"] = d.finish_reason
+                    if g.return_log_probs and d.logprobs:
+                        ev["output_log_probs"] = [lp.logprob for lp in d.logprobs]
+                    yield event(ev)
+            except (APIError, UserError) as err:
+                yield event({"error": str(err)})
+
+        return StreamingResponse(
+            events(), media_type="text/event-stream; charset=utf-8", headers={"Cache-Control": "no-cache"}
+        )

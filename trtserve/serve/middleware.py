@@ -1,0 +1,106 @@
+"""One ASGI middleware for what every route shares: request ids, API keys, body limits, drain
+state, the access log and the HTTP status metric. Pure ASGI, so streaming and client
+disconnects pass through untouched."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import time
+import uuid
+
+from trtserve.serve.errors import APIError, error_body
+
+access_log = logging.getLogger("trtserve.access")
+HEALTH_PATHS = ("/health", "/health/ready", "/v2/health/live", "/v2/health/ready")
+
+
+class ServerMiddleware:
+    def __init__(self, app, state):
+        self.app = app
+        self.state = state  # the FastAPI app.state: config, ready, draining, metrics, loaded
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope["path"]
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        rid = headers.get("x-request-id") or uuid.uuid4().hex
+        log: dict = scope.setdefault("trtserve_log", {})
+        start = time.monotonic()
+        status = {"code": 500}
+
+        async def send_with_id(message):
+            if message["type"] == "http.response.start":
+                status["code"] = message["status"]
+                message.setdefault("headers", [])
+                message["headers"] = [*message["headers"], (b"x-request-id", rid.encode("latin-1"))]
+            await send(message)
+
+        try:
+            problem = self._refuse(path, headers)
+            if problem is not None:
+                await self._error(send_with_id, path, *problem)
+                return
+            await self.app(scope, self._limited(receive, path), send_with_id)
+        finally:
+            self._log(scope, rid, status["code"], start, log)
+
+    def _refuse(self, path: str, headers: dict) -> tuple[int, str, dict] | None:
+        cfg = self.state.config
+        if path in HEALTH_PATHS:
+            return None
+        if cfg.api_key:
+            given = headers.get("authorization", "")
+            token = given[7:] if given.lower().startswith("bearer ") else ""
+            if not hmac.compare_digest(token.encode(), cfg.api_key.encode()):
+                return (
+                    401,
+                    "missing or wrong API key; send the header `Authorization: Bearer <key>`",
+                    {"WWW-Authenticate": "Bearer"},
+                )
+        if self.state.draining:
+            return 503, "the server is shutting down; retry on another replica", {"Retry-After": "5"}
+        if not self.state.loaded and path != "/metrics":
+            return 503, "the model is still loading; retry when /v2/health/ready returns 200", {"Retry-After": "2"}
+        length = headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
+            return 413, f"the request body has {length} bytes; the limit is {cfg.max_body_bytes}", {}
+        return None
+
+    def _limited(self, receive, path: str):
+        limit, seen = self.state.config.max_body_bytes, 0
+
+        async def wrapped():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > limit:
+                    raise APIError(413, f"the request body exceeds the limit of {limit} bytes")
+            return message
+
+        return wrapped
+
+    @staticmethod
+    async def _error(send, path: str, status: int, message: str, headers: dict) -> None:
+        body = json.dumps(error_body(path, status, message)).encode()
+        raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+        raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": body})
+
+    def _log(self, scope, rid: str, status: int, start: float, log: dict) -> None:
+        metrics = getattr(self.state, "metrics", None)
+        if metrics is not None:
+            metrics.http.labels(metrics.model, str(status)).inc()
+        line = {
+            "request_id": rid,
+            "method": scope["method"],
+            "path": scope["path"],
+            "status": status,
+            "duration_ms": round((time.monotonic() - start) * 1000, 1),
+            **log,
+        }
+        access_log.info(json.dumps(line))

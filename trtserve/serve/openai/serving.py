@@ -1,0 +1,237 @@
+"""OpenAI-compatible serving logic: prompts in, choices out, over the shared GenerationService."""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi.responses import JSONResponse, StreamingResponse
+from starlette.requests import Request as HTTPRequest
+
+from trtserve.errors import UserError
+from trtserve.runtime.outputs import RequestOutput
+from trtserve.serve.errors import APIError, error_body
+from trtserve.serve.generation import GenerationRun, GenerationService, run_or_abort_on_disconnect
+from trtserve.serve.openai import protocol as p
+from trtserve.serve.sse import DONE, event, merged
+
+
+class OpenAIServing:
+    def __init__(self, service: GenerationService):
+        self.svc = service
+        self.tok = service.tokenizer
+
+    # ---- helpers -------------------------------------------------------------------------
+    def check_model(self, model: str | None) -> None:
+        if model is not None and model != self.svc.model_name:
+            raise APIError(404, f"model {model!r} does not exist; this server serves {self.svc.model_name!r}", "model")
+
+    def max_tokens(self, asked: int | None, prompt_len: int) -> int:
+        room = self.svc.max_seq_len - prompt_len
+        if asked is not None:
+            return asked  # the engine names both numbers if it does not fit
+        if room < 1:
+            raise APIError(
+                400,
+                f"the prompt has {prompt_len} tokens, which leaves no room in the engine's max_seq_len of {self.svc.max_seq_len}",
+            )
+        return room
+
+    def encode_chat(self, messages: list[p.ChatMessage], add_generation_prompt: bool) -> list[int]:
+        convo = [{"role": m.role if m.role != "developer" else "system", "content": m.text()} for m in messages]
+        try:
+            enc = self.tok.apply_chat_template(
+                convo, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=True
+            )
+        except Exception as err:  # jinja raises for conversations the template rejects
+            raise APIError(400, f"the chat template rejected these messages: {err}", "messages") from None
+        return list(enc["input_ids"])
+
+    def start_all(
+        self, rid: str, prompts: list[list[int]], make_params, body: p.SamplingFields, log: dict
+    ) -> list[GenerationRun]:
+        runs: list[GenerationRun] = []
+        try:
+            for i, ids in enumerate(prompts):
+                runs.append(
+                    self.svc.start(
+                        f"{rid}-{i}",
+                        ids,
+                        make_params(ids),
+                        timeout=body.timeout,
+                        priority=body.priority,
+                        cache_salt=body.cache_salt,
+                        log=log,
+                    )
+                )
+        except BaseException:
+            for r in runs:
+                r.ticket.release()
+            raise
+        return runs
+
+    async def wait(self, http: HTTPRequest, runs: list[GenerationRun]) -> list[RequestOutput]:
+        return await run_or_abort_on_disconnect(http, asyncio.gather(*(r.collect() for r in runs)))
+
+    def stream(self, gen) -> StreamingResponse:
+        async def body():
+            try:
+                async for chunk in gen:
+                    yield chunk
+            except (APIError, UserError) as err:
+                status = err.status if isinstance(err, APIError) else 400
+                yield event(error_body("/v1", status, str(err)))
+            yield DONE
+
+        return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+    # ---- /v1/completions ---------------------------------------------------------------------
+    async def completions(self, body: p.CompletionRequest, http: HTTPRequest, log: dict):
+        self.check_model(body.model)
+        texts, prompts = self._prompts(body.prompt)
+        echo_lp = body.logprobs if body.echo and body.logprobs is not None else None
+
+        def make(ids):
+            return body.sampling_params(self.max_tokens(body.max_tokens, len(ids)), body.logprobs, echo_lp)
+
+        rid = self.svc.new_id("cmpl")
+        runs = self.start_all(rid, prompts, make, body, log)
+        name = self.svc.model_name
+        if body.stream:
+            return self.stream(self._stream_completions(rid, name, body, runs, texts))
+        outputs = await self.wait(http, runs)
+        choices = []
+        for i, out in enumerate(outputs):
+            for c in out.outputs:
+                text = (texts[i] if body.echo else "") + c.text
+                lps = None
+                if body.logprobs is not None:
+                    lps = p.completion_logprobs(self.tok, (out.prompt_logprobs or []) if body.echo else [])
+                    gen = p.completion_logprobs(self.tok, c.logprobs or [], offset=len(texts[i]) if body.echo else 0)
+                    lps = {k: lps[k] + gen[k] for k in gen}
+                choices.append(p.completion_choice(i * body.n + c.index, text, c, lps))
+        return JSONResponse(p.envelope("text_completion", rid, name, choices, p.usage(outputs)))
+
+    def _prompts(self, prompt) -> tuple[list[str], list[list[int]]]:
+        if isinstance(prompt, str):
+            prompt = [prompt]
+        if prompt and isinstance(prompt[0], int):
+            prompt = [prompt]
+        texts, ids = [], []
+        for item in prompt:
+            if isinstance(item, str):
+                texts.append(item)
+                ids.append(list(self.tok.encode(item)))
+            else:
+                ids.append([int(t) for t in item])
+                texts.append(self.tok.decode(item, skip_special_tokens=False))
+        return texts, ids
+
+    async def _stream_completions(self, rid, name, body: p.CompletionRequest, runs, texts):
+        if body.echo:
+            for i in range(len(runs)):
+                for j in range(body.n):
+                    yield event(
+                        p.envelope(
+                            "text_completion",
+                            rid,
+                            name,
+                            [{"index": i * body.n + j, "text": texts[i], "logprobs": None, "finish_reason": None}],
+                        )
+                    )
+        offsets: dict[int, int] = {}
+        async for i, d in merged(runs):
+            index = i * body.n + d.index
+            lps = None
+            if body.logprobs is not None and d.logprobs:
+                lps = p.completion_logprobs(self.tok, d.logprobs, offsets.get(index, 0))
+                offsets[index] = offsets.get(index, 0) + sum(len(t) for t in lps["tokens"])
+            choice = {"index": index, "text": d.text, "logprobs": lps, "finish_reason": d.finish_reason}
+            if d.finish_reason:
+                choice["stop_reason"] = d.stop_reason
+            yield event(p.envelope("text_completion", rid, name, [choice]))
+        if body.stream_options and body.stream_options.include_usage:
+            yield event(p.envelope("text_completion", rid, name, [], p.usage([r.output for r in runs])))
+
+    # ---- /v1/chat/completions ----------------------------------------------------------------
+    async def chat(self, body: p.ChatCompletionRequest, http: HTTPRequest, log: dict):
+        self.check_model(body.model)
+        ids = self.encode_chat(body.messages, body.add_generation_prompt)
+        top = body.top_logprobs or 0 if body.logprobs else None
+        max_tokens = self.max_tokens(body.max_completion_tokens or body.max_tokens, len(ids))
+        rid = self.svc.new_id("chatcmpl")
+        runs = self.start_all(rid, [ids], lambda _: body.sampling_params(max_tokens, top), body, log)
+        name = self.svc.model_name
+        if body.stream:
+            return self.stream(self._stream_chat(rid, name, body, runs))
+        (out,) = await self.wait(http, runs)
+        choices = [
+            {
+                "index": c.index,
+                "message": {"role": "assistant", "content": c.text},
+                "logprobs": p.chat_logprobs(self.tok, c.logprobs or []) if body.logprobs else None,
+                "finish_reason": c.finish_reason,
+                "stop_reason": c.stop_reason,
+            }
+            for c in out.outputs
+        ]
+        return JSONResponse(p.envelope("chat.completion", rid, name, choices, p.usage([out])))
+
+    async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs):
+        kind = "chat.completion.chunk"
+        for j in range(body.n):
+            yield event(
+                p.envelope(
+                    kind,
+                    rid,
+                    name,
+                    [
+                        {
+                            "index": j,
+                            "delta": {"role": "assistant", "content": ""},
+                            "logprobs": None,
+                            "finish_reason": None,
+                        }
+                    ],
+                )
+            )
+        async for _, d in merged(runs):
+            delta = {"content": d.text} if d.text or not d.finish_reason else {}
+            lps = p.chat_logprobs(self.tok, d.logprobs) if body.logprobs and d.logprobs else None
+            yield event(
+                p.envelope(
+                    kind,
+                    rid,
+                    name,
+                    [{"index": d.index, "delta": delta, "logprobs": lps, "finish_reason": d.finish_reason}],
+                )
+            )
+        if body.stream_options and body.stream_options.include_usage:
+            yield event(p.envelope(kind, rid, name, [], p.usage([r.output for r in runs])))
+
+    # ---- models and tokens -------------------------------------------------------------------
+    def models(self) -> dict:
+        return {"object": "list", "data": [self.model_card()]}
+
+    def model_card(self) -> dict:
+        return {
+            "id": self.svc.model_name,
+            "object": "model",
+            "created": int(self.svc.started),
+            "owned_by": "trtserve",
+            "max_model_len": self.svc.max_seq_len,
+        }
+
+    def tokenize(self, body: p.TokenizeRequest) -> dict:
+        self.check_model(body.model)
+        if body.messages is not None:
+            ids = self.encode_chat(body.messages, body.add_generation_prompt)
+        else:
+            ids = list(self.tok.encode(body.prompt, add_special_tokens=body.add_special_tokens))
+        return {"tokens": ids, "count": len(ids), "max_model_len": self.svc.max_seq_len}
+
+    def detokenize(self, body: p.DetokenizeRequest) -> dict:
+        self.check_model(body.model)
+        vocab = len(self.tok)
+        if any(t < 0 or t >= vocab for t in body.tokens):
+            raise APIError(400, f"token ids must lie in [0, {vocab})", "tokens")
+        return {"prompt": self.tok.decode(body.tokens)}
