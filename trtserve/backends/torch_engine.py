@@ -127,7 +127,7 @@ class TorchEngine:
                 if index is None:
                     self._deliver(self.core.abort(request_id))
                 else:
-                    self.core.abort_sequence(request_id, index)
+                    self._deliver(self.core.abort_sequence(request_id, index))
             self._stats = self.core.stats()
 
     def _deliver(self, deltas: list[TokenDelta]) -> None:

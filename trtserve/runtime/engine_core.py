@@ -128,12 +128,15 @@ class EngineCore:
                 deltas.append(self._delta(r, [], None))
         return deltas
 
-    def abort_sequence(self, request_id: str, index: int) -> None:
+    def abort_sequence(self, request_id: str, index: int) -> list[TokenDelta]:
         """Finish one sequence of a request (its stop string matched); the others go on."""
+        deltas = []
         for r in self.groups.get(request_id, []):
             if r.index == index and not r.is_finished:
                 self.scheduler.finish(r, "abort")
                 self._drop_if_done(r)
+                deltas.append(self._delta(r, [], None))
+        return deltas
 
     def has_unfinished(self) -> bool:
         return self.scheduler.num_unfinished > 0
