@@ -21,9 +21,10 @@ class Server:
             self.port = s.getsockname()[1]
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
+        self._log_file = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "trtserve.cli", "run", str(engine), "--port", str(self.port), *args],
-            stdout=open(log, "w"),
+            stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},
         )
@@ -67,6 +68,8 @@ class Server:
                 self.proc.wait(30)
             except subprocess.TimeoutExpired:
                 self.proc.kill()
+                self.proc.wait()
+        self._log_file.close()
         return self.proc.returncode
 
 
