@@ -26,7 +26,9 @@ def busy_server(tiny_llama_engine, tmp_path_factory):
 def test_full_queue_gets_429_with_retry_after(busy_server, model_name):
     async def main():
         async with httpx.AsyncClient(base_url=busy_server.url, timeout=60) as c:
-            return await asyncio.gather(*(c.post("/v1/completions", json={"model": model_name, **LONG}) for _ in range(4)))
+            return await asyncio.gather(
+                *(c.post("/v1/completions", json={"model": model_name, **LONG}) for _ in range(4))
+            )
 
     rs = asyncio.run(main())
     codes = sorted(r.status_code for r in rs)
@@ -38,10 +40,17 @@ def test_full_queue_gets_429_with_retry_after(busy_server, model_name):
 
 
 def test_deadline_gives_504_and_frees_blocks(server, model_name):
-    r = httpx.post(f"{server.url}/v1/completions", json={"model": model_name, **LONG, "max_tokens": 250, "prompt": "y", "timeout": 0.05})
+    r = httpx.post(
+        f"{server.url}/v1/completions",
+        json={"model": model_name, **LONG, "max_tokens": 250, "prompt": "y", "timeout": 0.05},
+    )
     assert r.status_code == 504 and "deadline" in r.json()["error"]["message"]
     server.wait_idle()
-    with httpx.stream("POST", f"{server.url}/v1/completions", json={"model": model_name, **LONG, "max_tokens": 250, "stream": True, "timeout": 0.05}) as s:
+    with httpx.stream(
+        "POST",
+        f"{server.url}/v1/completions",
+        json={"model": model_name, **LONG, "max_tokens": 250, "stream": True, "timeout": 0.05},
+    ) as s:
         lines = [line for line in s.iter_lines() if line.startswith("data:")]
     assert '"code":504' in lines[-2] and lines[-1] == "data: [DONE]"
     server.wait_idle()
@@ -61,7 +70,9 @@ def test_disconnect_aborts_streaming_and_non_streaming(server, model_name):
 
 
 def test_api_key_body_limit_and_cors_off(tiny_llama_engine, tmp_path, model_name):
-    s = Server(tiny_llama_engine, "--kv-cache-memory", "8MiB", env={"TRTSERVE_API_KEY": "s3cret"}, log=tmp_path / "auth.log")
+    s = Server(
+        tiny_llama_engine, "--kv-cache-memory", "8MiB", env={"TRTSERVE_API_KEY": "s3cret"}, log=tmp_path / "auth.log"
+    )
     try:
         assert httpx.get(f"{s.url}/health").status_code == 200
         assert httpx.get(f"{s.url}/v2/health/ready").status_code == 200
@@ -69,12 +80,16 @@ def test_api_key_body_limit_and_cors_off(tiny_llama_engine, tmp_path, model_name
         assert r.status_code == 401 and r.json()["error"]["type"] == "authentication_error"
         assert httpx.get(f"{s.url}/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
         assert httpx.get(f"{s.url}/v2/models/{model_name}", headers={"Authorization": "Bearer wrong"}).json() == {
-            "error": "missing or wrong API key; send the header `Authorization: Bearer <key>`"}
+            "error": "missing or wrong API key; send the header `Authorization: Bearer <key>`"
+        }
         ok = {"Authorization": "Bearer s3cret"}
         assert httpx.get(f"{s.url}/v1/models", headers=ok).status_code == 200
         big = httpx.post(f"{s.url}/v1/completions", headers=ok, json={"model": model_name, "prompt": "x" * (9 << 20)})
         assert big.status_code == 413
-        pre = httpx.options(f"{s.url}/v1/models", headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "GET", **ok})
+        pre = httpx.options(
+            f"{s.url}/v1/models",
+            headers={"Origin": "http://evil.example", "Access-Control-Request-Method": "GET", **ok},
+        )
         assert "access-control-allow-origin" not in pre.headers
     finally:
         s.stop()
@@ -86,8 +101,11 @@ def test_sigterm_drains_in_flight_then_exits_0(tiny_llama_engine, tmp_path, mode
 
     async def main():
         async with httpx.AsyncClient(base_url=s.url, timeout=60) as c:
+
             async def stream():
-                async with c.stream("POST", "/v1/completions", json={"model": model_name, **LONG, "max_tokens": 150, "stream": True}) as r:
+                async with c.stream(
+                    "POST", "/v1/completions", json={"model": model_name, **LONG, "max_tokens": 150, "stream": True}
+                ) as r:
                     async for line in r.aiter_lines():
                         if line.startswith("data:"):
                             chunks.append(line)

@@ -14,8 +14,13 @@ class IncrementalDetokenizer:
     def __init__(self, tokenizer, prompt_ids: Sequence[int], skip_special_tokens: bool = True):
         self.tokenizer = tokenizer
         self.skip = skip_special_tokens
-        # Start the window inside the prompt so the first output token decodes in context.
-        self.ids: list[int] = list(prompt_ids[-4:])
+        # Start the window inside the prompt so the first output token decodes in context, at a
+        # token where the prompt's tail decodes cleanly (not inside a run of byte tokens).
+        start = max(len(prompt_ids) - 4, 0)
+        while start > 0 and len(prompt_ids) - start < 16 and "\ufffd" in self._decode(prompt_ids[start:]):
+            start -= 1
+        tail = list(prompt_ids[start:])
+        self.ids: list[int] = tail if "\ufffd" not in self._decode(tail) else []
         self.prefix_offset = 0
         self.read_offset = len(self.ids)
         self._emitted_any = False
@@ -38,7 +43,10 @@ class IncrementalDetokenizer:
         prefix = self._decode(self.ids[self.prefix_offset : self.read_offset])
         full = self._decode(self.ids[self.prefix_offset :])
         self.prefix_offset = self.read_offset = len(self.ids)
-        return full[len(prefix) :] if full.startswith(prefix) else ""
+        if full.startswith(prefix):
+            return full[len(prefix) :]
+        # The window began inside a byte run that never completed: mark the broken end.
+        return "\ufffd"
 
 
 class StopStringMatcher:
