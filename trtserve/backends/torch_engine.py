@@ -36,7 +36,7 @@ class _Sink:
 class TorchEngine:
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
         cfg = config or RuntimeConfig()
-        self.loaded = load_engine(engine_dir, cfg.device)
+        self.loaded = load_engine(engine_dir, cfg.device, cfg.deterministic)
         self.tokenizer = self.loaded.tokenizer
         self.core = EngineCore(self.loaded, cfg)
         self.max_seq_len = self.core.max_seq_len

@@ -27,6 +27,7 @@ class FlatBatch:
     kv_slots: torch.Tensor  # (B, max_kv) int64: cache slot of each context position; pad -> 0
     attn_mask: torch.Tensor  # (B, 1, max_q, max_kv) bool: True = query may attend to key
     logits_indices: torch.Tensor  # (N,) int64: flat indices of the tokens whose logits are wanted
+    seq_ids: torch.Tensor  # (T,) int64: the sequence (row of q_index/kv_slots) each token belongs to
 
 
 def make_batch(
@@ -79,6 +80,7 @@ def make_batch(
         kv_slots=kv_slots.to(**to),
         attn_mask=mask[:, None].to(**to),
         logits_indices=_logits_indices(offsets, q_lens, logit_rows).to(**to),
+        seq_ids=torch.repeat_interleave(torch.arange(n_b), q_lens).to(**to),
     )
 
 

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
 from trtserve.models.config import TORCH_DTYPES, ModelConfig
 from trtserve.models.kv_cache import PagedKVCache
@@ -40,8 +41,18 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
 
 
 class DecoderModel:
-    def __init__(self, cfg: ModelConfig, weights: dict[str, torch.Tensor], max_positions: int, device: torch.device):
+    def __init__(
+        self,
+        cfg: ModelConfig,
+        weights: dict[str, torch.Tensor],
+        max_positions: int,
+        device: torch.device,
+        deterministic: bool = False,
+    ):
         self.cfg = cfg
+        self.deterministic = deterministic
+        # Batch-invariant kernels (fixed row tiles) when asked for; the fast ones otherwise.
+        self.linear = det.linear if deterministic else F.linear
         self.device = device
         self.dtype = TORCH_DTYPES[cfg.dtype]
         w = {k: v.to(device) for k, v in weights.items()}
@@ -74,8 +85,15 @@ class DecoderModel:
         self.scale = cfg.head_size**-0.5
 
     @classmethod
-    def load(cls, path: Path, cfg: ModelConfig, max_positions: int, device: torch.device) -> DecoderModel:
-        return cls(cfg, load_file(str(path)), max_positions, device)
+    def load(
+        cls, path: Path, cfg: ModelConfig, max_positions: int, device: torch.device, deterministic: bool = False
+    ) -> DecoderModel:
+        return cls(cfg, load_file(str(path)), max_positions, device, deterministic)
+
+    def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        if self.deterministic:
+            return det.tiled(lambda t: rms_norm(t, w, self.cfg.norm_epsilon), x)
+        return rms_norm(x, w, self.cfg.norm_epsilon)
 
     def new_kv_cache(self, num_blocks: int, tokens_per_block: int) -> PagedKVCache:
         return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device)
@@ -87,21 +105,31 @@ class DecoderModel:
         n_h, n_kv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size
         h = self.embed[batch.token_ids]  # (T, hidden)
         for i, layer in enumerate(self.layers):
-            x = rms_norm(h, layer.input_norm, cfg.norm_epsilon)
-            qkv = F.linear(x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) hd)
+            x = self._norm(h, layer.input_norm)
+            qkv = self.linear(x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) hd)
             q, k, v = qkv.split([n_h * hd, n_kv * hd, n_kv * hd], dim=-1)
             q = self.rope.apply(q.view(-1, n_h, hd), batch.positions)  # (T, n_h, hd)
             k = self.rope.apply(k.view(-1, n_kv, hd), batch.positions)  # (T, n_kv, hd)
             kv.write(i, batch.slot_mapping, k, v.view(-1, n_kv, hd))
             attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
-            h = h + F.linear(attn, layer.dense)
-            x = rms_norm(h, layer.post_norm, cfg.norm_epsilon)
-            fc, gate = F.linear(x, layer.fc_gate, layer.fc_gate_bias).chunk(2, dim=-1)  # (T, I) each
-            h = h + F.linear(F.silu(fc) * gate, layer.proj, layer.proj_bias)
-        last = rms_norm(h[batch.logits_indices], self.final_norm, cfg.norm_epsilon)  # (B, hidden)
-        return F.linear(last, self.lm_head).float()  # (B, vocab)
+            h = h + self.linear(attn, layer.dense)
+            x = self._norm(h, layer.post_norm)
+            fc, gate = self.linear(x, layer.fc_gate, layer.fc_gate_bias).chunk(2, dim=-1)  # (T, I) each
+            h = h + self.linear(F.silu(fc) * gate, layer.proj, layer.proj_bias)
+        last = self._norm(h[batch.logits_indices], self.final_norm)  # (N, hidden)
+        return self.linear(last, self.lm_head).float()  # (N, vocab)
 
     def _attention(self, layer: int, q: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
+        if self.deterministic:
+            return det.attention(
+                q,
+                kv.data[layer, 0],
+                kv.data[layer, 1],
+                batch.kv_slots[batch.seq_ids],
+                batch.positions,
+                self.scale,
+                self.cfg.sliding_window,
+            )
         keys, values = kv.gather(layer, batch.kv_slots)  # (B, max_kv, n_kv, hd) each
         qp = q[batch.q_index]  # (B, max_q, n_h, hd)
         out = F.scaled_dot_product_attention(

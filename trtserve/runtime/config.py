@@ -17,3 +17,4 @@ class RuntimeConfig(BaseModel):
     max_batch_size: int | None = Field(None, ge=1)  # None: the engine's build limit
     max_num_tokens: int | None = Field(None, ge=1)  # None: the engine's build limit
     device: str | None = None  # None: cuda if available, else cpu
+    deterministic: bool = False  # bitwise-identical results whatever the batch, chunking or cache state

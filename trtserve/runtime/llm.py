@@ -19,7 +19,7 @@ from trtserve.runtime.sampling_params import SamplingParams
 class LLM:
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None, **overrides):
         cfg = (config or RuntimeConfig()).model_copy(update=overrides)
-        self.engine = load_engine(engine_dir, cfg.device)
+        self.engine = load_engine(engine_dir, cfg.device, cfg.deterministic)
         self.tokenizer = self.engine.tokenizer
         self.core = EngineCore(self.engine, cfg)
         self._ids = itertools.count()

@@ -26,7 +26,7 @@ class LoadedEngine:
     eos_token_ids: frozenset[int]
 
 
-def load_engine(engine_dir: str | Path, device: str | None = None) -> LoadedEngine:
+def load_engine(engine_dir: str | Path, device: str | None = None, deterministic: bool = False) -> LoadedEngine:
     from transformers import AutoTokenizer, GenerationConfig
 
     path = Path(engine_dir)
@@ -38,7 +38,9 @@ def load_engine(engine_dir: str | Path, device: str | None = None) -> LoadedEngi
     config = read_engine_config(path)
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     log.info("loading %s weights from %s on %s", config.pretrained_config.dtype, path, dev)
-    model = DecoderModel.load(path / ENGINE_WEIGHTS, config.pretrained_config, config.build_config.max_seq_len, dev)
+    model = DecoderModel.load(
+        path / ENGINE_WEIGHTS, config.pretrained_config, config.build_config.max_seq_len, dev, deterministic
+    )
     tokenizer = AutoTokenizer.from_pretrained(str(path / TOKENIZER_DIR))
     eos = set()
     if tokenizer.eos_token_id is not None:
