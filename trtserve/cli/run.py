@@ -20,7 +20,7 @@ import click
 @click.option("--request-timeout", type=float, help="Default per-request deadline in seconds [600].")
 def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | None, **flags) -> None:
     """Serve ENGINE_DIR: /v1 (OpenAI), /v2 (KServe, Triton generate), /metrics, /health."""
-    from trtserve.build.manifest import read_manifest
+    from trtserve.build.manifest import verify_engine_dir
     from trtserve.serve.config import load_serve_config
     from trtserve.serve.server import serve
 
@@ -30,7 +30,7 @@ def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | N
         cfg = cfg.model_copy(
             update={"engine": cfg.engine.model_copy(update={"kv_cache_memory": _size(kv_cache_memory)})}
         )
-    read_manifest(engine_dir)  # a missing or foreign dir fails here, before the server starts
+    verify_engine_dir(engine_dir)  # a missing, foreign or damaged engine fails here, before the server starts
     serve(engine_dir, cfg)
 
 

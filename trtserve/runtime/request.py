@@ -59,5 +59,6 @@ class Request:
             return
         g = torch.Generator()
         seed = self.params.seed
-        g.manual_seed(seed + self.index if seed is not None else int(torch.randint(0, 2**62, ()).item()))
+        # Seeds are taken modulo 2**64, torch's range; sequence i of n uses seed + i.
+        g.manual_seed((seed + self.index) % 2**64 if seed is not None else int(torch.randint(0, 2**62, ()).item()))
         self.generator = g
