@@ -230,3 +230,9 @@ def test_metrics_count_tokens_and_requests(server, client, model_name):
     ):
         assert name in text, name
     assert f'model="{model_name}"' in text
+
+
+def test_seed_edges_are_accepted(client, model_name):
+    for seed in (-1, 0, 2**64 - 1):
+        r = client.completions.create(model=model_name, prompt="x", max_tokens=3, n=2, temperature=1.0, seed=seed)
+        assert len(r.choices) == 2
