@@ -214,3 +214,10 @@ def test_engine_rejects_what_can_never_run(tiny_llama_engine):
         llm.generate([[]], SamplingParams(max_tokens=10))
     with pytest.raises(UserError, match=r"prompt token ids must lie in \[0, 320\)"):
         llm.generate([[5, 999]], SamplingParams(max_tokens=10))
+
+
+def test_a_new_kv_cache_holds_zeros_not_garbage(tiny_llama_engine):
+    """Attention reads whole blocks; a masked slot must still be finite (0 * NaN = NaN)."""
+    llm = LLM(tiny_llama_engine, kv_cache_memory=1 << 20)
+    kv = llm.engine.model.new_kv_cache(8, 16)
+    assert torch.count_nonzero(kv.data) == 0

@@ -18,16 +18,28 @@ class SeqChunk:
 
 
 @dataclass(frozen=True)
+class AttnGroup:
+    """Sequences of similar length whose attention runs as one padded call.
+
+    Query heads are folded per KV head (GQA): row r of a sequence's folded queries is query
+    head (kv * group + r // max_q) at query row (r % max_q).
+    """
+
+    q_index: torch.Tensor  # (G, max_q) int64: flat token index per (sequence, query row); pad -> 0
+    q_valid: torch.Tensor  # (G, max_q) bool: real query rows
+    block_tables: torch.Tensor  # (G, n_blocks) int64: KV blocks covering each sequence's keys; pad -> 0
+    attn_mask: torch.Tensor  # (G, 1, gqa_group * max_q, n_blocks * tokens_per_block) bool: True = attend
+
+
+@dataclass(frozen=True)
 class FlatBatch:
     token_ids: torch.Tensor  # (T,) int64, sequences back to back
     positions: torch.Tensor  # (T,) int64
     slot_mapping: torch.Tensor  # (T,) int64: cache slot (block * tokens_per_block + offset) of each token
-    q_index: torch.Tensor  # (B, max_q) int64: flat token index per (sequence, query row); pad -> 0
-    q_valid: torch.Tensor  # (B, max_q) bool: real query rows
+    groups: list[AttnGroup]  # every sequence is in exactly one group
     kv_slots: torch.Tensor  # (B, max_kv) int64: cache slot of each context position; pad -> 0
-    attn_mask: torch.Tensor  # (B, 1, max_q, max_kv) bool: True = query may attend to key
     logits_indices: torch.Tensor  # (N,) int64: flat indices of the tokens whose logits are wanted
-    seq_ids: torch.Tensor  # (T,) int64: the sequence (row of q_index/kv_slots) each token belongs to
+    seq_ids: torch.Tensor  # (T,) int64: the sequence (row of kv_slots) each token belongs to
 
 
 def make_batch(
@@ -36,16 +48,19 @@ def make_batch(
     sliding_window: int | None = None,
     device: torch.device | None = None,
     logit_rows: Sequence[Sequence[int]] | None = None,
+    gqa_group: int = 1,
 ) -> FlatBatch:
     """Lay out a step. logit_rows: per sequence, offsets within its chunk whose logits are wanted
-    (default: its last token)."""
+    (default: its last token). gqa_group: query heads per KV head."""
     n_b = len(seqs)
     q_lens = torch.tensor([len(s.tokens) for s in seqs])  # (B,)
     starts = torch.tensor([s.start for s in seqs])  # (B,)
     kv_lens = starts + q_lens  # (B,)
-    max_q, max_kv = int(q_lens.max()), int(kv_lens.max())
+    max_kv = int(kv_lens.max())
+    n_blocks = -(-kv_lens // tokens_per_block)  # (B,)
 
     kv_slots = torch.zeros(n_b, max_kv, dtype=torch.long)
+    tables = torch.zeros(n_b, int(n_blocks.max()), dtype=torch.long)
     slot_chunks, pos_chunks = [], []
     for b, s in enumerate(seqs):
         ctx = int(kv_lens[b])
@@ -53,34 +68,69 @@ def make_batch(
         table = torch.as_tensor(s.block_table, dtype=torch.long)
         if table.numel() * tokens_per_block < ctx:
             raise ValueError(f"block table of {table.numel()} blocks cannot hold {ctx} tokens")
+        tables[b, : int(n_blocks[b])] = table[: int(n_blocks[b])]
         slots = table[pos // tokens_per_block] * tokens_per_block + pos % tokens_per_block  # (ctx,)
         kv_slots[b, :ctx] = slots
         slot_chunks.append(slots[s.start :])
         pos_chunks.append(pos[s.start :])
-
     offsets = torch.cumsum(q_lens, 0) - q_lens  # (B,) first flat index of each sequence
-    rows = torch.arange(max_q)  # (max_q,)
-    q_valid = rows[None, :] < q_lens[:, None]  # (B, max_q)
-    q_index = torch.where(q_valid, offsets[:, None] + rows[None, :], 0)
-    q_pos = starts[:, None] + rows[None, :]  # (B, max_q)
-    k_pos = torch.arange(max_kv)  # (max_kv,)
-    mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < kv_lens[:, None, None])
-    if sliding_window is not None:
-        mask &= (q_pos[:, :, None] - k_pos[None, None, :]) < sliding_window
-    # Padded query rows attend to key 0 only, so softmax never sees an all-masked row.
-    mask |= (~q_valid)[:, :, None] & (k_pos == 0)[None, None, :]
 
     to = dict(device=device)
+    groups = [
+        _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, sliding_window, gqa_group, device)
+        for idx in _group_by_length(q_lens.tolist(), kv_lens.tolist())
+    ]
     return FlatBatch(
         token_ids=torch.tensor([t for s in seqs for t in s.tokens], dtype=torch.long, **to),
         positions=torch.cat(pos_chunks).to(**to),
         slot_mapping=torch.cat(slot_chunks).to(**to),
-        q_index=q_index.to(**to),
-        q_valid=q_valid.to(**to),
+        groups=groups,
         kv_slots=kv_slots.to(**to),
-        attn_mask=mask[:, None].to(**to),
         logits_indices=_logits_indices(offsets, q_lens, logit_rows).to(**to),
         seq_ids=torch.repeat_interleave(torch.arange(n_b), q_lens).to(**to),
+    )
+
+
+def _group_by_length(q_lens: list[int], kv_lens: list[int]) -> list[list[int]]:
+    """Split sequences into groups whose padding (to the group's longest query and key run)
+    wastes at most about a third of the work; longest first."""
+    order = sorted(range(len(q_lens)), key=lambda b: (-kv_lens[b], -q_lens[b]))
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    useful = 0
+    for b in order:
+        work = q_lens[b] * kv_lens[b]
+        if cur:
+            padded = (len(cur) + 1) * max(q_lens[i] for i in [*cur, b]) * kv_lens[cur[0]]
+            if padded > 1.5 * (useful + work) + 4096:
+                groups.append(cur)
+                cur, useful = [], 0
+        cur.append(b)
+        useful += work
+    return groups + [cur]
+
+
+def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, window, gqa_group, device) -> AttnGroup:
+    sel = torch.tensor(idx)
+    ql, st, kl, off = q_lens[sel], starts[sel], kv_lens[sel], offsets[sel]
+    max_q = int(ql.max())
+    n_blk = -(-int(kl.max()) // block)
+    rows = torch.arange(max_q)
+    q_valid = rows[None, :] < ql[:, None]  # (G, max_q)
+    q_index = torch.where(q_valid, off[:, None] + rows[None, :], 0)
+    q_pos = st[:, None] + rows[None, :]  # (G, max_q)
+    k_pos = torch.arange(n_blk * block)
+    mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < kl[:, None, None])
+    if window is not None:
+        mask &= (q_pos[:, :, None] - k_pos[None, None, :]) < window
+    # Padded query rows attend to key 0 only, so softmax never sees an all-masked row.
+    mask |= (~q_valid)[:, :, None] & (k_pos == 0)[None, None, :]
+    to = dict(device=device)
+    return AttnGroup(
+        q_index=q_index.to(**to),
+        q_valid=q_valid.to(**to),
+        block_tables=tables[sel, :n_blk].to(**to),
+        attn_mask=mask.repeat(1, gqa_group, 1)[:, None].to(**to),  # (G, 1, group * max_q, keys)
     )
 
 

@@ -130,14 +130,18 @@ class DecoderModel:
                 self.scale,
                 self.cfg.sliding_window,
             )
-        keys, values = kv.gather(layer, batch.kv_slots)  # (B, max_kv, n_kv, hd) each
-        qp = q[batch.q_index]  # (B, max_q, n_h, hd)
-        out = F.scaled_dot_product_attention(
-            qp.transpose(1, 2),  # (B, n_h, max_q, hd)
-            keys.transpose(1, 2),  # (B, n_kv, max_kv, hd)
-            values.transpose(1, 2),
-            attn_mask=batch.attn_mask,  # (B, 1, max_q, max_kv)
-            scale=self.scale,
-            enable_gqa=True,
-        )  # (B, n_h, max_q, hd)
-        return out.transpose(1, 2)[batch.q_valid].flatten(1)  # (T, n_h * hd)
+        n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
+        group = n_h // n_kv
+        k_cache, v_cache = kv.blocks(layer)
+        out = q.new_empty(q.shape[0], n_h * hd)
+        for g in batch.groups:
+            n_g, max_q = g.q_index.shape
+            # Whole blocks, copied once: (G, keys, n_kv, hd) -> viewed as (G, n_kv, keys, hd)
+            keys = k_cache.index_select(0, g.block_tables.flatten()).view(n_g, -1, n_kv, hd).transpose(1, 2)
+            values = v_cache.index_select(0, g.block_tables.flatten()).view(n_g, -1, n_kv, hd).transpose(1, 2)
+            qg = q[g.q_index].view(n_g, max_q, n_kv, group, hd)  # (G, max_q, n_kv, group, hd)
+            qg = qg.permute(0, 2, 3, 1, 4).reshape(n_g, n_kv, group * max_q, hd)
+            o = F.scaled_dot_product_attention(qg, keys, values, attn_mask=g.attn_mask, scale=self.scale)
+            o = o.view(n_g, n_kv, group, max_q, hd).permute(0, 3, 1, 2, 4).reshape(n_g, max_q, n_h * hd)
+            out[g.q_index[g.q_valid]] = o[g.q_valid]
+        return out  # (T, n_h * hd)

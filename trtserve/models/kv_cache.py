@@ -17,8 +17,9 @@ class PagedKVCache:
         self.tokens_per_block = tokens_per_block
         slots = num_blocks * tokens_per_block
         # (layers, 2 [K, V], slots, kv_heads, head_dim)
-        # torch.empty: pages are committed as blocks are first written, not at startup.
-        self.data = torch.empty(
+        # Zeroed, not empty: attention reads whole blocks, and masked slots must hold finite
+        # values (a masked NaN still poisons softmax(scores) @ V, since 0 * NaN = NaN).
+        self.data = torch.zeros(
             cfg.num_hidden_layers, 2, slots, cfg.num_key_value_heads, cfg.head_size, dtype=dtype, device=device
         )
 
@@ -27,9 +28,10 @@ class PagedKVCache:
         self.data[layer, 0].index_copy_(0, slots, k)
         self.data[layer, 1].index_copy_(0, slots, v)
 
-    def gather(self, layer: int, kv_slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """kv_slots: (B, max_kv) -> K, V each (B, max_kv, kv_heads, head_dim)."""
-        return self.data[layer, 0][kv_slots], self.data[layer, 1][kv_slots]
+    def blocks(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's K and V as (num_blocks, tokens_per_block, kv_heads, head_dim) views."""
+        shape = (self.num_blocks, self.tokens_per_block, *self.data.shape[-2:])
+        return self.data[layer, 0].view(shape), self.data[layer, 1].view(shape)
 
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """Copy whole blocks src -> dst in every layer (copy-on-write for forked sequences)."""

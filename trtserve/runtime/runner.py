@@ -47,6 +47,7 @@ class ModelRunner:
             rows_per_seq.append(rows)
             n_rows += len(rows)
         cfg = self.model.cfg
-        batch = make_batch(seqs, self.kv.tokens_per_block, cfg.sliding_window, self.model.device, rows_per_seq)
+        group = cfg.num_attention_heads // cfg.num_key_value_heads
+        batch = make_batch(seqs, self.kv.tokens_per_block, cfg.sliding_window, self.model.device, rows_per_seq, group)
         logits = self.model.forward(batch, self.kv)
         return StepLogits(logits.cpu(), sample_row, prompt_rows)
