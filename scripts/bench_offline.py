@@ -102,6 +102,7 @@ def main() -> None:
         "output_tokens": sum(m for _, m in work),
     }
     report["trtserve"] = run_trtserve(args.engine, work, kv_cache_memory=4 << 30, max_num_tokens=2048)
+    print(json.dumps({"trtserve": report["trtserve"]}), flush=True)  # each part as soon as it is measured
     if args.deterministic:
         report["trtserve_deterministic"] = run_trtserve(
             args.engine, work, kv_cache_memory=4 << 30, max_num_tokens=2048, deterministic=True
