@@ -20,7 +20,7 @@ cat <<MSG
 Serving $ENGINE on http://127.0.0.1:$PORT (Ctrl-C to stop). Try, from another shell:
 
   curl -s http://127.0.0.1:$PORT/v1/chat/completions -H 'Content-Type: application/json' \\
-    -d '{"model": "$(basename "$ENGINE")", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 32}'
+    -d '{"model": "$(basename "$ENGINE")", "messages": [{"role": "user", "content": "What is the capital of France?"}], "max_tokens": 32, "temperature": 0}'
 
 MSG
 exec trtserve run "$ENGINE" --port "$PORT" --kv-cache-memory 2GiB
