@@ -37,9 +37,9 @@ class FlatBatch:
     positions: torch.Tensor  # (T,) int64
     slot_mapping: torch.Tensor  # (T,) int64: cache slot (block * tokens_per_block + offset) of each token
     groups: list[AttnGroup]  # every sequence is in exactly one group
-    kv_slots: torch.Tensor  # (B, max_kv) int64: cache slot of each context position; pad -> 0
+    block_tables: torch.Tensor  # (B, max_blocks) int64: each sequence's KV blocks; pad -> 0
     logits_indices: torch.Tensor  # (N,) int64: flat indices of the tokens whose logits are wanted
-    seq_ids: torch.Tensor  # (T,) int64: the sequence (row of kv_slots) each token belongs to
+    seq_ids: torch.Tensor  # (T,) int64: the sequence (row of block_tables) each token belongs to
 
 
 def make_batch(
@@ -56,23 +56,19 @@ def make_batch(
     q_lens = torch.tensor([len(s.tokens) for s in seqs])  # (B,)
     starts = torch.tensor([s.start for s in seqs])  # (B,)
     kv_lens = starts + q_lens  # (B,)
-    max_kv = int(kv_lens.max())
     n_blocks = -(-kv_lens // tokens_per_block)  # (B,)
 
-    kv_slots = torch.zeros(n_b, max_kv, dtype=torch.long)
     tables = torch.zeros(n_b, int(n_blocks.max()), dtype=torch.long)
     slot_chunks, pos_chunks = [], []
     for b, s in enumerate(seqs):
         ctx = int(kv_lens[b])
-        pos = torch.arange(ctx)
+        pos = torch.arange(s.start, ctx)  # only the new tokens' slots are needed here
         table = torch.as_tensor(s.block_table, dtype=torch.long)
         if table.numel() * tokens_per_block < ctx:
             raise ValueError(f"block table of {table.numel()} blocks cannot hold {ctx} tokens")
         tables[b, : int(n_blocks[b])] = table[: int(n_blocks[b])]
-        slots = table[pos // tokens_per_block] * tokens_per_block + pos % tokens_per_block  # (ctx,)
-        kv_slots[b, :ctx] = slots
-        slot_chunks.append(slots[s.start :])
-        pos_chunks.append(pos[s.start :])
+        slot_chunks.append(table[pos // tokens_per_block] * tokens_per_block + pos % tokens_per_block)
+        pos_chunks.append(pos)
     offsets = torch.cumsum(q_lens, 0) - q_lens  # (B,) first flat index of each sequence
 
     to = dict(device=device)
@@ -85,7 +81,7 @@ def make_batch(
         positions=torch.cat(pos_chunks).to(**to),
         slot_mapping=torch.cat(slot_chunks).to(**to),
         groups=groups,
-        kv_slots=kv_slots.to(**to),
+        block_tables=tables.to(**to),
         logits_indices=_logits_indices(offsets, q_lens, logit_rows).to(**to),
         seq_ids=torch.repeat_interleave(torch.arange(n_b), q_lens).to(**to),
     )

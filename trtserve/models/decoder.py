@@ -121,11 +121,14 @@ class DecoderModel:
 
     def _attention(self, layer: int, q: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
         if self.deterministic:
+            bs = kv.tokens_per_block
+            pos = torch.arange(batch.block_tables.shape[1] * bs, device=q.device)
+            kv_slots = batch.block_tables[:, pos // bs] * bs + pos % bs  # (B, max_blocks * bs)
             return det.attention(
                 q,
                 kv.data[layer, 0],
                 kv.data[layer, 1],
-                batch.kv_slots[batch.seq_ids],
+                kv_slots[batch.seq_ids],
                 batch.positions,
                 self.scale,
                 self.cfg.sliding_window,
