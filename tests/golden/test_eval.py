@@ -90,3 +90,19 @@ def test_cli_jsonl_scores_the_documents_joined(tmp_path, tiny_llama_engine):
         out[name] = json.loads(res.stdout)
     assert out["d.jsonl"]["perplexity"] == out["d.txt"]["perplexity"]
     assert out["d.txt"]["scored_tokens"] == out["d.txt"]["tokens"] - 1 > 10
+
+
+def test_scorer_frees_its_blocks(tiny_llama_engine):
+    from trtserve.runtime.loader import load_engine
+    from trtserve.runtime.scorer import WindowScorer
+
+    scorer = WindowScorer(load_engine(tiny_llama_engine, "cpu"), 40)  # 16-token blocks: 3
+    whole = scorer.logits(list(range(3, 43)), range(40))  # (40, vocab)
+    assert scorer.blocks.num_free_blocks == scorer.blocks.num_blocks == 3
+    scorer.blocks.check_invariants()
+    # The same rows again, asked for one by one, from a cache that held the previous window.
+    rows = [scorer.logits(list(range(3, 43)), [r])[0] for r in (0, 17, 39)]
+    torch.testing.assert_close(torch.stack(rows), whole[[0, 17, 39]], rtol=1e-5, atol=1e-5)  # GEMM shape rounding only
+    with pytest.raises(ValueError, match="does not fit"):
+        scorer.logits(list(range(3, 52)), [0])
+    assert scorer.blocks.num_free_blocks == 3
