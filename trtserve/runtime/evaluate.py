@@ -84,6 +84,7 @@ class EvalResult:
     top1_agreement: float | None = None  # share of scored positions with the same argmax
     mean_kl: float | None = None  # mean over scored positions of KL(reference || engine), nats
     max_kl: float | None = None  # largest per-position KL(reference || engine), nats
+    reference_tokens_per_second: float | None = None  # the same for the reference, measured in the same run
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -97,7 +98,8 @@ class _Totals:
     max_kl: float = 0.0
     agree: int = 0
     count: int = 0
-    seconds: float = 0.0
+    seconds: float = 0.0  # in the engine's forward and log-softmax
+    ref_seconds: float = 0.0  # the same for the reference
 
 
 def evaluate(
@@ -141,7 +143,7 @@ def evaluate(
         threads=torch.get_num_threads(),
         perplexity=ppl,
         nll=t.nll / t.count,
-        tokens_per_second=t.count / t.seconds if t.seconds > 0 else float("inf"),
+        tokens_per_second=_rate(t.count, t.seconds),
     )
     if ref is not None:
         ref_ppl = math.exp(t.ref_nll / t.count)
@@ -150,6 +152,7 @@ def evaluate(
         result.top1_agreement = t.agree / t.count
         result.mean_kl = t.kl / t.count
         result.max_kl = t.max_kl
+        result.reference_tokens_per_second = _rate(t.count, t.ref_seconds)
     return result
 
 
@@ -196,7 +199,9 @@ def _score_window(ids: list[int], w: Window, scorer: WindowScorer, ref_scorer: W
     t.count += len(rows)
     if ref_scorer is None:
         return
+    start = time.perf_counter()
     ref_logp = _log_softmax(ref_scorer.logits(tokens, rows))  # (n, vocab) float64
+    t.ref_seconds += time.perf_counter() - start
     t.ref_nll -= float(ref_logp.gather(1, targets[:, None]).sum())
     for lo in range(0, len(rows), _ROW_CHUNK):
         p, q = ref_logp[lo : lo + _ROW_CHUNK], logp[lo : lo + _ROW_CHUNK]
@@ -204,6 +209,10 @@ def _score_window(ids: list[int], w: Window, scorer: WindowScorer, ref_scorer: W
         t.kl += float(kl.sum())
         t.max_kl = max(t.max_kl, float(kl.max()))
         t.agree += int((p.argmax(-1) == q.argmax(-1)).sum())
+
+
+def _rate(tokens: int, seconds: float) -> float:
+    return tokens / seconds if seconds > 0 else float("inf")
 
 
 def _log_softmax(logits: torch.Tensor) -> torch.Tensor:
