@@ -30,6 +30,31 @@ def other_vocab_engine(tmp_path_factory):
     return out
 
 
+@pytest.fixture(scope="module")
+def other_tokenizer_engine(tmp_path_factory, tiny_llama):
+    """The tiny Llama with two of its tokenizer's ids swapped: same vocabulary size, other tokens."""
+    import json
+    import shutil
+
+    from trtserve.build.builder import build_engine
+    from trtserve.build.config import BuildConfig
+
+    src = tmp_path_factory.mktemp("hf") / "swapped"
+    shutil.copytree(tiny_llama, src)
+    tok = json.loads((src / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    a, b = sorted(vocab, key=vocab.get)[100:102]
+    vocab[a], vocab[b] = vocab[b], vocab[a]
+    (src / "tokenizer.json").write_text(json.dumps(tok))
+    out = tmp_path_factory.mktemp("engines") / "swapped"
+    build_engine(BuildConfig(model=str(src), tokens_per_block=16), out, quiet=True)
+    return out
+
+
+def test_reference_with_another_tokenizer(tiny_llama_engine, other_tokenizer_engine):
+    expect_error("has a different tokenizer", tiny_llama_engine, "--reference", other_tokenizer_engine)
+
+
 def test_missing_engine_dir(tmp_path):
     expect_error("does not exist; build one with `trtserve build", tmp_path / "nope")
 
