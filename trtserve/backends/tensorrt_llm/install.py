@@ -44,12 +44,23 @@ def installed_target(tensorrt_llm: ModuleType | None = None) -> Target:
     t = Target()
     if tensorrt_llm is not None:
         t.tensorrt_llm = str(getattr(tensorrt_llm, "__version__", None) or "") or None
+    else:  # without importing it (slow, and it needs a GPU)
+        t.tensorrt_llm = _dist_version("tensorrt_llm")
     t.tensorrt = _module_version("tensorrt")
     t.cuda = torch.version.cuda
     if torch.cuda.is_available():
         major, minor = torch.cuda.get_device_capability(0)
         t.gpu_name, t.sm = torch.cuda.get_device_name(0), f"{major}.{minor}"
     return t
+
+
+def _dist_version(name: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        return None
 
 
 def _module_version(name: str) -> str | None:
