@@ -1,0 +1,37 @@
+"""The TensorRT-LLM contract fake (tests/contract/fake_trtllm) and a `--backend trtllm` engine dir."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+FAKE_PATH = Path(__file__).parent / "fake_trtllm"
+
+
+@pytest.fixture
+def fake_trtllm(monkeypatch):
+    """Make `import tensorrt_llm` load the fake, for this test only."""
+    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.syspath_prepend(str(FAKE_PATH))
+    import tensorrt_llm
+
+    assert Path(tensorrt_llm.__file__).is_relative_to(FAKE_PATH)
+    yield tensorrt_llm
+    for llm in tensorrt_llm.INSTANCES:
+        llm.shutdown()
+    tensorrt_llm.INSTANCES.clear()
+    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
+        del sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def trtllm_engine_dir(tmp_path_factory, tiny_llama) -> Path:
+    from trtserve.build import trtllm_build
+    from trtserve.build.config import BuildConfig
+
+    out = tmp_path_factory.mktemp("engines") / "tiny-trtllm"
+    trtllm_build.build(BuildConfig(model=str(tiny_llama), backend="trtllm", max_batch_size=8), out)
+    return out
