@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-FAKE_PATH = Path(__file__).parent / "fake_trtllm"
+from trtllm_fake import FAKE_PATH
 
 
 @pytest.fixture

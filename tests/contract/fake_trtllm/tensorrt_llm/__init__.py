@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tensorrt_llm import llmapi
+from tensorrt_llm._toy_model import next_greedy, reference_greedy
 from tensorrt_llm.llmapi import CudaGraphConfig, KvCacheConfig, RequestError
 
 __version__ = os.environ.get("FAKE_TRTLLM_VERSION", "1.0.0")
@@ -108,19 +109,6 @@ class SamplingParams:
     @property
     def greedy(self) -> bool:
         return self.top_k == 1 or self.temperature == 0 or (self.top_k is None and self.top_p is None)
-
-
-def next_greedy(tokens: list[int], vocab: int) -> int:
-    prev = tokens[-2] if len(tokens) > 1 else 0
-    return (31 * tokens[-1] + 7 * prev + 11) % vocab
-
-
-def reference_greedy(prompt: list[int], steps: int, vocab: int) -> list[int]:
-    """What greedy decoding of `prompt` yields for `steps` tokens, ignoring EOS."""
-    seq = list(prompt)
-    for _ in range(steps):
-        seq.append(next_greedy(seq, vocab))
-    return seq[len(prompt) :]
 
 
 @dataclass
