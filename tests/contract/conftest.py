@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -34,3 +35,16 @@ def trtllm_engine_dir(tmp_path_factory, tiny_llama) -> Path:
     out = tmp_path_factory.mktemp("engines") / "tiny-trtllm"
     trtllm_build.build(BuildConfig(model=str(tiny_llama), backend="trtllm", max_batch_size=8), out)
     return out
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, fake_trtllm):
+    """The fake's trtllm-build on PATH and a pretend H100 (SM 9.0) with TensorRT 10.9 installed."""
+    from trtserve.backends.tensorrt_llm import install
+
+    monkeypatch.setenv("PATH", f"{FAKE_PATH / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    target = install.Target(
+        tensorrt_llm=fake_trtllm.__version__, tensorrt="10.9.0.34", cuda="12.8", gpu_name="NVIDIA H100", sm="9.0"
+    )
+    monkeypatch.setattr(install, "installed_target", lambda tllm=None: install.Target(**target.to_dict()))
+    return target

@@ -113,3 +113,17 @@ def test_trtllm_needs_a_hf_dir(tmp_path, src):
 def test_dry_run_is_for_tensorrt_llm_backends(tmp_path, src):
     result, _ = build(tmp_path, src, "--dry-run")
     assert result.exit_code == 2 and "add --backend tensorrt or --backend trtllm" in result.output
+
+
+def test_run_without_tensorrt_llm_says_how_to_install(tmp_path, src, no_tensorrt_llm, monkeypatch):
+    import trtserve.serve.server
+
+    def must_not_serve(*args, **kwargs):
+        raise AssertionError("served without TensorRT-LLM")
+
+    monkeypatch.setattr(trtserve.serve.server, "serve", must_not_serve)
+    _, out = build(tmp_path, src, "--backend", "trtllm")
+    result = CliRunner().invoke(main, ["run", str(out)])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: this needs TensorRT-LLM, which is not installed")
+    assert "--extra-index-url https://pypi.nvidia.com" in result.output

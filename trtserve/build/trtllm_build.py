@@ -146,7 +146,7 @@ def _build_trtllm(p: TrtllmPlan, out: Path, force: bool) -> Path:
     Weights are hard-linked where the file system allows (a source edited in place is caught by
     the manifest's sha256 on load), copied otherwise.
     """
-    from trtserve.backends.tensorrt_llm.install import installed_target
+    from trtserve.backends.tensorrt_llm import install
 
     src = Path(p.reader.path)
     with staged_dir(out, force) as tmp:
@@ -163,22 +163,22 @@ def _build_trtllm(p: TrtllmPlan, out: Path, force: bool) -> Path:
             target_device="cuda",
             source={"kind": type(p.reader).__name__, "path": str(src), "fingerprint": p.reader.fingerprint()},
             build_config=p.config.model_dump(mode="json"),
-            target=installed_target().to_dict(),  # what this host has, if anything; informational here
+            target=install.installed_target().to_dict(),  # what this host has, if anything; informational here
         )
     return out
 
 
 def _build_tensorrt(p: TrtllmPlan, out: Path, force: bool, quiet: bool) -> Path:
     """Our unified checkpoint (the torch build's converter), then `trtllm-build` on it."""
-    from trtserve.backends.tensorrt_llm.install import INSTALL_COMMAND, import_tensorrt_llm, installed_target
+    from trtserve.backends.tensorrt_llm import install
     from trtserve.build.builder import build_engine
 
-    tllm = import_tensorrt_llm()  # before anything is written
+    tllm = install.import_tensorrt_llm()  # before anything is written
     if shutil.which("trtllm-build") is None:
         raise UserError(
-            f"trtllm-build is not on PATH although tensorrt_llm imports; reinstall with `{INSTALL_COMMAND}`"
+            f"trtllm-build is not on PATH although tensorrt_llm imports; reinstall with `{install.INSTALL_COMMAND}`"
         )
-    target = installed_target(tllm)
+    target = install.installed_target(tllm)
     if target.sm is None:
         raise UserError("--backend tensorrt builds on the GPU it will run on, and no CUDA GPU is visible")
     with staged_dir(out, force) as tmp:

@@ -14,9 +14,8 @@ from types import ModuleType
 
 import yaml
 
-from trtserve.backends.tensorrt_llm import BACKENDS
+from trtserve.backends.tensorrt_llm import BACKENDS, install
 from trtserve.backends.tensorrt_llm.compat import check_compatible
-from trtserve.backends.tensorrt_llm.install import Target, import_tensorrt_llm, installed_target
 from trtserve.build.manifest import Manifest, read_manifest
 from trtserve.build.trtllm_build import HF_DIR, OPTIONS_FILE, TRT_ENGINE_DIR
 from trtserve.errors import EngineIntegrityError, UserError
@@ -27,9 +26,9 @@ def preflight(engine_dir: Path, manifest: Manifest | None = None) -> ModuleType:
     manifest = manifest or read_manifest(engine_dir)
     if manifest.backend not in BACKENDS:
         raise UserError(f"{engine_dir} was built for the {manifest.backend} backend, not TensorRT-LLM")
-    tllm = import_tensorrt_llm()
-    built = Target(**(manifest.target or {}))
-    check_compatible(manifest, built, installed_target(tllm), str(engine_dir))
+    tllm = install.import_tensorrt_llm()
+    built = install.Target(**(manifest.target or {}))
+    check_compatible(manifest, built, install.installed_target(tllm), str(engine_dir))
     return tllm
 
 
