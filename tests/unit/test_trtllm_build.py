@@ -127,3 +127,11 @@ def test_run_without_tensorrt_llm_says_how_to_install(tmp_path, src, no_tensorrt
     assert result.exit_code == 2
     assert result.output.startswith("error: this needs TensorRT-LLM, which is not installed")
     assert "--extra-index-url https://pypi.nvidia.com" in result.output
+
+
+def test_inspect_counts_the_hf_weights(tmp_path, src, no_tensorrt_llm):
+    _, out = build(tmp_path, src, "--backend", "trtllm")
+    result = CliRunner().invoke(main, ["inspect", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    info = json.loads(result.output)
+    assert info["backend"] == "trtllm" and info["weight_bytes"] == (src / "model.safetensors").stat().st_size
