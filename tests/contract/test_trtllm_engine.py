@@ -192,3 +192,9 @@ def test_tensorrt_llm_older_than_1_0_is_refused_for_trtllm_dirs(fake_trtllm, trt
     with pytest.raises(UserError, match="PyTorch backend \\(>= 1.0\\) but TensorRT-LLM 0.19.0 is installed"):
         TrtllmEngine(trtllm_engine_dir)
     assert not fake_trtllm.INSTANCES
+
+
+def test_trtllm_argument_errors_become_user_errors(engine, monkeypatch):
+    monkeypatch.setattr(engine, "max_batch_size", 100)  # let n=9 past our check to TensorRT-LLM's own
+    with pytest.raises(UserError, match=r"TensorRT-LLM refused the request: SamplingParams.n \(9\)"):
+        collect(engine, req(n=9, temperature=0.5))

@@ -89,7 +89,10 @@ class TrtllmEngine:
         if rid in self._results:
             raise UserError(f"request id {rid} is already running; use a unique id")
         sp = self._tllm.SamplingParams(**to_trtllm_sampling(p, self.eos_token_ids))
-        result = self.llm.generate_async(list(request.prompt_token_ids), sampling_params=sp, streaming=True)
+        try:
+            result = self.llm.generate_async(list(request.prompt_token_ids), sampling_params=sp, streaming=True)
+        except ValueError as err:  # TensorRT-LLM's own argument checks (lengths, n vs max_batch_size, ...)
+            raise UserError(f"TensorRT-LLM refused the request: {err}") from None
         self._results[rid] = (result, p.n, set())
         self._prompt_tokens += len(request.prompt_token_ids)
         tracker = DeltaTracker(rid, len(request.prompt_token_ids), frozenset(p.stop_token_ids), p.logprobs)

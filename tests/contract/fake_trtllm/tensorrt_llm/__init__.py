@@ -9,7 +9,8 @@ Mirrors TensorRT-LLM 1.0 (the PyTorch-backend `LLM`), written from trtserve's fa
         cumulative token_ids, finish_reason in 'stop'|'length'|'timeout'|'cancelled', stop_reason,
         logprobs as [{token_id: Logprob(logprob, rank)}]; a failed request raises RequestError.
     GenerationResult.abort()                        the next step finishes it as 'cancelled'
-    LLM.get_stats(timeout) -> [IterationStats dict] drained since the last call (camelCase keys)
+    LLM.get_stats(timeout) -> [IterationStats JSON] drained since the last call (camelCase keys; the
+                                                    0.20 docstring shows JSON strings, the fact sheet dicts)
     LLM.shutdown()
     SamplingParams(**fields)                        unknown fields -> TypeError
 
@@ -206,6 +207,8 @@ class LLM:
             raise RuntimeError("the LLM has been shut down")
         if not isinstance(inputs, list) or not all(isinstance(t, int) for t in inputs):
             raise TypeError("this fake takes prompt token ids only")
+        if sampling_params is not None and sampling_params.n > self.max_batch_size:
+            raise ValueError(f"SamplingParams.n ({sampling_params.n}) should not exceed max_batch_size")
         with self._lock:
             self._next_id += 1
             result = GenerationResult(self._next_id, inputs, sampling_params or SamplingParams(), self, streaming)
@@ -249,7 +252,7 @@ class LLM:
                     self._step(r)
                 self._active = [r for r in self._active if not r._done_sent]
                 if batch:
-                    self._stats.put(self._iteration_stats(len(batch)))
+                    self._stats.put(json.dumps(self._iteration_stats(len(batch))))  # JSON strings, as documented
                     self._iter += 1
             time.sleep(STEP_S)
 
