@@ -58,6 +58,7 @@ def test_llm_gets_the_options_yaml_with_runtime_overrides(engine, fake_trtllm, t
         0.9,
     )
     assert llm.args["cuda_graph_config"].enable_padding is True
+    assert llm.tensor_parallel_size == 1
     assert (llm.args["max_batch_size"], llm.args["max_seq_len"], llm.args["enable_chunked_prefill"]) == (8, 256, True)
 
 

@@ -43,6 +43,7 @@ def test_serves_through_the_tensorrt_engine_llm(trt_dir, fake_trtllm):
         [llm] = fake_trtllm.INSTANCES
         assert llm.model == str(trt_dir / "engine")
         assert set(llm.args) == {"kv_cache_config"}  # the limits are baked into the engine
+        assert llm.tensor_parallel_size == 2
 
         async def run():
             req = GenerateRequest("t", [5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0))

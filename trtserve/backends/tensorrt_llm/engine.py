@@ -56,7 +56,8 @@ class TrtllmEngine:
             read_options(path), kv_cache_tokens=kv_tokens, enable_prefix_caching=cfg.enable_prefix_caching
         )
         log.info("starting TensorRT-LLM %s (%s) on %s", self._tllm.__version__, manifest.backend, path)
-        self.llm = create_llm(self._tllm, manifest.backend, path, options, path / TOKENIZER_DIR)
+        tp = int(manifest.build_config.get("tp_size", 1))
+        self.llm = create_llm(self._tllm, manifest.backend, path, options, path / TOKENIZER_DIR, tp)
         self._results: dict[str, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
         self._prompt_tokens = self._generated_tokens = 0
         self._latest: dict | None = None

@@ -56,8 +56,10 @@ def llm_kwargs(tllm: ModuleType, options: dict) -> dict:
     return kw
 
 
-def create_llm(tllm: ModuleType, backend: str, engine_dir: Path, options: dict, tokenizer_dir: Path):
-    kw = llm_kwargs(tllm, options)
+def create_llm(tllm: ModuleType, backend: str, engine_dir: Path, options: dict, tokenizer_dir: Path, tp_size: int):
+    """tp_size: the build's tensor-parallel ranks (TensorRT engines are built per rank; the HF
+    checkpoint is sharded at load), passed as LLM's `tensor_parallel_size` (1.0 docs)."""
+    kw = {**llm_kwargs(tllm, options), "tensor_parallel_size": tp_size}
     if backend == "trtllm":
         return tllm.LLM(model=str(engine_dir / HF_DIR), tokenizer=str(tokenizer_dir), **kw)
     try:

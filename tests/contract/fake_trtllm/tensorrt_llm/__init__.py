@@ -173,7 +173,7 @@ class GenerationResult:
 
 
 class LLM:
-    def __init__(self, model, tokenizer=None, **kwargs):
+    def __init__(self, model, tokenizer=None, tensor_parallel_size: int = 1, **kwargs):
         for k, v in kwargs.items():
             if k not in _LLM_ARGS:
                 raise TypeError(f"LLM got an unexpected argument {k!r}")
@@ -185,6 +185,10 @@ class LLM:
         cfg = json.loads(cfg_path.read_text())
         self.vocab = cfg.get("vocab_size") or cfg["pretrained_config"]["vocab_size"]
         self.model, self.tokenizer, self.args = str(model), tokenizer, kwargs
+        self.tensor_parallel_size = tensor_parallel_size
+        mapping = (cfg.get("pretrained_config") or {}).get("mapping")
+        if mapping and mapping["tp_size"] != tensor_parallel_size:  # as the runtime's world-config check
+            raise ValueError(f"tensor parallelism mismatch: engine {mapping['tp_size']}, LLM {tensor_parallel_size}")
         kv = kwargs.get("kv_cache_config") or KvCacheConfig()
         self.tokens_per_block = 32
         self.max_blocks = (kv.max_tokens // self.tokens_per_block) if kv.max_tokens else 1000
