@@ -82,6 +82,14 @@ def test_runtime_overrides_kv_budget_and_reuse():
     out = serve_plan.apply_runtime(opts, kv_cache_tokens=12345, enable_prefix_caching=False)
     assert out["kv_cache_config"] == {"enable_block_reuse": False, "free_gpu_memory_fraction": 0.9, "max_tokens": 12345}
     assert opts["kv_cache_config"] == {"enable_block_reuse": True, "free_gpu_memory_fraction": 0.9}  # not mutated
+    lowered = serve_plan.apply_runtime(
+        opts, kv_cache_tokens=None, enable_prefix_caching=True, max_batch_size=16, max_num_tokens=100000
+    )
+    assert (lowered["max_batch_size"], lowered["max_num_tokens"]) == (16, 8192)  # never above the build's
+    trt = serve_plan.apply_runtime(
+        serve_plan.tensorrt_runtime_options(LIMITS), kv_cache_tokens=None, enable_prefix_caching=True, max_batch_size=4
+    )
+    assert trt["max_batch_size"] == 4
 
 
 @pytest.mark.parametrize(

@@ -45,7 +45,7 @@ class TrtllmEngine:
         self._tllm = preflight(path, manifest)
         ecfg = read_engine_config(path)
         self.max_seq_len = ecfg.build_config.max_seq_len
-        self.max_batch_size = ecfg.build_config.max_batch_size
+        self.max_batch_size = min(ecfg.build_config.max_batch_size, cfg.max_batch_size or 1 << 30)
         self.vocab_size = ecfg.pretrained_config.vocab_size
         self.tokenizer = AutoTokenizer.from_pretrained(str(path / TOKENIZER_DIR))
         self.eos_token_ids = _eos_ids(self.tokenizer, path / TOKENIZER_DIR)
@@ -53,7 +53,11 @@ class TrtllmEngine:
         if cfg.kv_cache_memory:
             kv_tokens = int(cfg.kv_cache_memory) // ecfg.pretrained_config.kv_bytes_per_token()
         options = apply_runtime(
-            read_options(path), kv_cache_tokens=kv_tokens, enable_prefix_caching=cfg.enable_prefix_caching
+            read_options(path),
+            kv_cache_tokens=kv_tokens,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            max_batch_size=cfg.max_batch_size,
+            max_num_tokens=cfg.max_num_tokens,
         )
         log.info("starting TensorRT-LLM %s (%s) on %s", self._tllm.__version__, manifest.backend, path)
         tp = int(manifest.build_config.get("tp_size", 1))

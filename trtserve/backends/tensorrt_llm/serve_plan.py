@@ -42,12 +42,23 @@ def tensorrt_runtime_options(limits: EngineBuildConfig) -> dict:
     return {"kv_cache_config": {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}}
 
 
-def apply_runtime(options: dict, *, kv_cache_tokens: int | None, enable_prefix_caching: bool) -> dict:
-    """Our `trtserve run` settings on top of the built options: a KV budget in tokens, prefix reuse."""
+def apply_runtime(
+    options: dict,
+    *,
+    kv_cache_tokens: int | None,
+    enable_prefix_caching: bool,
+    max_batch_size: int | None = None,
+    max_num_tokens: int | None = None,
+) -> dict:
+    """Our `trtserve run` settings on top of the built options: a KV budget in tokens, prefix reuse,
+    and lower batch limits (a TensorRT engine cannot go above the limits it was built with)."""
     out = {**options, "kv_cache_config": dict(options.get("kv_cache_config", {}))}
     out["kv_cache_config"]["enable_block_reuse"] = enable_prefix_caching
     if kv_cache_tokens is not None:
         out["kv_cache_config"]["max_tokens"] = kv_cache_tokens  # the smaller of this and the fraction wins
+    for key, value in (("max_batch_size", max_batch_size), ("max_num_tokens", max_num_tokens)):
+        if value is not None:
+            out[key] = min(value, options.get(key, value))
     return out
 
 
