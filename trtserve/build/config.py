@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trtserve.errors import UserError
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
-Backend = Literal["torch"]
+Backend = Literal["torch", "tensorrt", "trtllm"]  # tensorrt: TRT engines (TRT-LLM <= 1.2); trtllm: its PyTorch backend
 
 
 class BuildConfig(BaseModel):

@@ -18,11 +18,20 @@ def parse_memory(text: str) -> int:
         raise UserError(f"--memory {text!r} is not a size; write it like 8GiB, 512MiB or 2000000000") from None
 
 
+def _is_weights(rel: str, backend: str) -> bool:
+    """The files the backend loads as weights: torch's model.safetensors, the HF checkpoint, the TRT plans."""
+    if backend == "trtllm":
+        return rel.startswith("hf/") and rel.endswith(".safetensors")
+    if backend == "tensorrt":
+        return rel.startswith("engine/") and rel.endswith(".engine")
+    return rel == ENGINE_WEIGHTS
+
+
 def summarize(engine_dir: Path, memory: int | None = None) -> dict:
     manifest = verify_engine_dir(engine_dir)
     cfg = read_engine_config(engine_dir)
     m, b = cfg.pretrained_config, cfg.build_config
-    weight_bytes = manifest.files[ENGINE_WEIGHTS].size
+    weight_bytes = sum(e.size for rel, e in manifest.files.items() if _is_weights(rel, manifest.backend))
     kv_per_token = m.kv_bytes_per_token()
     bs = b.plugin_config.tokens_per_block
     info = {

@@ -24,12 +24,14 @@ class FileEntry(BaseModel):
 class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     created_at: str  # the only field that differs between two builds of the same inputs
-    backend: str  # "torch"
+    backend: str  # "torch" | "tensorrt" (TensorRT engines) | "trtllm" (TensorRT-LLM's PyTorch backend)
     target_device: str  # what the engine was built for
     source: dict  # {"kind", "path", "fingerprint"}
     toolchain: dict[str, str]  # package -> version
     build_config: dict  # fully resolved BuildConfig
     files: dict[str, FileEntry]  # path relative to the engine dir -> entry
+    # tensorrt / trtllm: {tensorrt_llm, tensorrt, cuda, gpu_name, sm} the engine was built with (None: none there)
+    target: dict[str, str | None] | None = None
 
 
 def toolchain_versions() -> dict[str, str]:
@@ -49,7 +51,15 @@ def toolchain_versions() -> dict[str, str]:
     }
 
 
-def write_manifest(engine_dir: Path, *, backend: str, target_device: str, source: dict, build_config: dict) -> Manifest:
+def write_manifest(
+    engine_dir: Path,
+    *,
+    backend: str,
+    target_device: str,
+    source: dict,
+    build_config: dict,
+    target: dict | None = None,
+) -> Manifest:
     files = {}
     for p in sorted(engine_dir.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
@@ -62,8 +72,12 @@ def write_manifest(engine_dir: Path, *, backend: str, target_device: str, source
         toolchain=toolchain_versions(),
         build_config=build_config,
         files=files,
+        target=target,
     )
-    (engine_dir / MANIFEST).write_text(json.dumps(manifest.model_dump(mode="json"), indent=2, sort_keys=True) + "\n")
+    data = manifest.model_dump(mode="json")
+    if target is None:
+        data.pop("target")  # torch engines: the manifest stays as before
+    (engine_dir / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return manifest
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from trtserve.build.config import load_build_config
+from trtserve.errors import UserError
 
 
 @click.command("build")
@@ -21,12 +22,32 @@ from trtserve.build.config import load_build_config
 @click.option("--max-seq-len", type=int, help="Longest prompt + output in tokens [the model's context].")
 @click.option("--max-num-tokens", type=int, help="Most tokens in one engine step [8192].")
 @click.option("--tokens-per-block", type=int, help="KV-cache block size in tokens, a power of two [32].")
-@click.option("--backend", type=click.Choice(["torch"]), help="Engine backend [torch].")
+@click.option(
+    "--backend",
+    type=click.Choice(["torch", "tensorrt", "trtllm"]),
+    help="torch (embedded engine), tensorrt (TensorRT engines, TensorRT-LLM <= 1.2) or trtllm "
+    "(TensorRT-LLM's PyTorch backend, >= 1.0) [torch].",
+)
+@click.option("--dry-run", is_flag=True, help="tensorrt/trtllm: print the plan and the trtllm-build/serve commands.")
 @click.option("--force", is_flag=True, help="Replace an existing engine dir.")
 @click.option("--quiet", is_flag=True, help="No progress bars (for CI logs).")
-def command(model: str | None, output: Path, config_file: Path | None, force: bool, quiet: bool, **flags) -> None:
+def command(
+    model: str | None, output: Path, config_file: Path | None, force: bool, quiet: bool, dry_run: bool, **flags
+) -> None:
     """Convert MODEL (a Hugging Face dir, a .gguf file, or `smollm2-135m`) into an engine dir."""
     from trtserve.build.builder import build_engine
 
     cfg = load_build_config(config_file, {"model": model, **flags})
-    build_engine(cfg, output, force=force, quiet=quiet)
+    if cfg.backend == "torch":
+        if dry_run:
+            raise UserError("--dry-run plans TensorRT-LLM builds; add --backend tensorrt or --backend trtllm")
+        build_engine(cfg, output, force=force, quiet=quiet)
+        return
+    from trtserve.build import trtllm_build
+
+    if dry_run:
+        click.echo(trtllm_build.describe(trtllm_build.plan(cfg), output))
+        click.echo("dry run: nothing was written")
+        return
+    trtllm_build.build(cfg, output, force=force, quiet=quiet)
+    click.echo(f"{cfg.backend} engine dir written to {output}", err=True)

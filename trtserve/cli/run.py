@@ -30,7 +30,11 @@ def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | N
         cfg = cfg.model_copy(
             update={"engine": cfg.engine.model_copy(update={"kv_cache_memory": _size(kv_cache_memory)})}
         )
-    verify_engine_dir(engine_dir)  # a missing, foreign or damaged engine fails here, before the server starts
+    manifest = verify_engine_dir(engine_dir)  # a missing, foreign or damaged engine fails here, before serving
+    if manifest.backend in ("tensorrt", "trtllm"):
+        from trtserve.backends.tensorrt_llm.llm import preflight
+
+        preflight(engine_dir, manifest)  # TensorRT-LLM installed, and the engine fits its versions and GPU
     serve(engine_dir, cfg)
 
 

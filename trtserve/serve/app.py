@@ -27,6 +27,13 @@ log = logging.getLogger(__name__)
 
 
 def default_engine_factory(engine_dir: Path, config: ServeConfig):
+    """The engine the manifest's backend asks for: torch, or TensorRT-LLM for tensorrt / trtllm."""
+    from trtserve.build.manifest import read_manifest
+
+    if read_manifest(Path(engine_dir)).backend in ("tensorrt", "trtllm"):
+        from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
+
+        return lambda: TrtllmEngine(engine_dir, config.engine)
     from trtserve.backends.torch_engine import TorchEngine
 
     return lambda: TorchEngine(engine_dir, config.engine)

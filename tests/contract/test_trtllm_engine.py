@@ -1,0 +1,201 @@
+"""The tensorrt_llm adapter end to end over the contract fake: request in, streamed deltas out,
+cancel, errors, stats, compatibility. The fake mirrors TensorRT-LLM 1.0's LLM API."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from trtserve.backends.base import GenerateRequest
+from trtserve.errors import UserError
+from trtserve.runtime.config import RuntimeConfig
+from trtserve.runtime.sampling_params import SamplingParams
+
+VOCAB = 320
+PROMPT = [5, 17, 42, 99, 7]
+
+
+@pytest.fixture
+def engine(fake_trtllm, trtllm_engine_dir, monkeypatch):
+    from trtserve.backends.tensorrt_llm import engine as engine_module
+    from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
+
+    monkeypatch.setattr(engine_module, "STATS_POLL_S", 0.1)
+
+    e = TrtllmEngine(trtllm_engine_dir, RuntimeConfig(kv_cache_memory=1 << 20))
+    yield e
+    e.shutdown()
+
+
+def collect(engine, request, stop_after=None):
+    async def run():
+        out = []
+        gen = engine.generate(request)
+        async for d in gen:
+            out.append(d)
+            if stop_after is not None and len(out) == stop_after:
+                await gen.aclose()
+                break
+        return out
+
+    return asyncio.run(run())
+
+
+def req(rid="r", prompt=PROMPT, **params):
+    return GenerateRequest(rid, list(prompt), SamplingParams(**params))
+
+
+def test_llm_gets_the_options_yaml_with_runtime_overrides(engine, fake_trtllm, trtllm_engine_dir):
+    [llm] = fake_trtllm.INSTANCES
+    assert llm.model == str(trtllm_engine_dir / "hf") and llm.tokenizer == str(trtllm_engine_dir / "tokenizer")
+    kv = llm.args["kv_cache_config"]
+    bytes_per_token = 2 * 2 * 2 * 16 * 4  # K and V, 2 layers, 2 KV heads x head 16, float32
+    assert (kv.max_tokens, kv.enable_block_reuse, kv.free_gpu_memory_fraction) == (
+        (1 << 20) // bytes_per_token,
+        True,
+        0.9,
+    )
+    assert llm.args["cuda_graph_config"].enable_padding is True
+    assert llm.tensor_parallel_size == 1
+    assert (llm.args["max_batch_size"], llm.args["max_seq_len"], llm.args["enable_chunked_prefill"]) == (8, 256, True)
+
+
+def test_greedy_stream_is_one_delta_per_step_and_ends_on_length(engine, fake_trtllm):
+    deltas = collect(engine, req(max_tokens=6, temperature=0.0))
+    assert [d.token_ids for d in deltas] == [[t] for t in fake_trtllm.reference_greedy(PROMPT, 6, VOCAB)]
+    assert [d.finish_reason for d in deltas] == [None] * 5 + ["length"]
+    assert all(d.request_id == "r" and d.num_prompt_tokens == len(PROMPT) for d in deltas)
+
+
+def test_stop_token_ends_with_its_id(engine, fake_trtllm):
+    ref = fake_trtllm.reference_greedy(PROMPT, 10, VOCAB)
+    deltas = collect(engine, req(max_tokens=10, temperature=0.0, stop_token_ids=[ref[3]]))
+    tokens = [t for d in deltas for t in d.token_ids]
+    assert tokens == ref[: ref.index(ref[3]) + 1]
+    assert (deltas[-1].finish_reason, deltas[-1].stop_reason) == ("stop", ref[3])
+
+
+def test_eos_ends_with_stop_and_no_stop_reason(engine, fake_trtllm):
+    prompt, eos = [6, 4], 1
+    ref = fake_trtllm.reference_greedy(prompt, 20, VOCAB)
+    assert ref.index(eos) == 6  # the toy model emits EOS as its 7th token for this prompt
+    deltas = collect(engine, req(prompt=prompt, max_tokens=20, temperature=0.0))
+    assert [t for d in deltas for t in d.token_ids] == ref[: ref.index(eos) + 1]
+    assert (deltas[-1].finish_reason, deltas[-1].stop_reason) == ("stop", None)
+    ignored = collect(engine, req("r2", prompt=prompt, max_tokens=20, temperature=0.0, ignore_eos=True))
+    assert [t for d in ignored for t in d.token_ids] == ref and ignored[-1].finish_reason == "length"
+
+
+def test_abort_cancels_in_trtllm_and_finishes_with_abort(engine, fake_trtllm):
+    async def run():
+        out = []
+        async for d in engine.generate(req(max_tokens=200, temperature=0.0)):
+            out.append(d)
+            if len(out) == 2:
+                engine.abort("r")
+        return out
+
+    deltas = asyncio.run(run())
+    assert deltas[-1].finish_reason == "abort" and all(d.finish_reason is None for d in deltas[:-1])
+    assert len([t for d in deltas for t in d.token_ids]) < 200
+    [llm] = fake_trtllm.INSTANCES
+    assert len(llm.aborted_ids) == 1
+
+
+def test_leaving_the_stream_early_aborts_the_request(engine, fake_trtllm):
+    deltas = collect(engine, req(max_tokens=200, temperature=0.0), stop_after=3)
+    assert len(deltas) == 3
+    [llm] = fake_trtllm.INSTANCES
+    deadline = time.time() + 5
+    while not llm.aborted_ids and time.time() < deadline:
+        time.sleep(0.01)
+    assert len(llm.aborted_ids) == 1 and not llm._active
+
+
+def test_engine_error_finishes_the_request_with_error(engine, fake_trtllm):
+    deltas = collect(engine, req(prompt=[fake_trtllm.FAIL_TOKEN, 9, 9], max_tokens=50, temperature=0.0))
+    assert deltas[-1].finish_reason == "error"
+    assert "RequestError: fake executor error" in deltas[-1].error
+
+
+def test_n_sequences_and_logprobs(engine):
+    deltas = collect(engine, req(max_tokens=4, n=2, temperature=0.8, seed=7, logprobs=2))
+    for i in (0, 1):
+        mine = [d for d in deltas if d.index == i]
+        assert sum(len(d.token_ids) for d in mine) == 4 and mine[-1].finish_reason == "length"
+        for d in mine:
+            assert [lp.token_id for lp in d.logprobs] == d.token_ids
+            assert all(len(lp.top) == 2 and lp.rank == 1 and lp.top[0][0] == lp.token_id for lp in d.logprobs)
+
+
+def test_seed_reproduces(engine):
+    a = collect(engine, req("a", max_tokens=8, temperature=1.0, seed=3))
+    b = collect(engine, req("b", max_tokens=8, temperature=1.0, seed=3))
+    assert [d.token_ids for d in a] == [d.token_ids for d in b]
+
+
+def test_every_sampling_mapping_is_accepted_by_trtllm(engine, fake_trtllm):
+    params = dict(
+        n=2, max_tokens=5, min_tokens=2, temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
+        presence_penalty=0.5, frequency_penalty=-0.5, seed=1, stop_token_ids=[7], bad_words_ids=[[5]], logprobs=3,
+    )  # fmt: skip
+    deltas = collect(engine, req(**params))
+    assert {d.index for d in deltas if d.finish_reason} == {0, 1}
+
+
+@pytest.mark.parametrize(
+    "request_, fragment",
+    [
+        (req(prompt_logprobs=1), "prompt_logprobs: prompt logprobs are not mapped"),
+        (GenerateRequest("r", PROMPT, SamplingParams(), priority=2.0), "priority: request priority"),
+        (req(prompt=[], max_tokens=1), "the prompt is empty"),
+        (req(prompt=[1] * 250, max_tokens=10), "exceeds the engine's max_seq_len (256)"),
+        (req(prompt=[VOCAB], max_tokens=1), "prompt token ids must lie in [0, 320)"),
+        (req(n=9), "n (9) exceeds the engine's max_batch_size (8)"),
+    ],
+)
+def test_bad_requests_are_refused_before_submission(engine, fake_trtllm, request_, fragment):
+    with pytest.raises(UserError) as err:
+        engine.check(request_)
+    assert fragment in str(err.value)
+    with pytest.raises(UserError):
+        collect(engine, request_)
+    [llm] = fake_trtllm.INSTANCES
+    assert llm._next_id == 0  # nothing reached TensorRT-LLM
+
+
+def test_stats_from_iteration_stats_and_exact_token_counts(engine):
+    collect(engine, req("a", prompt=list(range(3, 70)), max_tokens=5, temperature=0.0))
+    collect(engine, req("b", prompt=list(range(3, 70)), max_tokens=5, temperature=0.0))
+    deadline = time.time() + 10
+    while engine.stats().steps == 0 and time.time() < deadline:
+        time.sleep(0.05)
+    s = engine.stats()
+    assert (s.prompt_tokens, s.generated_tokens) == (2 * 67, 10)
+    assert s.kv_blocks_total == ((1 << 20) // 512) // 32 and s.steps > 0
+    assert (s.prefix_queries, s.prefix_hits) == (4 * 32, 2 * 32)  # 2 full blocks per prompt, the 2nd reused
+
+
+def test_health_and_shutdown(engine):
+    assert engine.health()
+    engine.shutdown()
+    assert not engine.health()
+    with pytest.raises(RuntimeError, match="shut down"):
+        collect(engine, req())
+
+
+def test_tensorrt_llm_older_than_1_0_is_refused_for_trtllm_dirs(fake_trtllm, trtllm_engine_dir, monkeypatch):
+    from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
+
+    monkeypatch.setattr(fake_trtllm, "__version__", "0.19.0")
+    with pytest.raises(UserError, match="PyTorch backend \\(>= 1.0\\) but TensorRT-LLM 0.19.0 is installed"):
+        TrtllmEngine(trtllm_engine_dir)
+    assert not fake_trtllm.INSTANCES
+
+
+def test_trtllm_argument_errors_become_user_errors(engine, monkeypatch):
+    monkeypatch.setattr(engine, "max_batch_size", 100)  # let n=9 past our check to TensorRT-LLM's own
+    with pytest.raises(UserError, match=r"TensorRT-LLM refused the request: SamplingParams.n \(9\)"):
+        collect(engine, req(n=9, temperature=0.5))

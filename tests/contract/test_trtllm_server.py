@@ -1,0 +1,88 @@
+"""`trtserve run` on a `--backend trtllm` engine dir, TensorRT-LLM replaced by the contract fake
+(on the server's PYTHONPATH), driven by the official `openai` client and plain HTTP."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+from trtllm_fake import FAKE_PATH, load_toy_model
+
+fake = load_toy_model()
+
+VOCAB = 320
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def live(trtllm_engine_dir, tmp_path_factory):
+    from api.conftest import Server
+
+    env = {"PYTHONPATH": os.pathsep.join([str(FAKE_PATH), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    s = Server(trtllm_engine_dir, "--kv-cache-memory", "1MiB", env=env, log=tmp_path_factory.mktemp("logs") / "s.log")
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def client(live):
+    return openai.OpenAI(base_url=f"{live.url}/v1", api_key="unused")
+
+
+@pytest.fixture(scope="module")
+def tokenizer(trtllm_engine_dir):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(trtllm_engine_dir / "tokenizer"))
+
+
+def test_completion_text_is_the_engines_tokens_detokenized(client, trtllm_engine_dir, tokenizer):
+    ids = tokenizer.encode("The quick brown fox")
+    expected = fake.reference_greedy(ids, 8, VOCAB)
+    r = client.completions.create(
+        model=trtllm_engine_dir.name, prompt=ids, max_tokens=8, temperature=0, extra_body={"ignore_eos": True}
+    )
+    assert r.choices[0].text == tokenizer.decode(expected, skip_special_tokens=True)
+    assert r.choices[0].finish_reason == "length"
+    assert (r.usage.prompt_tokens, r.usage.completion_tokens) == (len(ids), 8)
+
+
+def test_stream_equals_non_stream(client, trtllm_engine_dir):
+    kw = dict(model=trtllm_engine_dir.name, prompt="Paged attention", max_tokens=10, temperature=0)
+    whole = client.completions.create(**kw, extra_body={"ignore_eos": True}).choices[0].text
+    chunks = list(client.completions.create(**kw, stream=True, extra_body={"ignore_eos": True}))
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == whole
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_chat_stream(client, trtllm_engine_dir):
+    stream = client.chat.completions.create(
+        model=trtllm_engine_dir.name, messages=[{"role": "user", "content": "Hi"}], max_tokens=5, stream=True
+    )
+    reasons = [c.choices[0].finish_reason for c in stream if c.choices]
+    assert reasons[-1] in ("length", "stop")
+
+
+def test_unsupported_setting_is_a_400(client, trtllm_engine_dir):
+    with pytest.raises(openai.BadRequestError) as err:
+        client.completions.create(model=trtllm_engine_dir.name, prompt="x", max_tokens=2, extra_body={"priority": 1})
+    assert "priority: request priority is not supported by the tensorrt_llm backend" in str(err.value)
+
+
+def test_metrics_come_from_the_engine(live, client, trtllm_engine_dir):
+    client.completions.create(model=trtllm_engine_dir.name, prompt="abc", max_tokens=3, extra_body={"ignore_eos": True})
+    assert live.metric("trtserve_generation_tokens_total") >= 3
+    assert live.metric("trtserve_kv_cache_total_blocks") == (1 << 20) // 512 // 32
+    assert 'finished_reason="length"' in httpx.get(f"{live.url}/metrics").text
+
+
+def test_kserve_generate(live, trtllm_engine_dir):
+    r = httpx.post(
+        f"{live.url}/v2/models/{trtllm_engine_dir.name}/generate",
+        json={"text_input": "The capital", "max_tokens": 4, "exclude_input_in_output": True},
+    )
+    assert r.status_code == 200, r.text
+    assert isinstance(r.json()["text_output"], str)

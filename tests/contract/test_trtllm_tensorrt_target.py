@@ -1,0 +1,98 @@
+"""`--backend tensorrt` end to end with the fake: trtllm-build orchestration, the engine dir, the
+manifest's toolchain and GPU, loading through the TensorRT-engine LLM, and every mismatch refused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from trtserve.backends.base import GenerateRequest
+from trtserve.backends.tensorrt_llm import install
+from trtserve.build import trtllm_build
+from trtserve.build.config import BuildConfig
+from trtserve.build.manifest import verify_engine_dir
+from trtserve.errors import UserError
+from trtserve.runtime.sampling_params import SamplingParams
+
+
+@pytest.fixture
+def trt_dir(fake_gpu, tiny_llama, tmp_path):
+    cfg = BuildConfig(model=str(tiny_llama), backend="tensorrt", max_batch_size=8, tp_size=2, tokens_per_block=16)
+    return trtllm_build.build(cfg, tmp_path / "trt", quiet=True)
+
+
+def test_engine_dir_layout_and_manifest(trt_dir, fake_gpu):
+    m = verify_engine_dir(trt_dir)
+    assert m.backend == "tensorrt" and m.target == fake_gpu.to_dict()
+    names = set(m.files)
+    assert {"engine/config.json", "engine/rank0.engine", "engine/rank1.engine"} <= names
+    assert {"checkpoint/config.json", "checkpoint/rank0.safetensors", "checkpoint/rank1.safetensors"} <= names
+    assert {"tokenizer/tokenizer.json", "llm_api_options.yaml", "config.json"} <= names
+    assert "model.safetensors" not in names and not list(trt_dir.parent.glob(".trt.*"))
+    build = json.loads((trt_dir / "engine" / "config.json").read_text())["build_config"]
+    assert (build["max_batch_size"], build["tokens_per_block"], build["kv_cache_type"]) == (8, 16, "paged")
+
+
+def test_serves_through_the_tensorrt_engine_llm(trt_dir, fake_trtllm):
+    from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
+
+    engine = TrtllmEngine(trt_dir)
+    try:
+        [llm] = fake_trtllm.INSTANCES
+        assert llm.model == str(trt_dir / "engine")
+        assert set(llm.args) == {"kv_cache_config"}  # the limits are baked into the engine
+        assert llm.tensor_parallel_size == 2
+
+        async def run():
+            req = GenerateRequest("t", [5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0))
+            return [d async for d in engine.generate(req)]
+
+        deltas = asyncio.run(run())
+        assert sum(len(d.token_ids) for d in deltas) == 4 and deltas[-1].finish_reason == "length"
+    finally:
+        engine.shutdown()
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"sm": "8.0"}, "was built for GPU compute capability (SM) 9.0 but this host has 8.0"),
+        ({"tensorrt": "10.10.0"}, "was built for TensorRT 10.9.0.34 but this host has 10.10.0"),
+        ({"tensorrt_llm": "1.1.0"}, "was built for TensorRT-LLM 1.0.0 but this host has 1.1.0"),
+    ],
+)
+def test_mismatch_is_refused_by_trtserve_run(trt_dir, fake_gpu, monkeypatch, change, message):
+    from click.testing import CliRunner
+
+    import trtserve.serve.server
+    from trtserve.cli import main
+
+    other = install.Target(**{**fake_gpu.to_dict(), **change})
+    monkeypatch.setattr(install, "installed_target", lambda tllm=None: other)
+    monkeypatch.setattr(trtserve.serve.server, "serve", _must_not_serve)
+    result = CliRunner().invoke(main, ["run", str(trt_dir)])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert f"trtserve build {json.loads((trt_dir / 'manifest.json').read_text())['source']['path']} -o {trt_dir}" in (
+        result.output
+    )
+
+
+def _must_not_serve(*args, **kwargs):
+    raise AssertionError("the compatibility check let a mismatched engine through to serving")
+
+
+def test_trtllm_build_failure_leaves_nothing(fake_gpu, tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent-bin-only")
+    with pytest.raises(UserError, match="trtllm-build is not on PATH"):
+        trtllm_build.build(BuildConfig(model=str(tiny_llama), backend="tensorrt"), tmp_path / "x", quiet=True)
+    assert not list(tmp_path.iterdir())
+
+
+def test_no_gpu_no_tensorrt_build(fake_gpu, tiny_llama, tmp_path, monkeypatch):
+    monkeypatch.setattr(install, "installed_target", lambda tllm=None: install.Target(tensorrt_llm="1.0.0"))
+    with pytest.raises(UserError, match="no CUDA GPU is visible"):
+        trtllm_build.build(BuildConfig(model=str(tiny_llama), backend="tensorrt"), tmp_path / "x", quiet=True)
+    assert not list(tmp_path.iterdir())

@@ -1,0 +1,69 @@
+"""`--backend tensorrt`: our resolved build limits -> TensorRT-LLM's BuildConfig and `trtllm-build` argv.
+
+Names and defaults follow `tensorrt_llm/commands/build.py`, `builder.py` and `plugin/plugin.py`
+of TensorRT-LLM ~0.17-0.19 (fact sheet section 2); `trtllm-build` exists up to 1.2.
+Pure functions: nothing here imports tensorrt_llm.
+"""
+
+from __future__ import annotations
+
+from trtserve.backends.tensorrt_llm.quant import FP8_CONTEXT_FMHA, FUSED_MLP_ALLOWED, quant_algos
+from trtserve.build.layout import EngineBuildConfig
+
+# gemm_plugin by quantization: FP8 / NVFP4 have their own gemm plugins; otherwise the model dtype ("auto").
+_GEMM_PLUGIN = {"FP8": "fp8", "NVFP4": "nvfp4"}
+
+
+def plugin_config(limits: EngineBuildConfig, quantization: dict | None) -> dict:
+    """BuildConfig.plugin_config as `trtllm-build` writes it into the engine's config.json."""
+    algo, _ = quant_algos(quantization)
+    return {
+        "gpt_attention_plugin": "auto",  # the model dtype
+        "gemm_plugin": _GEMM_PLUGIN.get(algo, "auto"),
+        "context_fmha": True,
+        "paged_kv_cache": True,
+        "remove_input_padding": True,
+        "tokens_per_block": limits.plugin_config.tokens_per_block,
+        "use_paged_context_fmha": True,  # needed for KV-cache reuse and chunked context
+        "use_fp8_context_fmha": algo in FP8_CONTEXT_FMHA,
+        "use_fused_mlp": algo in FUSED_MLP_ALLOWED,
+    }
+
+
+def build_config(limits: EngineBuildConfig, quantization: dict | None) -> dict:
+    """The dict `tensorrt_llm.BuildConfig.from_dict` takes (and `trtllm-build --build_config` reads)."""
+    return {
+        "max_batch_size": limits.max_batch_size,
+        "max_input_len": limits.max_input_len,
+        "max_seq_len": limits.max_seq_len,
+        "max_num_tokens": limits.max_num_tokens,
+        "max_beam_width": limits.max_beam_width,
+        "kv_cache_type": "PAGED",
+        "plugin_config": plugin_config(limits, quantization),
+    }
+
+
+def _flag(on: bool) -> str:
+    return "enable" if on else "disable"
+
+
+def trtllm_build_argv(
+    limits: EngineBuildConfig, quantization: dict | None, checkpoint_dir: str, output_dir: str, tp_size: int = 1
+) -> list[str]:
+    """The `trtllm-build` command line that builds one rank{r}.engine per TP rank from our checkpoint.
+
+    Quantization needs no flag: trtllm-build reads it from the checkpoint's config.json.
+    """
+    bc = build_config(limits, quantization)
+    pc = bc["plugin_config"]
+    argv = ["trtllm-build", "--checkpoint_dir", checkpoint_dir, "--output_dir", output_dir]
+    for key in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens", "max_beam_width"):
+        argv += [f"--{key}", str(bc[key])]
+    argv += ["--kv_cache_type", "paged", "--tokens_per_block", str(pc["tokens_per_block"])]
+    argv += ["--gpt_attention_plugin", pc["gpt_attention_plugin"], "--gemm_plugin", pc["gemm_plugin"]]
+    for key in ("context_fmha", "remove_input_padding", "use_paged_context_fmha", "use_fused_mlp"):
+        argv += [f"--{key}", _flag(pc[key])]
+    if pc["use_fp8_context_fmha"]:
+        argv += ["--use_fp8_context_fmha", "enable"]
+    argv += ["--workers", str(tp_size)]  # one per rank; trtllm-build caps it at the GPU count
+    return argv

@@ -1,0 +1,178 @@
+"""The tensorrt_llm backend: our Engine interface over TensorRT-LLM's LLM API.
+
+TensorRT-LLM brings its own in-flight batcher and paged KV cache, so this adapter only submits,
+streams, cancels and reports; the mapping logic lives in the pure modules beside it. Calls made
+on TensorRT-LLM (release of the documentation each was taken from):
+
+    LLM.generate_async(prompt_token_ids, sampling_params=SamplingParams(**kw), streaming=True)
+        -> a result that `async for` yields once per step, `.outputs[i]` cumulative  (1.0; 0.20 source)
+    result.abort()                        cancel; the stream then ends with finish_reason 'cancelled'  (0.20 source, 1.0)
+    LLM.get_stats(timeout)                iteration-stat dicts drained since the last call  (1.0 docs)
+    LLM.shutdown()                        (1.0 docs)
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from trtserve.backends.base import EngineStats, GenerateRequest, TokenDelta
+from trtserve.backends.tensorrt_llm.llm import create_llm, preflight, read_options
+from trtserve.backends.tensorrt_llm.outputs import DeltaTracker
+from trtserve.backends.tensorrt_llm.sampling import check_supported, to_trtllm_sampling
+from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
+from trtserve.backends.tensorrt_llm.stats import engine_stats, latest
+from trtserve.build.layout import TOKENIZER_DIR, read_engine_config
+from trtserve.build.manifest import verify_engine_dir
+from trtserve.errors import UserError
+from trtserve.runtime.config import RuntimeConfig
+
+log = logging.getLogger(__name__)
+STATS_POLL_S = 1.0  # get_stats waits this long for new iterations
+
+
+class TrtllmEngine:
+    platform = "tensorrt_llm"
+
+    def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
+        from transformers import AutoTokenizer
+
+        cfg = config or RuntimeConfig()
+        path = Path(engine_dir)
+        manifest = verify_engine_dir(path)
+        self._tllm = preflight(path, manifest)
+        ecfg = read_engine_config(path)
+        self.max_seq_len = ecfg.build_config.max_seq_len
+        self.max_batch_size = min(ecfg.build_config.max_batch_size, cfg.max_batch_size or 1 << 30)
+        self.vocab_size = ecfg.pretrained_config.vocab_size
+        self.tokenizer = AutoTokenizer.from_pretrained(str(path / TOKENIZER_DIR))
+        self.eos_token_ids = _eos_ids(self.tokenizer, path / TOKENIZER_DIR)
+        kv_tokens = None
+        if cfg.kv_cache_memory:
+            kv_tokens = int(cfg.kv_cache_memory) // ecfg.pretrained_config.kv_bytes_per_token()
+        options = apply_runtime(
+            read_options(path),
+            kv_cache_tokens=kv_tokens,
+            enable_prefix_caching=cfg.enable_prefix_caching,
+            max_batch_size=cfg.max_batch_size,
+            max_num_tokens=cfg.max_num_tokens,
+        )
+        log.info("starting TensorRT-LLM %s (%s) on %s", self._tllm.__version__, manifest.backend, path)
+        tp = int(manifest.build_config.get("tp_size", 1))
+        self.llm = create_llm(self._tllm, manifest.backend, path, options, path / TOKENIZER_DIR, tp)
+        self._results: dict[str, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
+        self._prompt_tokens = self._generated_tokens = 0
+        self._latest: dict | None = None
+        self._closed = threading.Event()
+        self._poller = threading.Thread(target=self._poll_stats, name="trtserve-trtllm-stats", daemon=True)
+        self._poller.start()
+
+    # ---- the Engine interface ---------------------------------------------------------------
+    def check(self, request: GenerateRequest) -> None:
+        n, p = len(request.prompt_token_ids), request.params
+        if n == 0:
+            raise UserError("the prompt is empty; send at least one token")
+        if n + p.max_tokens > self.max_seq_len:
+            raise UserError(
+                f"the prompt ({n} tokens) plus max_tokens ({p.max_tokens}) exceeds the engine's max_seq_len "
+                f"({self.max_seq_len}); shorten the prompt or lower max_tokens"
+            )
+        if any(t < 0 or t >= self.vocab_size for t in request.prompt_token_ids):
+            raise UserError(f"prompt token ids must lie in [0, {self.vocab_size})")
+        if p.n > self.max_batch_size:
+            raise UserError(f"n ({p.n}) exceeds the engine's max_batch_size ({self.max_batch_size})")
+        check_supported(request)
+
+    async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
+        """Stream the request's deltas; leaving early (cancel, disconnect) aborts it in TensorRT-LLM."""
+        if not self.health():
+            raise RuntimeError("the TensorRT-LLM engine is shut down")
+        self.check(request)
+        rid, p = request.request_id, request.params
+        if rid in self._results:
+            raise UserError(f"request id {rid} is already running; use a unique id")
+        sp = self._tllm.SamplingParams(**to_trtllm_sampling(p, self.eos_token_ids))
+        try:
+            result = self.llm.generate_async(list(request.prompt_token_ids), sampling_params=sp, streaming=True)
+        except ValueError as err:  # TensorRT-LLM's own argument checks (lengths, n vs max_batch_size, ...)
+            raise UserError(f"TensorRT-LLM refused the request: {err}") from None
+        self._results[rid] = (result, p.n, set())
+        self._prompt_tokens += len(request.prompt_token_ids)
+        tracker = DeltaTracker(rid, len(request.prompt_token_ids), frozenset(p.stop_token_ids), p.logprobs)
+        try:
+            try:
+                async for snapshot in result:
+                    for d in tracker.deltas(snapshot):
+                        self._generated_tokens += len(d.token_ids)
+                        yield d
+                    if len(tracker.finished) >= p.n:
+                        break
+                leftover = tracker.abort_all(p.n, "TensorRT-LLM ended the stream without finishing it")
+            except Exception as err:  # TensorRT-LLM failed this request (RequestError, executor error)
+                log.warning("request %s failed in TensorRT-LLM: %s", rid, err)
+                leftover = tracker.abort_all(p.n, f"{type(err).__name__}: {err}")
+            for d in leftover:
+                yield d
+        finally:
+            self._results.pop(rid, None)
+            if len(tracker.finished) < p.n:
+                _abort(result)
+
+    def abort(self, request_id: str, index: int | None = None) -> None:
+        """Cancel the request; for one sequence of n > 1, once all its sequences were asked to stop."""
+        entry = self._results.get(request_id)
+        if entry is None:
+            return
+        result, n, stopped = entry
+        if index is not None and n > 1:
+            stopped.add(index)  # TensorRT-LLM cancels whole requests only; the rest keep running
+            if len(stopped) < n:
+                return
+        _abort(result)
+
+    def stats(self) -> EngineStats:
+        return engine_stats(self._latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)
+
+    def health(self) -> bool:
+        return not self._closed.is_set()
+
+    def shutdown(self) -> None:
+        self._closed.set()
+        self._poller.join(timeout=2 * STATS_POLL_S + 1)
+        self.llm.shutdown()
+
+    # ---- iteration stats --------------------------------------------------------------------
+    def _poll_stats(self) -> None:
+        while not self._closed.is_set():
+            try:
+                newest = latest(self.llm.get_stats(timeout=STATS_POLL_S))
+            except Exception as err:  # stats are best-effort; serving goes on
+                log.debug("get_stats failed: %s", err)
+                self._closed.wait(STATS_POLL_S)
+                continue
+            if newest is not None:
+                self._latest = newest
+
+
+def _abort(result) -> None:
+    try:
+        result.abort()
+    except Exception as err:  # already finished or the executor is gone
+        log.debug("abort failed: %s", err)
+
+
+def _eos_ids(tokenizer, tokenizer_dir: Path) -> list[int]:
+    """The tokenizer's EOS first, then generation_config.json's others (the torch loader's rule)."""
+    from transformers import GenerationConfig
+
+    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    try:
+        gen = GenerationConfig.from_pretrained(str(tokenizer_dir)).eos_token_id
+    except OSError:
+        gen = None
+    for t in gen if isinstance(gen, list) else [gen] if gen is not None else []:
+        if t not in ids:
+            ids.append(t)
+    return ids

@@ -1,0 +1,57 @@
+"""The unified checkpoint's `quantization` section (fact sheet section 1), checked for TensorRT-LLM."""
+
+from __future__ import annotations
+
+from trtserve.errors import UserError
+
+# QuantAlgo members (a StrEnum built with auto(), so each value is its name), TensorRT-LLM ~0.17-1.x.
+QUANT_ALGOS = frozenset(
+    [
+        "W8A16",
+        "W4A16",
+        "W4A16_AWQ",
+        "W4A8_AWQ",
+        "W8A16_GPTQ",
+        "W4A16_GPTQ",
+        "W8A8_SQ_PER_CHANNEL",
+        "W8A8_SQ_PER_TENSOR_PLUGIN",
+        "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
+        "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN",
+        "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN",
+        "W4A8_QSERVE_PER_GROUP",
+        "W4A8_QSERVE_PER_CHANNEL",
+        "FP8",
+        "FP8_PER_CHANNEL_PER_TOKEN",
+        "FP8_BLOCK_SCALES",
+        "MIXED_PRECISION",
+        "NVFP4",
+        "W4A8_NVFP4_FP8",
+        "W4A8_MXFP4_FP8",
+        "W4A8_MXFP4_MXFP8",
+        "W4A16_MXFP4",
+    ]
+)
+KV_CACHE_QUANT_ALGOS = frozenset({"FP8", "INT8", "NVFP4"})
+FUSED_MLP_ALLOWED = frozenset({None, "FP8", "MIXED_PRECISION"})  # trtllm-build forces use_fused_mlp off otherwise
+FP8_CONTEXT_FMHA = frozenset({"FP8", "W4A8_AWQ", "NVFP4"})  # where use_fp8_context_fmha applies
+
+
+def quant_algos(quantization: dict | None) -> tuple[str | None, str | None]:
+    """(quant_algo, kv_cache_quant_algo) of a checkpoint's `quantization`, validated; None = not quantized."""
+    q = quantization or {}
+    algo = q.get("quant_algo")
+    kv = q.get("kv_cache_quant_algo")
+    if algo in ("NO_QUANT", ""):
+        algo = None
+    if algo is not None and algo not in QUANT_ALGOS:
+        hint = " (INT8 is only a kv_cache_quant_algo)" if algo == "INT8" else ""
+        raise UserError(
+            f"the checkpoint's quantization.quant_algo {algo!r} is not a TensorRT-LLM QuantAlgo{hint}; "
+            f"use one of {', '.join(sorted(QUANT_ALGOS))} or rebuild without quantization"
+        )
+    if kv is not None and kv not in KV_CACHE_QUANT_ALGOS:
+        raise UserError(
+            f"the checkpoint's quantization.kv_cache_quant_algo {kv!r} is not supported by TensorRT-LLM; "
+            f"use one of {', '.join(sorted(KV_CACHE_QUANT_ALGOS))} or none"
+        )
+    return algo, kv

@@ -1,0 +1,87 @@
+"""Our SamplingParams -> keyword arguments of TensorRT-LLM's `SamplingParams` (LLM API).
+
+Field names from `tensorrt_llm/sampling_params.py` of TensorRT-LLM 1.0.0rc4 (fact sheet 3b).
+What stays ours (the shared serving code does it for every backend): stop strings,
+detokenization, skip_special_tokens, admission, deadlines. What TensorRT-LLM cannot do the way
+we define it is refused with a UserError (HTTP 400) naming the field, before anything is queued.
+"""
+
+from __future__ import annotations
+
+from trtserve.backends.base import GenerateRequest
+from trtserve.errors import UserError
+from trtserve.runtime.sampling_params import SamplingParams
+
+# ours -> why the tensorrt_llm backend refuses it when set to anything but its default
+UNSUPPORTED = {
+    "prompt_logprobs": "prompt logprobs are not mapped by the tensorrt_llm backend",
+    "bad_words_ids": "only single-token bad words are supported by the tensorrt_llm backend (bad_token_ids)",
+    "priority": "request priority is not supported by the tensorrt_llm backend",
+    "cache_salt": "cache_salt is not supported by the tensorrt_llm backend",
+    "seed": "TensorRT-LLM seeds are unsigned 64-bit integers",
+}
+
+
+def check_supported(request: GenerateRequest) -> None:
+    """Raise UserError (400) for settings this backend cannot honour."""
+    p = request.params
+
+    def refuse(name: str) -> None:
+        raise UserError(f"{name}: {UNSUPPORTED[name]}; leave it unset or serve a torch engine")
+
+    if p.prompt_logprobs is not None:
+        refuse("prompt_logprobs")
+    if any(len(words) != 1 for words in p.bad_words_ids):
+        refuse("bad_words_ids")
+    if request.priority != 0.0:
+        refuse("priority")
+    if request.cache_salt is not None:
+        refuse("cache_salt")
+    if p.seed is not None and not 0 <= p.seed < 2**64:
+        refuse("seed")
+
+
+def to_trtllm_sampling(p: SamplingParams, eos_token_ids: list[int]) -> dict:
+    """kwargs for `tensorrt_llm.SamplingParams(**kwargs)`; only fields that differ from neutral are set.
+
+    eos_token_ids: the tokenizer's EOS first; the first is `end_id`, the others stop like EOS.
+    """
+    kw: dict = {
+        "max_tokens": p.max_tokens,
+        "n": p.n,
+        "detokenize": False,  # our detokenizer and stop strings run on the token ids
+        "include_stop_str_in_output": True,  # keep the stop token in token_ids, as the torch engine does
+    }
+    if eos_token_ids:
+        kw["end_id"] = kw["pad_id"] = eos_token_ids[0]
+    stop_ids = list(p.stop_token_ids)
+    if not p.ignore_eos:
+        stop_ids += [t for t in eos_token_ids[1:] if t not in stop_ids]
+    if stop_ids:
+        kw["stop_token_ids"] = stop_ids
+    if p.ignore_eos:
+        kw["ignore_eos"] = True
+    if p.min_tokens:
+        kw["min_tokens"] = p.min_tokens
+    if p.greedy:
+        kw["top_k"] = 1  # greedy in every TensorRT-LLM sampler
+    else:
+        kw["temperature"] = p.temperature
+        kw["top_p"] = p.top_p  # set even at 1.0: without top_k/top_p TensorRT-LLM's TRT path decodes greedily
+        if p.top_k:
+            kw["top_k"] = p.top_k
+        if p.min_p:
+            kw["min_p"] = p.min_p
+    if p.repetition_penalty != 1.0:
+        kw["repetition_penalty"] = p.repetition_penalty
+    if p.presence_penalty:
+        kw["presence_penalty"] = p.presence_penalty
+    if p.frequency_penalty:
+        kw["frequency_penalty"] = p.frequency_penalty
+    if p.seed is not None:
+        kw["seed"] = p.seed
+    if p.bad_words_ids:
+        kw["bad_token_ids"] = [words[0] for words in p.bad_words_ids]
+    if p.logprobs is not None:
+        kw["logprobs"] = max(p.logprobs, 1)  # TensorRT-LLM returns the sampled token among its top-k
+    return kw
