@@ -116,6 +116,18 @@ async def check_reachable(client: httpx.AsyncClient, base_url: str, backend: str
         ) from None
 
 
+def text_of_length(tokenizer, ids: list[int]) -> str:
+    """Text that `tokenizer` encodes back to len(ids) tokens when it can (decode, re-encode, trim or pad)."""
+    n, text = len(ids), tokenizer.decode(ids)
+    for _ in range(8):
+        enc = list(tokenizer.encode(text, add_special_tokens=False))
+        if len(enc) == n:
+            break
+        enc = enc[:n] if len(enc) > n else enc + ids[: n - len(enc)]
+        text = tokenizer.decode(enc)
+    return text
+
+
 async def as_text(client: httpx.AsyncClient, base_url: str, model: str, requests: list[BenchRequest], tokenizer=None):
     """Prompts as text for text-only front ends: token ids detokenized locally or by the server."""
     out = []
@@ -123,7 +135,7 @@ async def as_text(client: httpx.AsyncClient, base_url: str, model: str, requests
         if isinstance(r.prompt, str):
             out.append(r.prompt)
         elif tokenizer is not None:
-            out.append(tokenizer.decode(r.prompt))
+            out.append(text_of_length(tokenizer, r.prompt))
         else:
             resp = await client.post(base_url + "/detokenize", json={"model": model, "tokens": r.prompt})
             if resp.status_code != 200 or "prompt" not in resp.json():

@@ -85,13 +85,28 @@ class MetricsWatcher:
         self._task = asyncio.ensure_future(self._poll())
         return True
 
+    async def _settled(self, wait: float = 2.0) -> dict[str, float] | None:
+        """The after-run scrape, once the engine reports no running or waiting request.
+
+        The engine publishes its counters after each step, so a client can see its last token a
+        moment before the counters include it; an idle snapshot is final (other clients aside).
+        """
+        deadline = asyncio.get_running_loop().time() + wait
+        while True:
+            values = await self._scrape()
+            idle = values is not None and not values.get(GAUGES["peak_num_requests_running"], 0)
+            idle = idle and not values.get(GAUGES["peak_num_requests_waiting"], 0)
+            if idle or values is None or asyncio.get_running_loop().time() > deadline:
+                return values
+            await asyncio.sleep(0.02)
+
     async def stop(self) -> dict[str, float] | None:
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
         if self.before is None:
             return None
-        after = await self._scrape()
+        after = await self._settled()
         if after is None:
             return None
         self._peak(after)

@@ -63,6 +63,9 @@ def _tokenizer(path: Path | None):
         return None
     from transformers import AutoTokenizer
 
+    if (path / "tokenizer").is_dir():  # a trtserve engine directory
+        path = path / "tokenizer"
+
     try:
         return AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     except (OSError, ValueError) as err:
@@ -106,7 +109,7 @@ def _tokenizer(path: Path | None):
 @click.option(
     "--tokenizer",
     type=click.Path(path_type=Path),
-    help="A local tokenizer dir: sets the vocab size and detokenizes prompts for openai-chat/kserve.",
+    help="A local tokenizer or trtserve engine dir: sets the vocab size and detokenizes prompts for openai-chat/kserve.",
 )
 @click.option(
     "--ignore-eos/--no-ignore-eos", default=True, show_default=True, help="Generate exactly --output-len tokens."
@@ -151,6 +154,12 @@ def command(**o) -> None:
     }
     tok = _tokenizer(o["tokenizer"])
     vocab = len(tok) if tok is not None else o["vocab_size"]
+    if tok is None and o["backend"] != "openai":
+        click.echo(
+            f"note: {o['backend']} takes text, so the random token-id prompts are detokenized by the server and "
+            "re-tokenized, which changes their length; pass --tokenizer (a tokenizer or engine dir) for exact lengths",
+            err=True,
+        )
     reqs = _workload(o["dataset"], o["num_requests"], input_len, output_len, vocab, o["seed"], prefix)
     run = asyncio.run(
         run_benchmark(
@@ -170,8 +179,10 @@ def command(**o) -> None:
         )
     )
     summary = summarize(run, slo)
-    Console().print(table(summary))
     errors = [e for e in summary["errors"] if e]
+    if not summary["completed"]:
+        raise UserError(f"all {len(errors)} requests failed; the first error: {errors[0]}")
+    Console().print(table(summary))
     if errors:
         click.echo(f"{len(errors)} request(s) failed; the first error: {errors[0]}", err=True)
     if o["json_path"] is not None:
