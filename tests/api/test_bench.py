@@ -88,3 +88,27 @@ def test_bad_flags_and_unreachable_server(server, model_name):
     assert proc.returncode == 2 and "--slo item 'ttft=fast' is not valid" in proc.stderr
     proc = _cli("--model", "nope", "--base-url", server.url, "-n", "2", "--input-len", "4", "--output-len", "2")
     assert proc.returncode == 2 and "all 2 requests failed" in proc.stderr and "does not exist" in proc.stderr
+
+
+def test_kserve_end_id_minus_one_ignores_eos(server, model_name, offline):
+    """TensorRT-LLM semantics, which the kserve backend relies on: end_id replaces EOS; -1 means none."""
+    import httpx
+
+    from trtserve import SamplingParams
+
+    prompts = random_requests(64, (3, 12), 1, vocab_size=320, seed=21)
+    texts = [offline.tokenizer.decode(r.prompt) for r in prompts]
+    outs = offline.generate(texts, SamplingParams(max_tokens=24, temperature=0.0), chat=False)
+    stopped = [(t, len(o.token_ids)) for t, o in zip(texts, outs, strict=True) if o.finish_reason == "stop"]
+    if not stopped:
+        pytest.skip("no prompt of this random model reaches EOS greedily")
+    text, n = stopped[0]
+    url = f"{server.url}/v2/models/{model_name}/generate"
+    body = {"text_input": text, "max_tokens": 24, "exclude_input_in_output": True}
+    default = httpx.post(url, json=body, timeout=60).json()
+    assert default["finish_reason"] == "stop"
+    ignored = httpx.post(url, json=body | {"end_id": -1}, timeout=60).json()
+    assert ignored["finish_reason"] == "length"
+    assert ignored["text_output"].startswith(default["text_output"]) and len(ignored["text_output"]) > len(
+        default["text_output"]
+    )
