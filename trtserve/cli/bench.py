@@ -52,10 +52,24 @@ def _workload(dataset: str, n: int, input_len, output_len, vocab: int, seed: int
     if dataset == "random":
         return workload.random_requests(n, input_len, output_len, vocab, seed)
     if dataset == "sharegpt":
-        return workload.sharegpt_like(n, vocab, seed)
+        total = prefix["max_total_len"]
+        return workload.sharegpt_like(n, vocab, seed, max_input_len=min(1024, total - 4), max_total_len=total)
     k, m = prefix["num_prefixes"], math.ceil(n / prefix["num_prefixes"])
     reqs = workload.shared_prefix(k, m, prefix["prefix_len"], prefix["question_len"], output_len, vocab, seed)
     return reqs[:n]
+
+
+def _served_max_len(base_url: str, model: str, api_key: str | None) -> int | None:
+    """The server's `max_model_len` from /v1/models (trtserve and vLLM report it), if it says."""
+    import httpx
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        cards = httpx.get(base_url.rstrip("/") + "/v1/models", headers=headers, timeout=10).json().get("data", [])
+        lens = [c.get("max_model_len") for c in cards if c.get("id") == model]
+        return int(lens[0]) if lens and lens[0] else None
+    except (httpx.HTTPError, ValueError, AttributeError, TypeError):
+        return None
 
 
 def _tokenizer(path: Path | None):
@@ -99,6 +113,11 @@ def _tokenizer(path: Path | None):
     "--prefix-len", default=512, show_default=True, type=click.IntRange(1), help="shared-prefix: tokens each."
 )
 @click.option("--question-len", default="32", show_default=True, help="shared-prefix: question tokens, N or LO:HI.")
+@click.option(
+    "--max-total-len",
+    type=click.IntRange(1),
+    help="sharegpt: cap prompt + output tokens (default: the server's max_model_len, at most 2048).",
+)
 @click.option(
     "--vocab-size",
     default=256,
@@ -151,7 +170,12 @@ def command(**o) -> None:
         "num_prefixes": o["num_prefixes"],
         "prefix_len": o["prefix_len"],
         "question_len": _length(o["question_len"], "--question-len"),
+        "max_total_len": o["max_total_len"],
     }
+    if o["dataset"] == "sharegpt" and o["max_total_len"] is None:
+        prefix["max_total_len"] = min(2048, _served_max_len(o["base_url"], o["model"], o["api_key"]) or 2048)
+    if o["dataset"] == "sharegpt" and prefix["max_total_len"] < 12:
+        raise UserError("--max-total-len must be at least 12 for the sharegpt dataset")
     tok = _tokenizer(o["tokenizer"])
     vocab = len(tok) if tok is not None else o["vocab_size"]
     if tok is None and o["backend"] != "openai":
