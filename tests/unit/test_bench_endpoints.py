@@ -45,3 +45,24 @@ def test_kserve_chunks_and_errors():
     assert c.carries_tokens and c.text == "z" and c.finish_reason == "length"
     assert e.parse("kserve", {"error": "bad"}).error == "bad"
     assert e.parse("openai", {"error": {"message": "too long", "code": 400}}).error == "too long"
+
+
+def test_sse_lines_split_only_at_newlines():
+    import asyncio
+    import json
+
+    from trtserve.bench.client import sse_data
+
+    texts = ["a\u2028b", "c\u0085d\u2029", "\x1ce", "f\r\ng"]  # str.splitlines would break all of these
+    body = "".join(f"data: {json.dumps({'t': t}, ensure_ascii=False)}\r\n\r\n" for t in texts) + "data: [DONE]\n\n"
+    raw = body.encode()
+
+    async def chunks():
+        for i in range(0, len(raw), 7):  # events straddle reads, and multi-byte characters too
+            yield raw[i : i + 7]
+
+    async def collect():
+        return [p async for p in sse_data(chunks())]
+
+    payloads = asyncio.run(collect())
+    assert [json.loads(p)["t"] for p in payloads[:-1]] == texts and payloads[-1] == "[DONE]"

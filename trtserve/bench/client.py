@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import json
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 import httpx
@@ -52,6 +53,23 @@ class BenchRun:
     server_metrics: dict[str, float] | None = None  # trtserve /metrics deltas; None for other servers
 
 
+async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
+    """The `data:` payloads of a server-sent-event byte stream.
+
+    Lines end only at LF or CRLF: not at U+2028, U+0085 and the other breaks `str.splitlines`
+    (and so httpx's `aiter_lines`) honours, which JSON leaves unescaped inside generated text.
+    """
+    buf = b""
+    async for chunk in chunks:
+        buf += chunk
+        *lines, buf = buf.split(b"\n")
+        for line in lines:
+            if line.startswith(b"data:"):
+                yield line[5:].strip().decode("utf-8")
+    if buf.startswith(b"data:"):
+        yield buf[5:].strip().decode("utf-8")
+
+
 async def _stream(client: httpx.AsyncClient, url: str, body: dict, backend: str, res: RequestResult) -> None:
     start = time.perf_counter()
     last, chunks, finish, usage = start, 0, None, None
@@ -60,10 +78,7 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, backend: str,
             detail = (await resp.aread()).decode(errors="replace")[:300]
             res.error = f"HTTP {resp.status_code}: {detail}"
             return
-        async for line in resp.aiter_lines():
-            if not line.startswith("data:"):
-                continue
-            payload = line[5:].strip()
+        async for payload in sse_data(resp.aiter_bytes()):
             if payload == "[DONE]":
                 break
             now = time.perf_counter()
@@ -99,7 +114,7 @@ async def _one(client, base_url, backend, model, req: BenchRequest, prompt, igno
     res.start_time = time.perf_counter() - t0
     try:
         await _stream(client, base_url + path, body, backend, res)
-    except (httpx.HTTPError, json.JSONDecodeError) as err:
+    except (httpx.HTTPError, json.JSONDecodeError, UnicodeDecodeError) as err:
         res.success, res.error = False, f"{type(err).__name__}: {err}"
     return res
 
