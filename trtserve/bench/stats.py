@@ -73,6 +73,7 @@ def summarize(run: BenchRun, slo: dict[str, float] | None = None, percentiles=PE
         out.update(_describe(name, values, percentiles))
     out["input_lens"] = [r.prompt_len for r in run.results]
     out["output_lens"] = [r.output_tokens if r.success else 0 for r in run.results]
+    out["generated_texts"] = [r.text for r in run.results]
     out["errors"] = [r.error for r in run.results]
     if run.server_metrics is not None:
         out["server_metrics"] = dict(run.server_metrics)
