@@ -43,7 +43,7 @@ def test_cli_against_trtserve(server, model_name, tiny_llama_engine, tmp_path, b
     assert s["request_goodput"] == pytest.approx(s["request_throughput"])  # generous SLOs: every request is good
     m = s["server_metrics"]
     assert m["generation_tokens"] == s["total_output_tokens"]  # the server generated exactly what we counted
-    assert m["preemptions"] == 0 and 0 < m["peak_kv_cache_usage"] <= 1
+    assert m["preemptions"] == 0 and 0 <= m["peak_kv_cache_usage"] <= 1  # sampled: a short run may show 0
     if backend == "openai":  # token-id prompts: the server saw exactly the workload's tokens
         assert s["input_lens"] == [r.prompt_len for r in want]
         assert m["prefix_cache_queries"] == s["total_input_tokens"]
@@ -62,6 +62,16 @@ def test_chat_and_kserve_itl_count_every_token(server, model_name):
             assert len(r.itl) == want.output_len - 1  # one streamed chunk per generated token
             assert 0 < r.ttft <= r.latency
         assert run.server_metrics["generation_tokens"] == sum(r.output_len for r in reqs)
+
+
+def test_peaks_are_sampled_while_requests_run(server, model_name):
+    reqs = random_requests(4, 40, 96, vocab_size=320, seed=2)  # 96 steps each: long enough for several polls
+    run = asyncio.run(run_benchmark(server.url, "openai", model_name, reqs, progress=False))
+    m = run.server_metrics
+    assert 1 <= m["peak_num_requests_running"] <= 4
+    # 4 sequences of up to 136 tokens hold at most 4 * 9 blocks of 16 tokens.
+    total = server.metric("trtserve_kv_cache_total_blocks")
+    assert 0 < m["peak_kv_cache_usage"] <= 4 * 9 / total
 
 
 def test_poisson_rate_and_shared_prefix_reuse(server, model_name):
