@@ -57,6 +57,7 @@ class BlockManager:
         self._salt: dict[str, str | None] = {}
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self._cached_free = 0  # free blocks holding a prefix key, kept in step so stats() is O(requests)
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -175,6 +176,7 @@ class BlockManager:
     def _take(self, block: int) -> None:
         if self._ref[block] == 0:
             del self._free[block]
+            self._cached_free -= self._key[block] is not None
         self._ref[block] += 1
 
     def _release(self, block: int) -> None:
@@ -182,11 +184,13 @@ class BlockManager:
         assert self._ref[block] >= 0
         if self._ref[block] == 0:
             self._free[block] = None  # most recently used end
+            self._cached_free += self._key[block] is not None
 
     def _pop_free(self) -> int:
         block, _ = self._free.popitem(last=False)  # least recently used
         key = self._key[block]
         if key is not None:  # evict its cached prefix
+            self._cached_free -= 1
             del self._cached[key]
             self._key[block] = None
         self._ref[block] = 1
@@ -194,14 +198,16 @@ class BlockManager:
 
     # ---- stats ---------------------------------------------------------------------------
     def stats(self) -> BlockStats:
+        """O(requests), not O(blocks): the engine snapshots this after every step.
+
+        Unfilled slots lie only in a table's tail blocks (past its token count), and those are
+        never shared: prefix hits and forks share full blocks only. So the waste is the sum over
+        tables of their slots minus their tokens; `check_invariants` recounts it block by block.
+        """
         used = self.num_blocks - len(self._free)
-        cached = sum(1 for b in self._free if self._key[b] is not None)
-        filled: dict[int, int] = {}
-        for rid, table in self._tables.items():
-            n = self._num_tokens[rid]
-            for i, b in enumerate(table):
-                filled[b] = max(filled.get(b, 0), min(self.block_size, max(n - i * self.block_size, 0)))
+        cached = self._cached_free
         slots = used * self.block_size
+        unfilled = sum(max(len(t) * self.block_size - self._num_tokens[rid], 0) for rid, t in self._tables.items())
         return BlockStats(
             num_blocks=self.num_blocks,
             used=used,
@@ -210,7 +216,7 @@ class BlockManager:
             utilization=used / self.num_blocks,
             prefix_queries=self.prefix_queries,
             prefix_hits=self.prefix_hits,
-            waste=(slots - sum(filled.values())) / slots if slots else 0.0,
+            waste=unfilled / slots if slots else 0.0,
         )
 
     def check_invariants(self) -> None:
@@ -225,3 +231,12 @@ class BlockManager:
         for key, b in self._cached.items():
             assert self._key[b] == key
         assert sum(k is not None for k in self._key) == len(self._cached)
+        assert self._cached_free == sum(1 for b in self._free if self._key[b] is not None)
+        filled: dict[int, int] = {}  # the waste, recounted per block over every table holding it
+        for rid, table in self._tables.items():
+            n = self._num_tokens[rid]
+            for i, b in enumerate(table):
+                filled[b] = max(filled.get(b, 0), min(self.block_size, max(n - i * self.block_size, 0)))
+        slots = (self.num_blocks - len(self._free)) * self.block_size
+        waste = (slots - sum(filled.values())) / slots if slots else 0.0
+        assert abs(self.stats().waste - waste) < 1e-12, (self.stats().waste, waste)

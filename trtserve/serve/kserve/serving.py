@@ -113,7 +113,9 @@ class KServeServing:
             repetition_penalty=g.repetition_penalty or 1.0,
             seed=g.seed if g.seed is not None else g.random_seed,
             stop=g.stop_words,
-            stop_token_ids=[g.end_id] if g.end_id is not None else [],
+            # As in TensorRT-LLM, end_id replaces the model's EOS, and -1 means no end token at all.
+            stop_token_ids=[g.end_id] if g.end_id is not None and g.end_id >= 0 else [],
+            ignore_eos=g.end_id is not None,
             bad_words_ids=[list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words],
             logprobs=0 if g.return_log_probs else None,
         )

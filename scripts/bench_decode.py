@@ -1,0 +1,131 @@
+"""Batch-1 decode of an engine vs the memory-bandwidth roofline, measured in the same run.
+
+    .venv/bin/python scripts/bench_decode.py ENGINE_DIR [--threads 2] [--prompt-len 128] [--new-tokens 128]
+
+Roofline: a decode step must read every weight once (the embedding table aside: one row), so
+tokens/s <= bandwidth / weight bytes per token. Bandwidth is measured here, before and after the
+decode runs, with a GEMV-like read (a 1-row `F.linear` over a matrix far larger than the caches,
+in the engine's dtype), since a plain `sum` under-reports what matmul kernels get. Decode speed is
+timed per engine step after the prefill, with greedy sampling and ignore_eos. Prints JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+
+
+def weight_bytes_per_token(engine_dir: str) -> tuple[int, int]:
+    """(bytes read per decode token, total weight bytes) from the engine's safetensors."""
+    from safetensors import safe_open
+
+    from trtserve.build.layout import ENGINE_WEIGHTS
+
+    total = embed = 0
+    with safe_open(os.path.join(engine_dir, ENGINE_WEIGHTS), "pt") as f:
+        for k in f.keys():
+            t = f.get_slice(k)
+            n = torch.Size(t.get_shape()).numel() * _itemsize(t.get_dtype())
+            total += n
+            if k.endswith("vocab_embedding.weight"):
+                embed = n
+    return total - embed, total
+
+
+def _itemsize(dtype: str) -> int:
+    return {"F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U8": 1, "F8_E4M3": 1, "I32": 4, "I64": 8}[dtype]
+
+
+def gemv_bandwidth(dtype: torch.dtype, nbytes: int = 512 << 20, repeats: int = 15) -> float:
+    """Median GB/s of y = W x for one row x, with W of `nbytes` (read once per call)."""
+    k = 4096
+    n = nbytes // (k * torch.finfo(dtype).bits // 8)
+    w = torch.randn(n, k).to(dtype)
+    x = torch.randn(1, k).to(dtype)
+    times = []
+    with torch.inference_mode():
+        torch.nn.functional.linear(x, w)
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            times.append(time.perf_counter() - t0)
+    return w.numel() * w.element_size() / statistics.median(times) / 1e9
+
+
+def decode_steps(llm, prompt: list[int], new_tokens: int) -> tuple[float, list[float]]:
+    """(prefill seconds, per-step decode seconds) for one greedy request."""
+    from trtserve.backends.base import GenerateRequest
+    from trtserve.runtime.sampling_params import SamplingParams
+
+    params = SamplingParams(max_tokens=new_tokens + 1, temperature=0.0, ignore_eos=True)
+    llm.core.add_request(GenerateRequest(f"decode-{time.monotonic_ns()}", prompt, params))
+    steps, last = [], time.perf_counter()
+    start, prefill = last, None
+    while llm.core.has_unfinished():
+        out = llm.core.step()
+        now = time.perf_counter()
+        if any(d.token_ids for d in out):
+            if prefill is None:
+                prefill = now - start
+            else:
+                steps.append(now - last)
+            last = now
+    return prefill, steps
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("engine_dir")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--prompt-len", type=int, default=128)
+    ap.add_argument("--new-tokens", type=int, default=128)
+    ap.add_argument("--repeats", type=int, default=3)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from trtserve import LLM
+
+    llm = LLM(args.engine_dir, kv_cache_memory=128 << 20, enable_prefix_caching=False)
+    dtype = getattr(torch, llm.engine.config.pretrained_config.dtype)
+    per_token, total = weight_bytes_per_token(args.engine_dir)
+    bw_before = gemv_bandwidth(dtype)
+    g = torch.Generator().manual_seed(0)
+    vocab = len(llm.tokenizer)
+    decode_steps(llm, torch.randint(10, vocab, (args.prompt_len,), generator=g).tolist(), 4)  # warm-up
+    runs = []
+    for _ in range(args.repeats):
+        prompt = torch.randint(10, vocab, (args.prompt_len,), generator=g).tolist()
+        prefill, steps = decode_steps(llm, prompt, args.new_tokens)
+        tok_s, median_ms = len(steps) / sum(steps), 1e3 * statistics.median(steps)
+        runs.append({"prefill_s": prefill, "tok_per_s": tok_s, "median_step_ms": median_ms})
+    bw_after = gemv_bandwidth(dtype)
+    bw = (bw_before + bw_after) / 2
+    tps = statistics.median(r["tok_per_s"] for r in runs)
+    roofline = bw * 1e9 / per_token
+    print(
+        json.dumps(
+            {
+                "engine": args.engine_dir,
+                "dtype": str(dtype),
+                "threads": torch.get_num_threads(),
+                "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
+                "weight_bytes_per_token": per_token,
+                "weight_bytes_total": total,
+                "gemv_bandwidth_gb_s": {"before": round(bw_before, 2), "after": round(bw_after, 2)},
+                "roofline_tok_per_s": round(roofline, 1),
+                "decode_tok_per_s": round(tps, 1),
+                "fraction_of_roofline": round(tps / roofline, 3),
+                "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs],
+            },
+            indent=2,
+        )
+    )
+
+
+if __name__ == "__main__":
+    main()
