@@ -10,6 +10,7 @@ tinyllama  a random bf16 TinyLlama-1.1B-shaped HF dir (default /tmp/tl-src, else
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,10 +73,20 @@ def hf_dir_for_conversion(spec: ModelSpec, cache: Path) -> Path:
         return spec.hf_dir
     out = cache / f"hf-{spec.name}"
     if not (out / "config.json").exists():
+        from safetensors.torch import save_file
         from transformers import AutoTokenizer
 
+        # save_pretrained refuses a model loaded from GGUF, so the dequantized weights are written directly
         model = load_hf(spec, "float32")
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)  # the same tensor as the embedding
+        out.mkdir(parents=True, exist_ok=True)
+        save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+        cfg = model.config.to_dict()
+        cfg.pop("quantization_config", None)  # the weights written are plain float32
+        cfg["architectures"] = [type(model).__name__]
+        (out / "config.json").write_text(json.dumps(cfg, indent=2))
         tok = AutoTokenizer.from_pretrained(str(spec.gguf_file.parent), gguf_file=spec.gguf_file.name)
-        model.save_pretrained(out)
         tok.save_pretrained(out)
     return out
