@@ -189,31 +189,33 @@ def run_trtserve(args, spec, dtype, engine, work, log_dir, say) -> list[dict]:
     return points
 
 
-def run_hf(args, spec, dtype, work, say) -> list[dict]:
+def run_hf(args, spec, dtype, work, say, points: list[dict], checkpoint) -> None:
+    """Appends the HF points to `points`, calling `checkpoint` after each (so a crash keeps what was measured)."""
     from peers import hf_continuous, hf_static
     from peers.models import load_hf
 
     model = load_hf(spec, dtype)
     hf_static.warm_up(model)
-    points = []
     if "hf-static" in args.peers:
         if "decode" in work:
             say("hf-static: decode (batch 1)")
             run = hf_static.run(model, work["decode"]["requests"], 1)
             points.append(point("hf-static-1", "decode", dtype, run))
+            checkpoint()
         if "mixed" in work:
             for b in args.hf_batch_sizes:
                 say(f"hf-static: mixed, batches of {b}")
                 points.append(
                     point(f"hf-static-{b}", "mixed", dtype, hf_static.run(model, work["mixed"]["requests"], b))
                 )
+                checkpoint()
     if "hf-continuous" in args.peers and "mixed" in work:
         say("hf-continuous: mixed")
         try:
             points.append(point("hf-continuous", "mixed", dtype, hf_continuous.run(model, work["mixed"]["requests"])))
         except Exception as err:  # a peer's failure is reported, not fatal to the comparison
             say(f"hf-continuous failed: {type(err).__name__}: {err}")
-    return points
+        checkpoint()
 
 
 def run_llamacpp(args, spec, dtype, work, log_dir, say) -> tuple[list[dict], str | None]:
@@ -314,8 +316,11 @@ def main(argv=None) -> int:
         conditions["roofline"] = roofline.measure(engine, models.DTYPES[dtype])
     if "trtserve" in args.peers:
         points += run_trtserve(args, spec, dtype, engine, work, out, say)
+        report.save_json(out / "compare.json", conditions, points, [])  # partial results survive a later crash
     if {"hf-static", "hf-continuous"} & set(args.peers):
-        points += run_hf(args, spec, dtype, work, say)
+        run_hf(
+            args, spec, dtype, work, say, points, lambda: report.save_json(out / "compare.json", conditions, points, [])
+        )
     llama_peer = None
     if "llama.cpp" in args.peers:
         got, llama_peer = run_llamacpp(args, spec, dtype, work, out, say)
