@@ -121,8 +121,10 @@ def workloads(args, vocab: int) -> dict[str, dict]:
     if "mixed" in args.workloads or "sweep" in args.workloads:
         out["mixed"] = dict(requests=mixed, max_concurrency=args.concurrency, request_rate=inf)
     if "sweep" in args.workloads:
-        for rate in args.rates:
-            out[f"mixed@{rate:g}"] = dict(requests=mixed, max_concurrency=args.concurrency, request_rate=rate)
+        for i, rate in enumerate(args.rates):
+            # fresh prompts of the same lengths: resending the mixed ones would hit every prefix cache
+            again = random_requests(args.num_requests, args.input_len, args.output_len, vocab, args.seed + 100 + i)
+            out[f"mixed@{rate:g}"] = dict(requests=again, max_concurrency=args.concurrency, request_rate=rate)
     if "prefix" in args.workloads:
         q = shared_prefix(args.prefixes, args.questions, args.prefix_len, (16, 32), (16, 32), vocab, args.seed + 2)
         out["prefix"] = dict(requests=q, max_concurrency=args.prefix_concurrency, request_rate=inf)
