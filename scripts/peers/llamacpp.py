@@ -1,0 +1,128 @@
+"""llama.cpp's own batched server (`llama-server`, continuous batching over several slots).
+
+Nothing of llama.cpp is committed: `ensure_server` downloads the llama-cpp-python sdist with pip into
+the cache dir and builds only the `llama-server` target of its vendored llama.cpp with cmake.
+`convert` turns an HF dir into GGUF at the asked precision with the vendored convert_hf_to_gguf.py.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+from peers.server import drive, free_port, running, warm_up
+
+SDIST = "llama-cpp-python==0.3.36"
+CMAKE_FLAGS = [
+    "-DCMAKE_BUILD_TYPE=Release",
+    "-DLLAMA_BUILD_SERVER=ON",
+    "-DLLAMA_BUILD_TESTS=OFF",
+    "-DLLAMA_BUILD_EXAMPLES=OFF",
+    "-DLLAMA_BUILD_UI=OFF",
+    "-DLLAMA_USE_PREBUILT_UI=OFF",  # it would fetch the web UI from the network
+    "-DLLAMA_OPENSSL=OFF",
+    "-DBUILD_SHARED_LIBS=OFF",
+    "-DGGML_NATIVE=ON",
+]
+GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # convert_hf_to_gguf.py --outtype values we use
+
+
+def source_dir(cache: Path) -> Path | None:
+    found = sorted(cache.glob("llama_cpp_python-*/vendor/llama.cpp"))
+    return found[-1] if found else None
+
+
+def server_binary(cache: Path) -> Path:
+    return cache / "llama-build" / "bin" / "llama-server"
+
+
+def _run(cmd: list[str], log: Path, **kw) -> None:
+    with open(log, "ab") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kw).returncode
+    if rc != 0:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed (exit {rc}); see {log}")
+
+
+def ensure_server(cache: Path, build: bool, log: Path, jobs: int = 2) -> Path | None:
+    """The llama-server binary, built from the sdist when missing and `build` is set; None if unavailable."""
+    binary = server_binary(cache)
+    if binary.exists():
+        return binary
+    if not build:
+        return None
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / "llama-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another comparison building into the same cache: wait for it
+        return binary if binary.exists() else _build(cache, log, jobs)
+
+
+def _build(cache: Path, log: Path, jobs: int) -> Path | None:
+    binary = server_binary(cache)
+    if source_dir(cache) is None:
+        sdists = cache / "sdist"
+        pip = [sys.executable, "-m", "pip", "download", "--no-binary", ":all:", "--no-deps", SDIST, "-d", str(sdists)]
+        _run(pip, log)
+        with tarfile.open(next(sdists.glob("llama_cpp_python-*.tar.gz"))) as tar:
+            tar.extractall(cache, filter="data")
+    src = source_dir(cache)
+    _run(["cmake", "-S", str(src), "-B", str(cache / "llama-build"), *CMAKE_FLAGS], log)
+    _run(["cmake", "--build", str(cache / "llama-build"), "--target", "llama-server", "-j", str(jobs)], log)
+    return binary if binary.exists() else None
+
+
+def convert(cache: Path, hf_dir: Path, outtype: str, out: Path, log: Path) -> Path:
+    """HF dir -> GGUF at `outtype` (f32, f16, bf16, q8_0) with the vendored converter, once."""
+    if out.exists():
+        return out
+    src = source_dir(cache)
+    if src is None:
+        raise RuntimeError("no llama.cpp source in the cache dir; run with --build-llama first")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".partial")
+    env = {**os.environ, "PYTHONPATH": str(src / "gguf-py")}  # the converter's own gguf, not the installed one
+    script = src / "convert_hf_to_gguf.py"
+    argv = [str(script), str(hf_dir), "--outtype", outtype, "--outfile", str(tmp)]
+    try:
+        _run([sys.executable, *argv], log, env=env)
+    except RuntimeError:
+        if "pre-tokenizer was not recognized" not in log.read_text(errors="replace"):
+            raise
+        # A tokenizer the converter does not know (the random TinyLlama's test tokenizer): record the "default"
+        # pre-tokenizer. The benchmark sends token ids, so llama.cpp never tokenizes text and this changes nothing.
+        patch = (
+            f"import runpy, sys; sys.path.insert(0, {str(src)!r}); sys.argv = {argv!r}; "
+            "from conversion.base import TextModel; TextModel.get_vocab_base_pre = lambda self, tok: 'default'; "
+            f"runpy.run_path({str(script)!r}, run_name='__main__')"
+        )
+        _run([sys.executable, "-c", patch], log, env=env)
+    shutil.move(tmp, out)
+    return out
+
+
+def serve_and_run(
+    binary: Path, gguf: Path, runs: list[dict], *, threads: int, slots: int, ctx_per_slot: int, log: Path, seed: int
+):
+    """Start llama-server on `gguf` with `slots` parallel slots and do `runs` in order; {name: BenchRun}."""
+    port = free_port()
+    cmd = [str(binary), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port)]
+    cmd += ["-t", str(threads), "-tb", str(threads), "-np", str(slots), "-c", str(slots * ctx_per_slot)]
+    cmd += ["--cont-batching", "--no-webui"]
+    url = f"http://127.0.0.1:{port}"
+    out = {}
+    with running(cmd, url + "/health", log):
+        warm_up(url, "model")
+        for r in runs:
+            out[r["name"]] = drive(
+                url,
+                "model",
+                r["requests"],
+                max_concurrency=r["max_concurrency"],
+                request_rate=r["request_rate"],
+                seed=seed,
+            )
+    return out

@@ -1,0 +1,78 @@
+"""The batch-1 decode roofline: weight bytes read per token and the memory bandwidth a GEMV gets.
+
+A plain `sum` under-reads on this machine kind (see /work/shared/reference/cpu-baselines.md), so the
+bandwidth is that of a 1-row `linear` over a matrix too big for the caches, the way batch-1 decode
+reads its weights. It is measured in the same process and run as the benchmark, with the same threads.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+EMBEDDING = "transformer.vocab_embedding.weight"  # the torch engine's names (trtserve/build/layout.py)
+LM_HEAD = "lm_head.weight"
+
+
+def weight_bytes_per_token(engine_dir: Path) -> int:
+    """Bytes of weights one decode step reads from the engine's model.safetensors.
+
+    Every tensor is read once per token except the input embedding, of which only one row is read,
+    unless it is tied to the output projection (then it is read whole, as the lm_head).
+    """
+    from safetensors import safe_open
+
+    total, embedding, has_head = 0, 0, False
+    with safe_open(str(engine_dir / "model.safetensors"), "pt") as f:
+        for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+            sl = f.get_slice(name)
+            n = 1
+            for d in sl.get_shape():
+                n *= d
+            nbytes = n * _itemsize(sl.get_dtype())
+            total += nbytes
+            if name == EMBEDDING:
+                embedding = nbytes
+            has_head |= name == LM_HEAD
+    return total - embedding if has_head else total
+
+
+def _itemsize(dtype: str) -> int:
+    return {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U8": 1, "F8_E4M3": 1, "I32": 4, "I64": 8}[dtype]
+
+
+def gemv_bandwidth(nbytes: int, dtype: torch.dtype = torch.float32, reps: int = 7) -> float:
+    """Bytes/s of y = W x for one row x over a (rows, 4096) weight of about `nbytes`, median of reps."""
+    cols = 4096
+    elem = torch.empty((), dtype=dtype).element_size()
+    rows = max(1, nbytes // (cols * elem))
+    w = torch.randn(rows, cols, dtype=torch.float32).to(dtype)  # (rows, cols)
+    x = torch.randn(1, cols, dtype=torch.float32).to(dtype)  # (1, cols)
+    times = []
+    with torch.inference_mode():
+        torch.nn.functional.linear(x, w)  # first touch and kernel selection
+        for _ in range(reps):
+            t = time.perf_counter()
+            torch.nn.functional.linear(x, w)
+            times.append(time.perf_counter() - t)
+    times.sort()
+    return w.numel() * elem / times[len(times) // 2]
+
+
+def measure(engine_dir: Path, dtype: torch.dtype) -> dict:
+    """Weight bytes per token, the GEMV bandwidth (the better of float32 and the model's dtype, so a slow
+    low-precision kernel cannot lower the bar) and the resulting roofline in tokens/s."""
+    per_token = weight_bytes_per_token(engine_dir)
+    size = min(max(per_token, 512 << 20), 2 << 30)  # beyond the caches, within memory
+    bws = {"float32": gemv_bandwidth(size, torch.float32)}
+    if dtype != torch.float32:
+        bws[str(dtype).removeprefix("torch.")] = gemv_bandwidth(size, dtype)
+    bw = max(bws.values())
+    return {
+        "weight_bytes_per_token": per_token,
+        "gemv_bytes": size,
+        "bandwidth_gb_s": {k: round(v / 1e9, 2) for k, v in bws.items()},
+        "roofline_tok_per_s": round(bw / per_token, 2),
+    }

@@ -1,0 +1,52 @@
+"""trtserve through its HTTP server: `python -m trtserve.cli run ENGINE` as a subprocess."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from peers.server import drive, free_port, running, warm_up
+
+MODEL_NAME = "model"
+
+
+def build_engine(source: str, out: Path, dtype: str, log: Path) -> Path:
+    """`trtserve build SOURCE -o OUT --dtype DTYPE`, once: an existing engine dir is reused."""
+    if (out / "manifest.json").exists():
+        return out
+    cmd = [sys.executable, "-m", "trtserve.cli", "build", source, "-o", str(out), "--dtype", dtype, "--quiet"]
+    with open(log, "wb") as f:
+        rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+    if rc != 0:
+        raise RuntimeError(f"trtserve build failed (exit {rc}); see {log}")
+    return out
+
+
+def serve_and_run(engine: Path, runs: list[dict], *, prefix_caching: bool, kv_cache_memory: str, log: Path, seed: int):
+    """Start one server and do `runs` (dicts: name, requests, max_concurrency, request_rate) in order.
+
+    Returns {name: BenchRun}. Prefix caching is turned off through the run config's engine section.
+    """
+    port = free_port()
+    cfg = {"engine": {"enable_prefix_caching": prefix_caching}, "max_queued_requests": 100000}
+    cfg_file = log.with_suffix(".yaml")
+    cfg_file.write_text(yaml.safe_dump(cfg))
+    cmd = [sys.executable, "-m", "trtserve.cli", "run", str(engine), "--port", str(port), "--config", str(cfg_file)]
+    cmd += ["--model-name", MODEL_NAME, "--kv-cache-memory", kv_cache_memory]
+    url = f"http://127.0.0.1:{port}"
+    out = {}
+    with running(cmd, url + "/v2/health/ready", log):
+        warm_up(url, MODEL_NAME)
+        for r in runs:
+            out[r["name"]] = drive(
+                url,
+                MODEL_NAME,
+                r["requests"],
+                max_concurrency=r["max_concurrency"],
+                request_rate=r["request_rate"],
+                seed=seed,
+            )
+    return out

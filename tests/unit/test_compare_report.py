@@ -1,0 +1,123 @@
+"""scripts/compare.py's pure parts: ratio table, targets, decode rate, in-process request timings."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+
+from peers import report  # noqa: E402
+from peers.inprocess import request_result  # noqa: E402
+
+from trtserve.bench.workload import BenchRequest  # noqa: E402
+
+
+def _pt(peer, workload, **stats):
+    extra = stats.pop("extra", {})
+    return {"peer": peer, "workload": workload, "precision": "float32", "stats": stats, "extra": extra}
+
+
+POINTS = [
+    _pt(
+        "trtserve",
+        "mixed",
+        output_throughput=200.0,
+        p99_ttft_ms=1000.0,
+        completed=32,
+        failed=0,
+        extra={"kv_waste_at_peak": 0.03},
+    ),
+    _pt("hf-static-8", "mixed", output_throughput=25.0, p99_ttft_ms=40000.0, completed=32, failed=0),
+    _pt("llama.cpp-f32", "mixed", output_throughput=80.0, p99_ttft_ms=800.0, completed=31, failed=1),
+    _pt("trtserve", "decode", output_throughput=30.0, extra={"decode_tok_per_s": 45.0, "fraction_of_roofline": 0.9}),
+    _pt("llama.cpp-f32", "decode", output_throughput=30.0, extra={"decode_tok_per_s": 40.0}),
+    _pt("trtserve", "prefix-on", median_ttft_ms=50.0, extra={"identical_to_off": 1.0}),
+    _pt("trtserve", "prefix-off", median_ttft_ms=400.0),
+]
+
+
+def test_ratio_handles_missing_and_zero():
+    assert report.ratio(3.0, 2.0) == 1.5
+    assert report.ratio(None, 2.0) is None
+    assert report.ratio(3.0, None) is None
+    assert report.ratio(3.0, 0.0) is None
+
+
+def test_table_rows_ratio_to_trtserve_of_the_same_workload():
+    rows = {(r["peer"], r["workload"]): r for r in report.table_rows(POINTS)}
+    assert rows[("hf-static-8", "mixed")]["tput x trtserve"] == "0.12"  # 25 / 200 = 0.125, rounds half to even
+    assert rows[("llama.cpp-f32", "mixed")]["tput x trtserve"] == "0.40"
+    assert rows[("llama.cpp-f32", "mixed")]["TTFT p99 x trtserve"] == "0.80"
+    assert rows[("llama.cpp-f32", "mixed")]["ok/failed"] == "31/1"
+    assert rows[("trtserve", "mixed")]["tput x trtserve"] == "1.00"
+    assert rows[("llama.cpp-f32", "decode")]["tput x trtserve"] == "1.00"
+    assert rows[("trtserve", "prefix-on")]["out tok/s"] == "-"  # not measured -> dash, not zero
+
+
+def test_table_rows_without_a_trtserve_point_have_no_ratio():
+    rows = report.table_rows([_pt("hf-static-8", "mixed", output_throughput=25.0)])
+    assert rows[0]["tput x trtserve"] == "-"
+
+
+def test_targets_measured_values_and_verdicts():
+    got = {t["target"]: t for t in report.targets(POINTS, "llama.cpp-f32")}
+    assert got["batch-1 decode / bandwidth roofline"]["measured"] == 0.9
+    assert got["batch-1 decode / bandwidth roofline"]["met"] is True
+    assert got["batch-1 decode tok/s / llama.cpp-f32"]["measured"] == 1.125
+    assert got["batch-1 decode tok/s / llama.cpp-f32"]["met"] is False  # bar 1.2
+    assert got["mixed output tok/s / hf-static-8"]["measured"] == 8.0
+    assert got["mixed output tok/s / hf-static-8"]["met"] is False  # bar 10
+    assert got["mixed output tok/s / llama.cpp-f32"]["measured"] == 2.5
+    ttft = got["mixed p99 TTFT / llama.cpp-f32's (lower is better)"]
+    assert ttft["measured"] == 1.25 and ttft["met"] is False
+    assert got["prefix p50 TTFT off / on"]["measured"] == 8.0
+    assert got["prefix outputs identical on vs off (fraction)"]["met"] is True
+    assert got["KV waste at peak (mixed)"]["met"] is True  # 0.03 < 0.04
+
+
+def test_targets_without_llamacpp_or_measurements_say_not_measured():
+    got = report.targets([POINTS[1]], None)
+    assert not any("llama.cpp" in t["target"] for t in got)
+    assert all(t["measured"] is None and t["met"] is None for t in got)
+
+
+def test_decode_tok_per_s_leaves_out_the_first_token_and_takes_the_median():
+    assert report.decode_tok_per_s([(5, 0.1, 0.5)]) == pytest.approx(10.0)  # 4 tokens in 0.4 s
+    assert report.decode_tok_per_s([(3, 0.0, 1.0), (5, 0.0, 1.0)]) == pytest.approx(3.0)  # median of 2 and 4
+    assert report.decode_tok_per_s([(1, 0.1, 0.2)]) is None
+
+
+def test_curve_takes_mixed_points_sorted_by_throughput():
+    pts = [
+        _pt("trtserve", "mixed@1", output_throughput=50.0, median_ttft_ms=100.0, p99_e2el_ms=900.0),
+        _pt("trtserve", "mixed", output_throughput=200.0, median_ttft_ms=900.0, p99_e2el_ms=5000.0),
+        _pt("trtserve", "decode", output_throughput=30.0, median_ttft_ms=10.0),
+        _pt("llama.cpp-f32", "mixed", output_throughput=80.0, median_ttft_ms=1.0),
+    ]
+    assert report.curve(pts, "trtserve") == [(50.0, 100.0, 900.0), (200.0, 900.0, 5000.0)]
+
+
+def test_save_json_and_chart(tmp_path):
+    report.save_json(tmp_path / "c.json", {"threads": 2}, POINTS, report.targets(POINTS, None))
+    data = json.loads((tmp_path / "c.json").read_text())
+    assert data["conditions"]["threads"] == 2 and len(data["points"]) == len(POINTS)
+    pytest.importorskip("matplotlib")
+    pts = POINTS + [_pt("trtserve", "mixed@1", output_throughput=50.0, median_ttft_ms=100.0, p99_e2el_ms=900.0)]
+    for p in pts:
+        p["stats"].setdefault("median_ttft_ms", 10.0)
+    assert report.save_chart(tmp_path / "c.png", pts, "t")
+    assert (tmp_path / "c.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_request_result_from_token_times():
+    req = BenchRequest(prompt=[11, 12, 13], prompt_len=3, output_len=3)
+    # the batch produced 5 tokens (a longer neighbour); this request's are the first 3, its response at 10.0
+    res = request_result(req, t0=1.0, token_times=[2.0, 2.5, 3.5, 4.0, 4.5], done=10.0)
+    assert res.success and res.output_tokens == 3
+    assert res.ttft == 1.0
+    assert res.itl == [0.5, 1.0]
+    assert res.latency == 9.0
+    missing = request_result(req, t0=1.0, token_times=[], done=2.0)
+    assert not missing.success and missing.error
