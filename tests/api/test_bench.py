@@ -72,6 +72,8 @@ def test_peaks_are_sampled_while_requests_run(server, model_name):
     # 4 sequences of up to 136 tokens hold at most 4 * 9 blocks of 16 tokens.
     total = server.metric("trtserve_kv_cache_total_blocks")
     assert 0 < m["peak_kv_cache_usage"] <= 4 * 9 / total
+    # Only tail blocks are part-filled: at most 15 of a sequence's >= 40 + 15 slots.
+    assert 0 <= m["kv_cache_waste_at_peak"] <= 15 / 55
 
 
 def test_poisson_rate_and_shared_prefix_reuse(server, model_name):

@@ -221,6 +221,7 @@ def test_metrics_count_tokens_and_requests(server, client, model_name):
         "trtserve_request_queue_time_seconds_count",
         "trtserve_kv_cache_usage_ratio",
         "trtserve_kv_cache_cached_blocks",
+        "trtserve_kv_cache_waste_ratio",
         "trtserve_prompt_tokens_total",
         "trtserve_prefix_cache_queries_total",
         "trtserve_prefix_cache_hits_total",

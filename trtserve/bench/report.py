@@ -51,6 +51,7 @@ def table(summary: dict) -> Table:
         t.add_row("  Prefix cache hit rate", f"{server['prefix_cache_hit_rate']:.1%}")
         t.add_row("  Preemptions", f"{server['preemptions']:.0f}")
         t.add_row("  Peak KV cache usage (sampled)", f"{server['peak_kv_cache_usage']:.1%}")
+        t.add_row("  KV waste at that peak", f"{server['kv_cache_waste_at_peak']:.1%}")
         t.add_row(
             "  Peak running / waiting (sampled)",
             f"{server['peak_num_requests_running']:.0f} / {server['peak_num_requests_waiting']:.0f}",

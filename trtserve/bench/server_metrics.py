@@ -26,6 +26,8 @@ GAUGES = {
     "peak_num_requests_waiting": "trtserve_num_requests_waiting",
 }
 
+WASTE = "trtserve_kv_cache_waste_ratio"  # reported as `kv_cache_waste_at_peak`
+
 
 def parse_metrics(text: str) -> dict[str, float]:
     """Prometheus text -> {sample name: value summed over label sets}."""
@@ -42,6 +44,7 @@ def deltas(before: dict[str, float], after: dict[str, float], peaks: dict[str, f
     q = report["prefix_cache_queries"]
     report["prefix_cache_hit_rate"] = report["prefix_cache_hits"] / q if q else 0.0
     report.update({key: peaks.get(name, 0.0) for key, name in GAUGES.items()})
+    report["kv_cache_waste_at_peak"] = peaks.get(WASTE, 0.0)
     return report
 
 
@@ -68,6 +71,9 @@ class MetricsWatcher:
         return values if COUNTERS["prefix_cache_queries"] in values else None
 
     def _peak(self, values: dict[str, float]) -> None:
+        usage = GAUGES["peak_kv_cache_usage"]
+        if WASTE in values and values.get(usage, 0.0) >= self.peaks.get(usage, 0.0):
+            self.peaks[WASTE] = values[WASTE]  # the waste in the sample with the highest usage so far
         for name in GAUGES.values():
             if name in values:
                 self.peaks[name] = max(self.peaks.get(name, 0.0), values[name])

@@ -26,6 +26,10 @@ class _EngineCollector:
             "trtserve_num_requests_running": ("Sequences in the running batch.", s.running),
             "trtserve_num_requests_waiting": ("Requests waiting in the engine's queue.", s.waiting),
             "trtserve_kv_cache_usage_ratio": ("Fraction of KV blocks in use.", s.kv_utilization),
+            "trtserve_kv_cache_waste_ratio": (
+                "Allocated but unfilled KV token slots / allocated slots.",
+                s.kv_waste,
+            ),
             "trtserve_kv_cache_cached_blocks": ("Free KV blocks holding a reusable prefix.", s.kv_blocks_cached),
             "trtserve_kv_cache_free_blocks": ("Free KV blocks with no cached prefix.", s.kv_blocks_free),
             "trtserve_kv_cache_total_blocks": ("KV blocks in the pool.", s.kv_blocks_total),
