@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 
 from trtserve.build.config import load_build_config
+from trtserve.quant.formats import FORMATS, KV_FORMATS, help_text
 
 
 @click.command("build")
@@ -22,6 +23,15 @@ from trtserve.build.config import load_build_config
 @click.option("--max-num-tokens", type=int, help="Most tokens in one engine step [8192].")
 @click.option("--tokens-per-block", type=int, help="KV-cache block size in tokens, a power of two [32].")
 @click.option("--backend", type=click.Choice(["torch"]), help="Engine backend [torch].")
+@click.option("--quant", type=click.Choice(list(FORMATS)), help=f"Quantize with NVIDIA ModelOpt; {help_text()}.")
+@click.option("--kv-cache-quant", type=click.Choice(list(KV_FORMATS)), help="8-bit KV cache (needs --quant).")
+@click.option("--calib-size", type=int, help="Calibration windows [32].")
+@click.option("--calib-seq-len", type=int, help="Tokens per calibration window [256].")
+@click.option(
+    "--calib-data",
+    type=click.Path(path_type=Path),
+    help="Calibration text, .txt or .jsonl with a 'text' field [docstrings of the Python standard library].",
+)
 @click.option("--force", is_flag=True, help="Replace an existing engine dir.")
 @click.option("--quiet", is_flag=True, help="No progress bars (for CI logs).")
 def command(model: str | None, output: Path, config_file: Path | None, force: bool, quiet: bool, **flags) -> None:

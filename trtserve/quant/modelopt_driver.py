@@ -1,0 +1,83 @@
+"""Run NVIDIA ModelOpt on a source checkpoint: calibrate + quantize (`mtq.quantize`), then write
+its HF unified export (`export_hf_checkpoint`). ModelOpt and transformers are imported here only."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from trtserve.build.reader import CheckpointReader
+from trtserve.quant.calibration import calibration_batches
+from trtserve.quant.formats import FORMATS, modelopt_config
+
+_IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
+
+
+def load_hf_model(reader: CheckpointReader, architecture: str, dtype: torch.dtype) -> torch.nn.Module:
+    """The source as a transformers model (HF dir or GGUF alike: tensors come from the reader)."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(reader.hf_config)
+    config.architectures = [architecture]  # ModelOpt's export needs it (unset for configs built in code)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    state = {n: reader.load(n).to(dtype) for n in reader.names() if not n.endswith(_IGNORABLE_SUFFIXES)}
+    missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [n for n in missing if not (n == "lm_head.weight" and config.tie_word_embeddings)]
+    if missing or unexpected:  # check_source has matched names and shapes already
+        raise AssertionError(f"source does not fit {architecture}: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    return model.eval()
+
+
+def quantize(
+    model: torch.nn.Module,
+    tokenizer,
+    quant: str,
+    kv_cache_quant: str | None,
+    calib: tuple[Path | None, int, int],
+    console: Console,
+    quiet: bool,
+) -> torch.nn.Module:
+    """Calibrate and fake-quantize `model` in place with ModelOpt; returns it."""
+    import modelopt.torch.quantization as mtq
+
+    calibrated = FORMATS[quant].calibrated or kv_cache_quant is not None
+    loop: Callable | None = None
+    if calibrated:
+        data, size, seq_len = calib
+        batches = calibration_batches(tokenizer, data, size, seq_len)
+        loop = _forward_loop(batches, console, quiet)
+    _quiet_modelopt()
+    with torch.inference_mode(False), torch.no_grad():
+        mtq.quantize(model, modelopt_config(quant, kv_cache_quant), loop)
+    return model
+
+
+def export(model: torch.nn.Module, dtype: torch.dtype, dest: Path) -> None:
+    """ModelOpt's HF unified export of a copy (the export leaves the model it exports unusable)."""
+    from modelopt.torch.export import export_hf_checkpoint
+
+    export_hf_checkpoint(copy.deepcopy(model), dtype=dtype, export_dir=str(dest))
+
+
+def _forward_loop(batches: list[torch.Tensor], console: Console, quiet: bool) -> Callable:
+    passes = [0]
+
+    def loop(model: torch.nn.Module) -> None:
+        passes[0] += 1  # AWQ runs the loop more than once
+        columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+        with Progress(*columns, console=console, disable=quiet) as bar:
+            for ids in bar.track(batches, description=f"calibration pass {passes[0]}"):
+                model(ids.to(next(model.parameters()).device))
+
+    return loop
+
+
+def _quiet_modelopt() -> None:
+    for name in ("modelopt", "transformers"):
+        logging.getLogger(name).setLevel(logging.ERROR)
