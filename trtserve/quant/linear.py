@@ -16,9 +16,11 @@ _E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, 
 
 
 def _fp8_fake_quant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Round activations through e4m3 with a per-tensor (or per-token, broadcast) scale."""
-    q = (x.float() / scale).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
-    return (q.float() * scale).to(x.dtype)
+    """Round activations through e4m3 with a per-tensor (or per-token, broadcast) scale, with
+    ModelOpt's arithmetic (multiply by 448 / amax, then by its float32 reciprocal)."""
+    mult = _FP8_MAX / (scale.float() * _FP8_MAX)
+    q = (x.float() * mult).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
+    return (q.float() * (1 / mult)).to(x.dtype)
 
 
 def unpack_int4_rows(packed: torch.Tensor) -> torch.Tensor:
@@ -100,9 +102,11 @@ class Fp8Linear:
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
         self.weight = t["weight"]  # (out, in) float8_e4m3fn
-        pcs = t.get("per_channel_scale")
-        self.per_channel = pcs is not None
-        self.w_scale = (pcs if self.per_channel else t["weights_scaling_factor"]).float()
+        # (out,) for FP8_PER_CHANNEL_PER_TOKEN, and for FP8 where fused q/k/v (gate/up) keep their
+        # own per-tensor scales; (1,) otherwise.
+        scale = t.get("per_channel_scale", t.get("weights_scaling_factor"))
+        self.per_channel = scale.numel() > 1
+        self.w_scale = scale.float()
         act = t.get("activation_scaling_factor")
         self.act_scale = None if act is None else act.float()
 
@@ -110,7 +114,7 @@ class Fp8Linear:
         if self.act_scale is not None:
             x = _fp8_fake_quant(x, self.act_scale)
         else:  # per token
-            amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(1e-12)
+            amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(2**-24)
             x = _fp8_fake_quant(x, amax / _FP8_MAX)
         w = self.weight.to(x.dtype)  # exact: every e4m3 value is a bf16/fp16 value
         if self.per_channel:

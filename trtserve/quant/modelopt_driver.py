@@ -58,11 +58,27 @@ def quantize(
     return model
 
 
-def export(model: torch.nn.Module, dtype: torch.dtype, dest: Path) -> None:
-    """ModelOpt's HF unified export of a copy (the export leaves the model it exports unusable)."""
+def export(model: torch.nn.Module, dtype: torch.dtype, dest: Path) -> dict[str, torch.Tensor]:
+    """ModelOpt's HF unified export of a copy (the export leaves the model it exports unusable).
+
+    ModelOpt 0.47's HF export rejects INT8 KV caches, so their scales (amax / 127, named as the
+    export names FP8 ones: `self_attn.k_proj.k_scale`, `v_proj.v_scale`) are returned instead."""
     from modelopt.torch.export import export_hf_checkpoint
 
-    export_hf_checkpoint(copy.deepcopy(model), dtype=dtype, export_dir=str(dest))
+    model = copy.deepcopy(model)
+    extra: dict[str, torch.Tensor] = {}
+    for i, layer in enumerate(model.model.layers):
+        attn = layer.self_attn
+        k, v = getattr(attn, "k_bmm_quantizer", None), getattr(attn, "v_bmm_quantizer", None)
+        if k is not None and k.is_enabled and k.num_bits == 8:
+            p = f"model.layers.{i}.self_attn."
+            extra[p + "k_proj.k_scale"] = (k.amax.float() / 127).reshape(())
+            extra[p + "v_proj.v_scale"] = (v.amax.float() / 127).reshape(())
+            for q in (k, v):
+                q.disable()
+                del q._amax  # the export asserts on any KV amax that is not FP8
+    export_hf_checkpoint(model, dtype=dtype, export_dir=str(dest))
+    return extra
 
 
 def _forward_loop(batches: list[torch.Tensor], console: Console, quiet: bool) -> Callable:
