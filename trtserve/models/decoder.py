@@ -36,7 +36,7 @@ class Layer:
     fc_gate_bias: torch.Tensor | None
     proj: Linear  # (hidden, intermediate)
     proj_bias: torch.Tensor | None
-    kv_scale: torch.Tensor | None = None  # (1,) quantized KV cache scale (TensorRT-LLM kv_cache_scaling_factor)
+    kv_scale: torch.Tensor | None = None  # (2,) K and V scales of an 8-bit KV cache
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -71,8 +71,8 @@ class DecoderModel:
         self.layers = []
         for i in range(cfg.num_hidden_layers):
             p = f"transformer.layers.{i}."
-            for kv_name in ("k_cache_scaling_factor", "v_cache_scaling_factor"):
-                w.pop(p + "attention." + kv_name, None)  # TensorRT-LLM keeps them; we use their max below
+            kv_scales = [w.pop(p + f"attention.{x}_cache_scaling_factor", None) for x in "kv"]
+            w.pop(p + "attention.kv_cache_scaling_factor", None)  # TensorRT-LLM's max of the two
             self.layers.append(
                 Layer(
                     input_norm=w.pop(p + "input_layernorm.weight"),
@@ -84,7 +84,7 @@ class DecoderModel:
                     fc_gate_bias=w.pop(p + "mlp.fc_gate.bias", None),
                     proj=self._take_linear(w, p + "mlp.proj"),
                     proj_bias=w.pop(p + "mlp.proj.bias", None),
-                    kv_scale=w.pop(p + "attention.kv_cache_scaling_factor", None),
+                    kv_scale=None if kv_scales[0] is None else torch.cat(kv_scales),
                 )
             )
         if w:
@@ -121,7 +121,7 @@ class DecoderModel:
 
     def new_kv_cache(self, num_blocks: int, tokens_per_block: int) -> PagedKVCache:
         kv_algo = self.cfg.quantization.kv_cache_quant_algo
-        scales = torch.cat([layer.kv_scale for layer in self.layers]).float() if kv_algo else None  # (layers,)
+        scales = torch.stack([layer.kv_scale for layer in self.layers]).float() if kv_algo else None  # (layers, 2)
         return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device, kv_algo, scales)
 
     @torch.inference_mode()

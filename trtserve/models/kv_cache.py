@@ -14,8 +14,8 @@ _KV_STORAGE = {"INT8": (torch.int8, 127.0, torch.int8), "FP8": (torch.float8_e4m
 class PagedKVCache:
     """K and V for every layer, as `num_blocks * tokens_per_block` slots of (kv_heads, head_dim).
 
-    With `kv_quant` ("INT8" or "FP8") the slots hold 8-bit values x / scale[layer] (one scale per
-    layer for K and V, TensorRT-LLM's kv_cache_scaling_factor); reads return `dtype` again.
+    With `kv_quant` ("INT8" or "FP8") the slots hold 8-bit values x / scale (per layer, one for K
+    and one for V: the checkpoint's k_ and v_cache_scaling_factor); reads return `dtype` again.
     """
 
     def __init__(
@@ -26,7 +26,7 @@ class PagedKVCache:
         dtype: torch.dtype,
         device: torch.device,
         kv_quant: str | None = None,
-        scales: torch.Tensor | None = None,  # (layers,) float32
+        scales: torch.Tensor | None = None,  # (layers, 2 [K, V]) float32
     ):
         self.num_blocks = num_blocks
         self.tokens_per_block = tokens_per_block
@@ -44,34 +44,34 @@ class PagedKVCache:
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """slots: (T,); k, v: (T, kv_heads, head_dim)."""
-        self.data[layer, 0].index_copy_(0, slots, self._quantize(k, layer))
-        self.data[layer, 1].index_copy_(0, slots, self._quantize(v, layer))
+        self.data[layer, 0].index_copy_(0, slots, self._quantize(k, layer, 0))
+        self.data[layer, 1].index_copy_(0, slots, self._quantize(v, layer, 1))
 
-    def _quantize(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+    def _quantize(self, x: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
         if self.kv_quant is None:
             return x
         value, limit, storage = _KV_STORAGE[self.kv_quant]
-        x = (x.float() / self.scales[layer]).clamp_(-limit, limit)
+        x = (x.float() / self.scales[layer, kv]).clamp_(-limit, limit)
         return (x.round_() if self.kv_quant == "INT8" else x).to(value).view(storage)
 
-    def _dequantize(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+    def _dequantize(self, x: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
         if self.kv_quant is None:
             return x
-        return (x.view(_KV_STORAGE[self.kv_quant][0]).float() * self.scales[layer]).to(self.dtype)
+        return (x.view(_KV_STORAGE[self.kv_quant][0]).float() * self.scales[layer, kv]).to(self.dtype)
 
     def gather_blocks(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of the given blocks, (len(block_ids), tokens_per_block, kv_heads, head_dim), in dtype."""
         k, v = self.blocks(layer)
-        return self._dequantize(k.index_select(0, block_ids), layer), self._dequantize(
-            v.index_select(0, block_ids), layer
-        )
+        keys = self._dequantize(k.index_select(0, block_ids), layer, 0)
+        values = self._dequantize(v.index_select(0, block_ids), layer, 1)
+        return keys, values
 
     def layer_keys(self, layer: int) -> torch.Tensor:
         """Every slot's K of one layer, (slots, kv_heads, head_dim), in dtype."""
-        return self._dequantize(self.data[layer, 0], layer)
+        return self._dequantize(self.data[layer, 0], layer, 0)
 
     def layer_values(self, layer: int) -> torch.Tensor:
-        return self._dequantize(self.data[layer, 1], layer)
+        return self._dequantize(self.data[layer, 1], layer, 1)
 
     def blocks(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's K and V as (num_blocks, tokens_per_block, kv_heads, head_dim) views."""

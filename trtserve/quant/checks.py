@@ -22,7 +22,7 @@ def formats_that_fit(cfg: ModelConfig) -> list[str]:
     return [n for n, f in FORMATS.items() if all(w % f.block == 0 for w in widths)]
 
 
-def check_quant(cfg: ModelConfig, quant: str | None, kv_cache_quant: str | None, tp_size: int, dtype: str) -> None:
+def check_quant(cfg: ModelConfig, quant: str | None, kv_cache_quant: str | None, tp_size: int) -> None:
     if quant is None:
         if kv_cache_quant is not None:
             raise UserError(
@@ -40,5 +40,3 @@ def check_quant(cfg: ModelConfig, quant: str | None, kv_cache_quant: str | None,
         )
     if tp_size != 1:
         raise UserError(f"--quant {quant} builds tp-size 1 checkpoints only; drop --tp-size {tp_size}")
-    if dtype == "float32":
-        raise UserError(f"--quant {quant} keeps unquantized tensors in bfloat16 or float16; pass --dtype bfloat16")
