@@ -61,11 +61,11 @@ def build_quantized(
     model.quantization = quantization_config(hf_quant)
     hf = read_export(export_dir) | kv_scales
     shutil.rmtree(export_dir)
-    layers, pre_quant = model.num_hidden_layers, bool(hf_quant.get("pre_quant_scale"))
-    ckpt = trtllm_tensors(hf, layers, got[0], got[1], pre_quant)
+    layers = model.num_hidden_layers
+    ckpt = trtllm_tensors(hf, layers, got[0], got[1])
     if "lm_head.weight" not in ckpt:  # tied: TensorRT-LLM still wants its own copy
         ckpt["lm_head.weight"] = ckpt["transformer.vocab_embedding.weight"]
-    weights = engine_tensors(trtllm_tensors(hf, layers, got[0], got[1], pre_quant, requant=False))
+    weights = engine_tensors(trtllm_tensors(hf, layers, got[0], got[1], requant=False))
     if model.tie_word_embeddings:
         weights.pop("lm_head.weight", None)
     ckpt_bytes = write_safetensors(tmp / rank_file(0), as_specs(ckpt))

@@ -79,8 +79,8 @@ def _fuse(parts: list[dict[str, torch.Tensor]], algo: str) -> dict[str, torch.Te
         name = _SUFFIX[sfx]
         if algo == "FP8_PER_CHANNEL_PER_TOKEN" and sfx == "weight_scale":
             name = "per_channel_scale"
-        if ts[0].dim() == 0:  # per-tensor: equal after _unify
-            out[name] = ts[0].reshape(1)
+        if ts[0].dim() == 0:  # per-tensor: equal after _unify; NVIDIA writes NVFP4's as 0-d
+            out[name] = ts[0] if algo == "NVFP4" else ts[0].reshape(1)
         elif sfx == "pre_quant_scale":
             if any(not torch.equal(t, ts[0]) for t in ts):
                 raise ValueError("fused projections have different AWQ pre-quant scales")
@@ -117,12 +117,13 @@ def trtllm_tensors(
     num_layers: int,
     algo: str,
     kv_algo: str | None,
-    pre_quant: bool,
     requant: bool = True,
 ) -> dict[str, torch.Tensor]:
     """The rank-0 TensorRT-LLM checkpoint of a ModelOpt HF export (`hf`: its model.safetensors).
+    With AWQ (any `pre_quant_scale` in the export) every linear gets a prequant_scaling_factor.
     requant=False keeps each projection's own weights (see `_unify`), for the torch engine."""
     used: set[str] = set()
+    pre_quant = any(n.endswith(".pre_quant_scale") for n in hf)
 
     def take(name: str) -> torch.Tensor:
         used.add(name)
@@ -174,7 +175,7 @@ def engine_tensors(ckpt: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         if ".mlp.fc." in name:
             g = ckpt[name.replace(".mlp.fc.", ".mlp.gate.")]
             fused = name.replace(".mlp.fc.", ".mlp.fc_gate.")
-            if t.shape == (1,) or name.endswith("prequant_scaling_factor"):
+            if t.numel() == 1 or name.endswith("prequant_scaling_factor"):  # per-tensor, or AWQ's
                 if not torch.equal(t, g):
                     raise ValueError(f"{name} differs between mlp.fc and mlp.gate; they cannot share one GEMM")
                 out[fused] = t
