@@ -75,7 +75,7 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
     model = reader.family.model_config(reader.hf_config, dtype)
     model.mapping.tp_size = model.mapping.world_size = cfg.tp_size
     check_tp(model, cfg.tp_size)
-    check_quant(model, cfg.quant, cfg.kv_cache_quant, cfg.tp_size)
+    check_quant(model, cfg.quant, cfg.kv_cache_quant, cfg.tp_size, cfg.calib_data)
     limits = resolve_limits(cfg, model)
     expected = check_source(reader, model)
     ranks = [checkpoint_specs(model, reader, r, cfg.tp_size) for r in range(cfg.tp_size)]
@@ -94,14 +94,14 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
             )
             ranks = weights = []  # written above
         (tmp / CHECKPOINT_DIR / "config.json").write_text(_dump(model.to_trtllm()))
-        total = sum(len(r) for r in ranks) + len(weights)
+        total = sum(len(r) for r in ranks) + len(weights)  # 0 when quantized (written above)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            disable=quiet,
+            disable=quiet or not total,
         ) as bar:
             task = bar.add_task("converting tensors", total=total)
             step = lambda: bar.advance(task)  # noqa: E731

@@ -3,8 +3,11 @@ build fails in one sentence before minutes of calibration (ModelOpt itself only 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trtserve.errors import UserError
 from trtserve.models.config import ModelConfig
+from trtserve.quant.calibration import read_text_file
 from trtserve.quant.formats import FORMATS
 
 
@@ -22,8 +25,13 @@ def formats_that_fit(cfg: ModelConfig) -> list[str]:
     return [n for n, f in FORMATS.items() if all(w % f.block == 0 for w in widths)]
 
 
-def check_quant(cfg: ModelConfig, quant: str | None, kv_cache_quant: str | None, tp_size: int) -> None:
+def check_quant(
+    cfg: ModelConfig, quant: str | None, kv_cache_quant: str | None, tp_size: int, calib_data: Path | None = None
+) -> None:
+    """Raise a UserError naming what cannot work and what can; reads --calib-data once to check it."""
     if quant is None:
+        if calib_data is not None:
+            raise UserError("--calib-data is only used with --quant; add --quant or drop --calib-data")
         if kv_cache_quant is not None:
             raise UserError(
                 f"--kv-cache-quant {kv_cache_quant} needs a weight format too; add --quant (one of {', '.join(FORMATS)})"
@@ -40,3 +48,7 @@ def check_quant(cfg: ModelConfig, quant: str | None, kv_cache_quant: str | None,
         )
     if tp_size != 1:
         raise UserError(f"--quant {quant} builds tp-size 1 checkpoints only; drop --tp-size {tp_size}")
+    if calib_data is not None:
+        text = read_text_file(calib_data)
+        if not text.strip():
+            raise UserError(f"--calib-data {calib_data} holds no text; give a .txt file or .jsonl with 'text' fields")

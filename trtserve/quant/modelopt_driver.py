@@ -3,8 +3,11 @@ its HF unified export (`export_hf_checkpoint`). ModelOpt and transformers are im
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import logging
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 
@@ -44,7 +47,8 @@ def quantize(
     quiet: bool,
 ) -> torch.nn.Module:
     """Calibrate and fake-quantize `model` in place with ModelOpt; returns it."""
-    import modelopt.torch.quantization as mtq
+    with _quiet_modelopt():  # it warns on import about untested transformers versions
+        import modelopt.torch.quantization as mtq
 
     calibrated = FORMATS[quant].calibrated or kv_cache_quant is not None
     loop: Callable | None = None
@@ -52,8 +56,7 @@ def quantize(
         data, size, seq_len = calib
         batches = calibration_batches(tokenizer, data, size, seq_len)
         loop = _forward_loop(batches, console, quiet)
-    _quiet_modelopt()
-    with torch.inference_mode(False), torch.no_grad():
+    with _quiet_modelopt(), torch.inference_mode(False), torch.no_grad():
         mtq.quantize(model, modelopt_config(quant, kv_cache_quant), loop)
     return model
 
@@ -77,7 +80,11 @@ def export(model: torch.nn.Module, dtype: torch.dtype, dest: Path) -> dict[str, 
             for q in (k, v):
                 q.disable()
                 del q._amax  # the export asserts on any KV amax that is not FP8
-    export_hf_checkpoint(model, dtype=dtype, export_dir=str(dest))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # "Writing model shards" of a temporary file
+    with _quiet_modelopt():
+        export_hf_checkpoint(model, dtype=dtype, export_dir=str(dest))
     return extra
 
 
@@ -94,6 +101,15 @@ def _forward_loop(batches: list[torch.Tensor], console: Console, quiet: bool) ->
     return loop
 
 
-def _quiet_modelopt() -> None:
-    for name in ("modelopt", "transformers"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+@contextlib.contextmanager
+def _quiet_modelopt():
+    """ModelOpt prints progress to stdout and warns about things that do not apply here (e.g.
+    "Enable lm_head quantization" although lm_head stays unquantized); keep the build log clean."""
+    with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        level = logging.getLogger("modelopt").level
+        logging.getLogger("modelopt").setLevel(logging.ERROR)
+        try:
+            yield
+        finally:
+            logging.getLogger("modelopt").setLevel(level)
