@@ -105,11 +105,15 @@ def _forward_loop(batches: list[torch.Tensor], console: Console, quiet: bool) ->
 def _quiet_modelopt():
     """ModelOpt prints progress to stdout and warns about things that do not apply here (e.g.
     "Enable lm_head quantization" although lm_head stays unquantized); keep the build log clean."""
+    from transformers.utils import logging as hf_logging
+
     with contextlib.redirect_stdout(io.StringIO()), warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        level = logging.getLogger("modelopt").level
+        level, hf_level = logging.getLogger("modelopt").level, hf_logging.get_verbosity()
         logging.getLogger("modelopt").setLevel(logging.ERROR)
+        hf_logging.set_verbosity_error()  # "`torch_dtype` is deprecated" from ModelOpt's export
         try:
             yield
         finally:
             logging.getLogger("modelopt").setLevel(level)
+            hf_logging.set_verbosity(hf_level)
