@@ -94,8 +94,8 @@ def reference_model(src, quant: str, kv: str | None, tmp_path):
 
 
 def decode(t: dict, p: str) -> torch.Tensor:
-    """An exported weight in bf16: int8 / fp8 x scale; int4 (two per byte along the output dim,
-    row 2i low) x group scale; NVFP4 E2M1 (two per byte along the input, even index low) x fp8
+    """An exported weight: int8 / fp8 x scale; int4 (two per byte along the output dim, row 2i
+    low) x group scale (W4A8: then rounded through e4m3 with weight_scale_2); NVFP4 E2M1 (two per byte along the input, even index low) x fp8
     block scale (16 inputs) x global scale."""
     w, s = t[p + "weight"], t[p + "weight_scale"]
     if w.dtype in (torch.int8, torch.float8_e4m3fn):
@@ -109,6 +109,9 @@ def decode(t: dict, p: str) -> torch.Tensor:
         b = w.view(torch.int8)
         q = torch.stack([(b << 4) >> 4, b >> 4], dim=1).reshape(-1, w.shape[1]).float()
         out = q * s.float().repeat_interleave(q.shape[1] // s.shape[1], dim=1)
+        if p + "weight_scale_2" in t:  # W4A8: ModelOpt rounds the group-dequantized weight through e4m3
+            s2 = t[p + "weight_scale_2"].float()
+            out = (out / s2).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s2
     return out.to(DTYPE)
 
 

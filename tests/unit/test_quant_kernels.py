@@ -48,9 +48,10 @@ def test_int4_groupwise(algo):
     w = q.float() * s.repeat_interleave(128, dim=1)
     xin = x * pqs
     if algo == "W4A8_AWQ":
-        act = torch.tensor([0.01])
-        t |= {"activation_scaling_factor": act, "weights_scaling_factor_2": torch.tensor([1.0])}
+        act, s2 = torch.tensor([0.01]), torch.tensor([0.002])
+        t |= {"activation_scaling_factor": act, "weights_scaling_factor_2": s2}
         xin = (xin / act).clamp(-448, 448).to(torch.float8_e4m3fn).float() * act
+        w = (w / s2).clamp(-448, 448).to(torch.float8_e4m3fn).float() * s2
     got = make_linear(t, algo, torch.float32)(x)
     torch.testing.assert_close(got, xin @ w.T, rtol=1e-4, atol=1e-3)
 

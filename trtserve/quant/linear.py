@@ -51,9 +51,9 @@ class Int8WeightOnly:
 
 
 class Int4Groupwise:
-    """W4A16(_AWQ) and W4A8_AWQ: packed int4 with per-group scales, run by torch's CPU int4 GEMM
-    after repacking; AWQ's pre-quant scale (where the export did not fold it into the norm) and
-    W4A8's fp8 activation rounding are applied to the input."""
+    """W4A16(_AWQ): packed int4 with per-group scales, run by torch's CPU int4 GEMM after
+    repacking; AWQ's pre-quant scale (where the export did not fold it into the norm) is applied
+    to the input."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
         w = unpack_int4_rows(t["weight"])  # (out, in) in [-8, 7]
@@ -65,16 +65,37 @@ class Int4Groupwise:
         self.scales_zeros = torch.stack([scale.t(), torch.zeros_like(scale.t())], dim=-1).to(dtype).contiguous()
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)  # (in,)
-        act = t.get("activation_scaling_factor")
-        self.act_scale = None if act is None else act.float()
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
             x = x * self.pre_quant
-        if self.act_scale is not None:
-            x = _fp8_fake_quant(x, self.act_scale)
         y = torch._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group_size, self.scales_zeros)
         return y if bias is None else y + bias
+
+
+class Int4Fp8Awq:
+    """W4A8_AWQ: int4 weights whose group-dequantized values ModelOpt rounds through e4m3 with the
+    global scale (w = e4m3(int4 x group scale / scale_2) x scale_2), so they are not int4 x scale and
+    the int4 GEMM cannot run them: the packed weights are decoded per call. Activations: pre-quant
+    scale, then e4m3 rounding with the calibrated scale."""
+
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
+        self.packed = t["weight"]  # (out / 2, in) int4 pairs
+        self.scale = t["weights_scaling_factor"].float()  # (out, in / group)
+        self.scale_2 = t["weights_scaling_factor_2"].float()  # (1,)
+        pqs = t.get("prequant_scaling_factor")
+        self.pre_quant = None if pqs is None else pqs.to(dtype)
+        self.act_scale = t["activation_scaling_factor"].float()
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        w = unpack_int4_rows(self.packed).float()  # (out, in)
+        w = w * self.scale.repeat_interleave(w.shape[1] // self.scale.shape[1], dim=1)
+        return _fp8_fake_quant(w, self.scale_2).to(dtype)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pre_quant is not None:
+            x = x * self.pre_quant
+        return F.linear(_fp8_fake_quant(x, self.act_scale), self.dequantize(x.dtype), bias)
 
 
 class Int8SmoothQuant:
@@ -144,8 +165,10 @@ def make_linear(t: dict[str, torch.Tensor], algo: str, dtype: torch.dtype, group
     """The kernel object for one quantized linear (`t`: its tensors by TensorRT-LLM suffix)."""
     if algo == "W8A16":
         return Int8WeightOnly(t, dtype)
-    if algo in ("W4A16_AWQ", "W4A8_AWQ"):
+    if algo == "W4A16_AWQ":
         return Int4Groupwise(t, dtype, group_size)
+    if algo == "W4A8_AWQ":
+        return Int4Fp8Awq(t, dtype, group_size)
     if algo == "W8A8_SQ_PER_CHANNEL":
         return Int8SmoothQuant(t, dtype)
     if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
