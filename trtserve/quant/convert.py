@@ -123,7 +123,7 @@ def trtllm_tensors(
     With AWQ (any `pre_quant_scale` in the export) every linear gets a prequant_scaling_factor.
     requant=False keeps each projection's own weights (see `_unify`), for the torch engine."""
     used: set[str] = set()
-    pre_quant = any(n.endswith(".pre_quant_scale") for n in hf)
+    pqs_dtypes = [t.dtype for n, t in hf.items() if n.endswith(".pre_quant_scale")]
 
     def take(name: str) -> torch.Tensor:
         used.add(name)
@@ -142,10 +142,10 @@ def trtllm_tensors(
             parts |= dict(zip(group, _unify([parts[g] for g in group], algo, requant), strict=True))
         for ours, projs in _LINEARS.items():
             fused = _fuse([parts[x] for x in projs], algo)
-            if pre_quant and "prequant_scaling_factor" not in fused:
+            if pqs_dtypes and "prequant_scaling_factor" not in fused:
                 # The export folded AWQ's scale into the preceding norm; TensorRT-LLM's AWQ layers
                 # still take a prequant_scaling_factor, which is then one.
-                fused["prequant_scaling_factor"] = torch.ones(fused_in_features(fused, algo), dtype=torch.bfloat16)
+                fused["prequant_scaling_factor"] = torch.ones(fused_in_features(fused, algo), dtype=pqs_dtypes[0])
             out |= {f"{t}{ours}.{k}": v for k, v in fused.items()}
         kv = _kv_scales(hf, p, kv_algo, trtllm=requant)
         used |= {n for n in (p + "self_attn.k_proj.k_scale", p + "self_attn.v_proj.v_scale") if n in hf}
