@@ -115,6 +115,29 @@ def decode(t: dict, p: str) -> torch.Tensor:
     return out.to(DTYPE)
 
 
+def resident_bytes(model) -> int:
+    """Bytes of every tensor the loaded engine holds for its weights, quantized kernels included."""
+    seen, total = set(), 0
+
+    def add(obj):
+        nonlocal total
+        for v in vars(obj).values() if not isinstance(obj, torch.Tensor) else [obj]:
+            if isinstance(v, torch.Tensor) and v.data_ptr() not in seen:
+                seen.add(v.data_ptr())
+                total += v.numel() * v.element_size()
+            elif (
+                hasattr(v, "__dict__")
+                and not isinstance(v, torch.Tensor)
+                and type(v).__module__.startswith("trtserve.quant")
+            ):
+                add(v)
+
+    add(model)
+    for layer in model.layers:
+        add(layer)
+    return total
+
+
 @pytest.mark.parametrize(("quant", "kv"), CASES, ids=[f"{q}-kv{k}" if k else q for q, k in CASES])
 def test_engine_matches_modelopt_fake_quant(src, tmp_path, quant, kv):
     out = tmp_path / "engine"
@@ -124,6 +147,9 @@ def test_engine_matches_modelopt_fake_quant(src, tmp_path, quant, kv):
         quiet=True,
     )
     ref_model = reference_model(src, quant, kv, tmp_path)
+    # Weights stay quantized in memory: what the engine holds is about what the file holds.
+    file_bytes = (out / "model.safetensors").stat().st_size
+    assert resident_bytes(load_engine(out, device="cpu").model) <= 1.1 * file_bytes
     for tokens in random_prompts(3, seed=11, lo=8, hi=48):
         ours = engine_logits(out, tokens)  # (T, vocab)
         with torch.inference_mode():
