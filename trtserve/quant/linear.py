@@ -99,21 +99,25 @@ class Int4Fp8Awq:
 
 
 class Int8SmoothQuant:
-    """W8A8_SQ_PER_CHANNEL: smoothed input, quantized per tensor with the calibrated scale,
-    int8 x int8 -> int32 GEMM, rescaled by (input scale x per-channel weight scale)."""
+    """W8A8_SQ_PER_CHANNEL: smoothed input, quantized per tensor with the calibrated scale, the
+    int8 x int8 product rescaled by (input scale x per-channel weight scale).
+
+    The product runs as an fp32 GEMM on the int8 values (exact for the sums that occur: fp32 holds
+    integers to 2**24): torch 2.13's CPU `torch._int_mm` measured 0.5-1 GOP/s here, against 5-22
+    GFLOP/s for fp32, single-threaded. Weights stay int8 in memory."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
-        self.weight_t = t["weight"].t().contiguous()  # (in, out) int8
+        self.weight = t["weight"].contiguous()  # (out, in) int8
         self.act_scale = t["activation_scaling_factor"].float()  # (1,)
-        self.out_scale = (t["weights_scaling_factor"].float() * self.act_scale).to(dtype)  # (out,)
+        self.out_scale = t["weights_scaling_factor"].float() * self.act_scale  # (out,)
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
             x = x * self.pre_quant
-        xq = (x.float() / self.act_scale).round_().clamp_(-127, 127).to(torch.int8)  # (T, in)
-        y = torch._int_mm(xq, self.weight_t).to(x.dtype) * self.out_scale  # (T, out)
+        xq = (x.float() / self.act_scale).round_().clamp_(-127, 127)  # (T, in), int8 values
+        y = (F.linear(xq, self.weight.float()) * self.out_scale).to(x.dtype)  # (T, out)
         return y if bias is None else y + bias
 
 
