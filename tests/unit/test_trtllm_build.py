@@ -55,6 +55,34 @@ def test_dry_run_tensorrt_prints_the_trtllm_build_command(tmp_path, src, no_tens
     assert nothing_written(tmp_path)
 
 
+def test_dry_run_tensorrt_plans_the_requested_quantization(tmp_path, src, no_tensorrt_llm):
+    args = (
+        "--backend",
+        "tensorrt",
+        "--dry-run",
+        "--max-batch-size",
+        "8",
+        "--quant",
+        "w8a16",
+        "--kv-cache-quant",
+        "int8",
+    )
+    result, out = build(tmp_path, src, *args)
+    assert result.exit_code == 0, result.output
+    quant = {"quant_algo": "W8A16", "kv_cache_quant_algo": "INT8"}
+    limits = EngineBuildConfig(**LIMITS, plugin_config=PluginConfig(tokens_per_block=32))
+    argv = build_plan.trtllm_build_argv(limits, quant, f"{out}/checkpoint", f"{out}/engine", 1)
+    assert "  " + shlex.join(argv) in result.output.splitlines()
+    assert f"quantization {json.dumps(quant)}" in result.output
+    assert nothing_written(tmp_path)
+
+
+def test_trtllm_refuses_quant_flags(tmp_path, src):
+    result, _ = build(tmp_path, src, "--backend", "trtllm", "--quant", "fp8")
+    assert result.exit_code == 2 and "--quant with --backend trtllm is not supported" in result.output
+    assert nothing_written(tmp_path)
+
+
 def test_dry_run_trtllm_prints_options_and_trtllm_serve(tmp_path, src, no_tensorrt_llm):
     result, out = build(tmp_path, src, "--backend", "trtllm", "--dry-run", "--max-batch-size", "8")
     assert result.exit_code == 0, result.output

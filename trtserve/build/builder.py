@@ -33,6 +33,8 @@ from trtserve.build.safetensors_io import write_safetensors
 from trtserve.build.source import open_checkpoint
 from trtserve.errors import UserError
 from trtserve.models.config import ModelConfig
+from trtserve.quant.build import build_quantized
+from trtserve.quant.checks import check_quant
 
 
 @dataclass
@@ -68,9 +70,12 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
     console = Console(stderr=True, quiet=quiet)
     reader = open_checkpoint(cfg.model)
     dtype = reader.auto_dtype if cfg.dtype == "auto" else cfg.dtype
+    if cfg.quant and cfg.dtype == "auto" and dtype == "float32":
+        dtype = "bfloat16"  # quantized checkpoints keep their unquantized tensors in 16 bits
     model = reader.family.model_config(reader.hf_config, dtype)
     model.mapping.tp_size = model.mapping.world_size = cfg.tp_size
     check_tp(model, cfg.tp_size)
+    check_quant(model, cfg.quant, cfg.kv_cache_quant, cfg.tp_size, cfg.calib_data)
     limits = resolve_limits(cfg, model)
     expected = check_source(reader, model)
     ranks = [checkpoint_specs(model, reader, r, cfg.tp_size) for r in range(cfg.tp_size)]
@@ -81,21 +86,30 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
 
     with staged_dir(out, force) as tmp:
         (tmp / CHECKPOINT_DIR).mkdir()
+        if cfg.quant:
+            reader.save_tokenizer(tmp / TOKENIZER_DIR)
+            calib = (cfg.calib_data, cfg.calib_size, cfg.calib_seq_len)
+            ckpt_bytes, weight_bytes = build_quantized(
+                reader, model, cfg.quant, cfg.kv_cache_quant, calib, tmp, tmp / TOKENIZER_DIR, console, quiet
+            )
+            ranks = weights = []  # written above
         (tmp / CHECKPOINT_DIR / "config.json").write_text(_dump(model.to_trtllm()))
-        total = sum(len(r) for r in ranks) + len(weights)
+        total = sum(len(r) for r in ranks) + len(weights)  # 0 when quantized (written above)
         with Progress(
             TextColumn("{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TimeElapsedColumn(),
             console=console,
-            disable=quiet,
+            disable=quiet or not total,
         ) as bar:
             task = bar.add_task("converting tensors", total=total)
             step = lambda: bar.advance(task)  # noqa: E731
-            ckpt_bytes = sum(write_safetensors(tmp / rank_file(r), specs, step) for r, specs in enumerate(ranks))
-            weight_bytes = write_safetensors(tmp / ENGINE_WEIGHTS, weights, step)
-        reader.save_tokenizer(tmp / TOKENIZER_DIR)
+            if not cfg.quant:
+                ckpt_bytes = sum(write_safetensors(tmp / rank_file(r), s, step) for r, s in enumerate(ranks))
+                weight_bytes = write_safetensors(tmp / ENGINE_WEIGHTS, weights, step)
+        if not cfg.quant:
+            reader.save_tokenizer(tmp / TOKENIZER_DIR)
         engine_cfg = EngineConfig(
             version=f"trtserve-{trtserve.__version__}", pretrained_config=model, build_config=limits
         )

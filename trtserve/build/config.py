@@ -9,6 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trtserve.errors import UserError
+from trtserve.quant.formats import KVQuantName, QuantName
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 Backend = Literal["torch", "tensorrt", "trtllm"]  # tensorrt: TRT engines (TRT-LLM <= 1.2); trtllm: its PyTorch backend
@@ -27,6 +28,12 @@ class BuildConfig(BaseModel):
     max_num_tokens: int = Field(8192, ge=1)  # tokens one engine step may process
     tokens_per_block: int = Field(32, ge=1, le=1024)
     backend: Backend = "torch"
+    # Quantization through NVIDIA ModelOpt (trtserve/quant/formats.py); None = unquantized.
+    quant: QuantName | None = None
+    kv_cache_quant: KVQuantName | None = None
+    calib_size: int = Field(32, ge=1)  # calibration windows
+    calib_seq_len: int = Field(256, ge=8)  # tokens per window
+    calib_data: Path | None = None  # TXT or JSONL; None = docstrings of the Python standard library
 
     @field_validator("tokens_per_block")
     @classmethod

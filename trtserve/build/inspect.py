@@ -42,6 +42,8 @@ def summarize(engine_dir: Path, memory: int | None = None) -> dict:
         "toolchain": manifest.toolchain,
         "architecture": m.architecture,
         "dtype": m.dtype,
+        "quant_algo": m.quantization.quant_algo,  # None: unquantized
+        "kv_cache_quant_algo": m.quantization.kv_cache_quant_algo,
         "layers": m.num_hidden_layers,
         "hidden_size": m.hidden_size,
         "heads": m.num_attention_heads,
@@ -54,7 +56,7 @@ def summarize(engine_dir: Path, memory: int | None = None) -> dict:
         "max_batch_size": b.max_batch_size,
         "max_num_tokens": b.max_num_tokens,
         "tokens_per_block": bs,
-        "weight_bytes": weight_bytes,
+        "weight_bytes": weight_bytes,  # resident: quantized weights stay quantized in memory
         "kv_bytes_per_token": kv_per_token,
     }
     if memory is not None:

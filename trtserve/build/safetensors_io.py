@@ -68,7 +68,7 @@ def write_safetensors(path: Path, specs: Sequence[TensorSpec], on_tensor: Callab
             t = s.make()
             if tuple(t.shape) != s.shape or t.dtype != s.dtype:
                 raise AssertionError(f"{s.name}: produced {tuple(t.shape)} {t.dtype}, declared {s.shape} {s.dtype}")
-            f.write(t.contiguous().view(torch.uint8).numpy().tobytes())
+            f.write(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())  # reshape: 0-d scalars
             on_tensor()
     return offset
 

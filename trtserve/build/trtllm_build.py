@@ -82,12 +82,33 @@ def plan(cfg: BuildConfig) -> TrtllmPlan:
     model.mapping.tp_size = model.mapping.world_size = cfg.tp_size
     check_tp(model, cfg.tp_size)
     limits = resolve_limits(cfg, model)
-    quantization = _quantization(cfg.backend, Path(reader.path), model)
+    quantization = _requested_quantization(cfg) or _quantization(cfg.backend, Path(reader.path), model)
     resolved = cfg.model_copy(update={"dtype": dtype, "max_seq_len": limits.max_seq_len, "model": str(reader.path)})
     p = TrtllmPlan(cfg.backend, resolved, model, limits, quantization, reader)
     build_plan.build_config(limits, quantization)  # validates the quantization for both targets
     p.options()
     return p
+
+
+def _requested_quantization(cfg: BuildConfig) -> dict | None:
+    """`--quant` for TensorRT engines: the `quantization` section our converter writes for trtllm-build."""
+    if not cfg.quant:
+        return None
+    if cfg.backend == "trtllm":
+        raise UserError(
+            "--quant with --backend trtllm is not supported: that backend serves a Hugging Face checkpoint, so "
+            "quantize it with ModelOpt's export_hf_checkpoint and pass that directory as MODEL, or use "
+            "--backend tensorrt or torch with --quant"
+        )
+    from trtserve.quant.formats import FORMATS, KV_FORMATS
+
+    fmt = FORMATS[cfg.quant]
+    q: dict = {"quant_algo": fmt.quant_algo}
+    if cfg.kv_cache_quant:
+        q["kv_cache_quant_algo"] = KV_FORMATS[cfg.kv_cache_quant][0]
+    if fmt.block > 1:
+        q["group_size"] = fmt.block
+    return q
 
 
 def _quantization(backend: str, src: Path, model: ModelConfig) -> dict | None:

@@ -8,6 +8,7 @@ import click
 
 from trtserve.build.config import load_build_config
 from trtserve.errors import UserError
+from trtserve.quant.formats import FORMATS, KV_FORMATS, help_text
 
 
 @click.command("build")
@@ -29,6 +30,15 @@ from trtserve.errors import UserError
     "(TensorRT-LLM's PyTorch backend, >= 1.0) [torch].",
 )
 @click.option("--dry-run", is_flag=True, help="tensorrt/trtllm: print the plan and the trtllm-build/serve commands.")
+@click.option("--quant", type=click.Choice(list(FORMATS)), help=f"Quantize with NVIDIA ModelOpt; {help_text()}.")
+@click.option("--kv-cache-quant", type=click.Choice(list(KV_FORMATS)), help="8-bit KV cache (needs --quant).")
+@click.option("--calib-size", type=int, help="Calibration windows [32].")
+@click.option("--calib-seq-len", type=int, help="Tokens per calibration window [256].")
+@click.option(
+    "--calib-data",
+    type=click.Path(path_type=Path),
+    help="Calibration text, .txt or .jsonl with a 'text' field [docstrings of the Python standard library].",
+)
 @click.option("--force", is_flag=True, help="Replace an existing engine dir.")
 @click.option("--quiet", is_flag=True, help="No progress bars (for CI logs).")
 def command(

@@ -64,7 +64,7 @@ class ModelConfig(BaseModel):
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> int:
         """Bytes of K and V cache one token takes across all layers."""
-        per = DTYPE_BYTES[kv_dtype or self.dtype]
+        per = 1 if kv_dtype is None and self.quantization.kv_cache_quant_algo else DTYPE_BYTES[kv_dtype or self.dtype]
         return 2 * self.num_hidden_layers * self.kv_size * per
 
     def to_trtllm(self) -> dict:

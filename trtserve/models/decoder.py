@@ -7,6 +7,7 @@ to float32) so greedy output matches it token for token.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,18 +21,22 @@ from trtserve.models.config import TORCH_DTYPES, ModelConfig
 from trtserve.models.kv_cache import PagedKVCache
 from trtserve.models.rope import Rope
 
+# A linear's weight: a (out, in) tensor, or a quantized kernel object (trtserve/quant/linear.py).
+Linear = torch.Tensor | Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
+
 
 @dataclass
 class Layer:
     input_norm: torch.Tensor  # (hidden,)
-    qkv: torch.Tensor  # (q_size + 2 * kv_size, hidden)
+    qkv: Linear  # (q_size + 2 * kv_size, hidden)
     qkv_bias: torch.Tensor | None  # (q_size + 2 * kv_size,)
-    dense: torch.Tensor  # (hidden, q_size)
+    dense: Linear  # (hidden, q_size)
     post_norm: torch.Tensor  # (hidden,)
-    fc_gate: torch.Tensor  # (2 * intermediate, hidden): [activated fc; gate]
+    fc_gate: Linear  # (2 * intermediate, hidden): [activated fc; gate]
     fc_gate_bias: torch.Tensor | None
-    proj: torch.Tensor  # (hidden, intermediate)
+    proj: Linear  # (hidden, intermediate)
     proj_bias: torch.Tensor | None
+    kv_scale: torch.Tensor | None = None  # (2,) K and V scales of an 8-bit KV cache
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -66,23 +71,42 @@ class DecoderModel:
         self.layers = []
         for i in range(cfg.num_hidden_layers):
             p = f"transformer.layers.{i}."
+            kv_scales = [w.pop(p + f"attention.{x}_cache_scaling_factor", None) for x in "kv"]
+            w.pop(p + "attention.kv_cache_scaling_factor", None)  # TensorRT-LLM's max of the two
             self.layers.append(
                 Layer(
                     input_norm=w.pop(p + "input_layernorm.weight"),
-                    qkv=w.pop(p + "attention.qkv.weight"),
+                    qkv=self._take_linear(w, p + "attention.qkv"),
                     qkv_bias=w.pop(p + "attention.qkv.bias", None),
-                    dense=w.pop(p + "attention.dense.weight"),
+                    dense=self._take_linear(w, p + "attention.dense"),
                     post_norm=w.pop(p + "post_layernorm.weight"),
-                    fc_gate=w.pop(p + "mlp.fc_gate.weight"),
+                    fc_gate=self._take_linear(w, p + "mlp.fc_gate"),
                     fc_gate_bias=w.pop(p + "mlp.fc_gate.bias", None),
-                    proj=w.pop(p + "mlp.proj.weight"),
+                    proj=self._take_linear(w, p + "mlp.proj"),
                     proj_bias=w.pop(p + "mlp.proj.bias", None),
+                    kv_scale=None if kv_scales[0] is None else torch.cat(kv_scales),
                 )
             )
         if w:
             raise ValueError(f"unused engine weights: {sorted(w)[:5]}")
         self.rope = Rope(cfg, max_positions, self.dtype, device)
         self.scale = cfg.head_size**-0.5
+
+    def _take_linear(self, w: dict[str, torch.Tensor], prefix: str) -> Linear:
+        """Pop one linear's tensors: the plain weight, or a quantized kernel built from them all."""
+        quant = self.cfg.quantization
+        if quant.quant_algo is None:
+            return w.pop(prefix + ".weight")
+        from trtserve.quant.linear import make_linear
+
+        names = [n for n in w if n.startswith(prefix + ".") and not n.endswith(".bias")]
+        parts = {n[len(prefix) + 1 :]: w.pop(n) for n in names}
+        return make_linear(parts, quant.quant_algo, self.dtype, getattr(quant, "group_size", None) or 128)
+
+    def _mm(self, x: torch.Tensor, weight: Linear, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if isinstance(weight, torch.Tensor):
+            return self.linear(x, weight, bias)
+        return weight(x, bias)
 
     @classmethod
     def load(
@@ -96,7 +120,9 @@ class DecoderModel:
         return rms_norm(x, w, self.cfg.norm_epsilon)
 
     def new_kv_cache(self, num_blocks: int, tokens_per_block: int) -> PagedKVCache:
-        return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device)
+        kv_algo = self.cfg.quantization.kv_cache_quant_algo
+        scales = torch.stack([layer.kv_scale for layer in self.layers]).float() if kv_algo else None  # (layers, 2)
+        return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device, kv_algo, scales)
 
     @torch.inference_mode()
     def forward(self, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
@@ -106,16 +132,16 @@ class DecoderModel:
         h = self.embed[batch.token_ids]  # (T, hidden)
         for i, layer in enumerate(self.layers):
             x = self._norm(h, layer.input_norm)
-            qkv = self.linear(x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) hd)
+            qkv = self._mm(x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) hd)
             q, k, v = qkv.split([n_h * hd, n_kv * hd, n_kv * hd], dim=-1)
             q = self.rope.apply(q.view(-1, n_h, hd), batch.positions)  # (T, n_h, hd)
             k = self.rope.apply(k.view(-1, n_kv, hd), batch.positions)  # (T, n_kv, hd)
             kv.write(i, batch.slot_mapping, k, v.view(-1, n_kv, hd))
             attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
-            h = h + self.linear(attn, layer.dense)
+            h = h + self._mm(attn, layer.dense)
             x = self._norm(h, layer.post_norm)
-            fc, gate = self.linear(x, layer.fc_gate, layer.fc_gate_bias).chunk(2, dim=-1)  # (T, I) each
-            h = h + self.linear(F.silu(fc) * gate, layer.proj, layer.proj_bias)
+            fc, gate = self._mm(x, layer.fc_gate, layer.fc_gate_bias).chunk(2, dim=-1)  # (T, I) each
+            h = h + self._mm(F.silu(fc) * gate, layer.proj, layer.proj_bias)
         last = self._norm(h[batch.logits_indices], self.final_norm)  # (N, hidden)
         return self.linear(last, self.lm_head).float()  # (N, vocab)
 
@@ -126,8 +152,8 @@ class DecoderModel:
             kv_slots = batch.block_tables[:, pos // bs] * bs + pos % bs  # (B, max_blocks * bs)
             return det.attention(
                 q,
-                kv.data[layer, 0],
-                kv.data[layer, 1],
+                kv.layer_keys(layer),
+                kv.layer_values(layer),
                 kv_slots[batch.seq_ids],
                 batch.positions,
                 self.scale,
@@ -135,13 +161,14 @@ class DecoderModel:
             )
         n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
         group = n_h // n_kv
-        k_cache, v_cache = kv.blocks(layer)
         out = q.new_empty(q.shape[0], n_h * hd)
         for g in batch.groups:
             n_g, max_q = g.q_index.shape
-            # Whole blocks, copied once: (G, keys, n_kv, hd) -> viewed as (G, n_kv, keys, hd)
-            keys = k_cache.index_select(0, g.block_tables.flatten()).view(n_g, -1, n_kv, hd).transpose(1, 2)
-            values = v_cache.index_select(0, g.block_tables.flatten()).view(n_g, -1, n_kv, hd).transpose(1, 2)
+            # Whole blocks, copied once (and dequantized if the cache is 8-bit): (G, keys, n_kv, hd)
+            # -> viewed as (G, n_kv, keys, hd)
+            keys, values = kv.gather_blocks(layer, g.block_tables.flatten())
+            keys = keys.view(n_g, -1, n_kv, hd).transpose(1, 2)
+            values = values.view(n_g, -1, n_kv, hd).transpose(1, 2)
             qg = q[g.q_index].view(n_g, max_q, n_kv, group, hd)  # (G, max_q, n_kv, group, hd)
             qg = qg.permute(0, 2, 3, 1, 4).reshape(n_g, n_kv, group * max_q, hd)
             o = F.scaled_dot_product_attention(qg, keys, values, attn_mask=g.attn_mask, scale=self.scale)

@@ -6,27 +6,72 @@ import torch
 
 from trtserve.models.config import ModelConfig
 
+# TensorRT-LLM kv_cache_quant_algo -> value dtype, its largest magnitude, and the storage dtype
+# (fp8 bytes are kept as uint8: CPU index_copy_ / index_select do not take float8).
+_KV_STORAGE = {"INT8": (torch.int8, 127.0, torch.int8), "FP8": (torch.float8_e4m3fn, 448.0, torch.uint8)}
+
 
 class PagedKVCache:
-    """K and V for every layer, as `num_blocks * tokens_per_block` slots of (kv_heads, head_dim)."""
+    """K and V for every layer, as `num_blocks * tokens_per_block` slots of (kv_heads, head_dim).
+
+    With `kv_quant` ("INT8" or "FP8") the slots hold 8-bit values x / scale (per layer, one for K
+    and one for V: the checkpoint's k_ and v_cache_scaling_factor); reads return `dtype` again.
+    """
 
     def __init__(
-        self, cfg: ModelConfig, num_blocks: int, tokens_per_block: int, dtype: torch.dtype, device: torch.device
+        self,
+        cfg: ModelConfig,
+        num_blocks: int,
+        tokens_per_block: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        kv_quant: str | None = None,
+        scales: torch.Tensor | None = None,  # (layers, 2 [K, V]) float32
     ):
         self.num_blocks = num_blocks
         self.tokens_per_block = tokens_per_block
+        self.dtype = dtype
+        self.kv_quant = kv_quant
+        self.scales = None if scales is None else scales.to(device)
         slots = num_blocks * tokens_per_block
+        storage = _KV_STORAGE[kv_quant][2] if kv_quant else dtype
         # (layers, 2 [K, V], slots, kv_heads, head_dim)
         # Zeroed, not empty: attention reads whole blocks, and masked slots must hold finite
         # values (a masked NaN still poisons softmax(scores) @ V, since 0 * NaN = NaN).
         self.data = torch.zeros(
-            cfg.num_hidden_layers, 2, slots, cfg.num_key_value_heads, cfg.head_size, dtype=dtype, device=device
+            cfg.num_hidden_layers, 2, slots, cfg.num_key_value_heads, cfg.head_size, dtype=storage, device=device
         )
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """slots: (T,); k, v: (T, kv_heads, head_dim)."""
-        self.data[layer, 0].index_copy_(0, slots, k)
-        self.data[layer, 1].index_copy_(0, slots, v)
+        self.data[layer, 0].index_copy_(0, slots, self._quantize(k, layer, 0))
+        self.data[layer, 1].index_copy_(0, slots, self._quantize(v, layer, 1))
+
+    def _quantize(self, x: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
+        if self.kv_quant is None:
+            return x
+        value, limit, storage = _KV_STORAGE[self.kv_quant]
+        x = (x.float() / self.scales[layer, kv]).clamp_(-limit, limit)
+        return (x.round_() if self.kv_quant == "INT8" else x).to(value).view(storage)
+
+    def _dequantize(self, x: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
+        if self.kv_quant is None:
+            return x
+        return (x.view(_KV_STORAGE[self.kv_quant][0]).float() * self.scales[layer, kv]).to(self.dtype)
+
+    def gather_blocks(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of the given blocks, (len(block_ids), tokens_per_block, kv_heads, head_dim), in dtype."""
+        k, v = self.blocks(layer)
+        keys = self._dequantize(k.index_select(0, block_ids), layer, 0)
+        values = self._dequantize(v.index_select(0, block_ids), layer, 1)
+        return keys, values
+
+    def layer_keys(self, layer: int) -> torch.Tensor:
+        """Every slot's K of one layer, (slots, kv_heads, head_dim), in dtype."""
+        return self._dequantize(self.data[layer, 0], layer, 0)
+
+    def layer_values(self, layer: int) -> torch.Tensor:
+        return self._dequantize(self.data[layer, 1], layer, 1)
 
     def blocks(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's K and V as (num_blocks, tokens_per_block, kv_heads, head_dim) views."""

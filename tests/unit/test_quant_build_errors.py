@@ -1,0 +1,87 @@
+"""Bad quantization requests to `trtserve build`: one sentence naming what cannot work and what
+can, exit code 2, nothing left behind, and no minutes of calibration spent first."""
+
+from __future__ import annotations
+
+import pytest
+from helpers import make_hf_model
+from test_build_errors import expect_error
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    # hidden 64, intermediate 96: no int4 group of 128 fits; NVFP4's 16 does.
+    return make_hf_model(tmp_path_factory.mktemp("q") / "m", "llama")
+
+
+def test_int4_needs_in_features_divisible_by_128(tmp_path, src):
+    expect_error(
+        tmp_path,
+        "--quant w4a16_awq needs every linear's in-features divisible by 128, but hidden_size = 64, "
+        "num_attention_heads * head_size = 64, intermediate_size = 96; formats that work for this model: "
+        "w8a16, w8a8_sq, fp8, fp8_pcpt, nvfp4",
+        src,
+        "--quant",
+        "w4a16_awq",
+    )
+
+
+def test_nvfp4_needs_16(tmp_path):
+    m = make_hf_model(tmp_path / "m", "llama", hidden_size=72, num_attention_heads=4, intermediate_size=96)
+    expect_error(
+        tmp_path,
+        "--quant nvfp4 needs every linear's in-features divisible by 16, but hidden_size = 72",
+        m,
+        "--quant",
+        "nvfp4",
+    )
+
+
+def test_kv_cache_quant_needs_a_weight_format(tmp_path, src):
+    expect_error(
+        tmp_path, "--kv-cache-quant fp8 needs a weight format too; add --quant", src, "--kv-cache-quant", "fp8"
+    )
+
+
+def test_quant_with_tensor_parallel(tmp_path, src):
+    expect_error(tmp_path, "builds tp-size 1 checkpoints only", src, "--quant", "w8a16", "--tp-size", "2")
+
+
+def test_unknown_format(tmp_path, src):
+    expect_error(tmp_path, "Invalid value for '--quant'", src, "--quant", "int3")
+
+
+def test_unknown_format_in_yaml(tmp_path, src):
+    cfg = tmp_path / "b.yaml"
+    cfg.write_text(f"model: {src}\nquant: int3\n")
+    expect_error(tmp_path, "'quant': got 'int3'", "--config", cfg)
+
+
+def test_calib_data_missing(tmp_path, src):
+    expect_error(
+        tmp_path,
+        f"cannot read --calib-data {tmp_path / 'no.txt'}",
+        src,
+        "--quant",
+        "fp8",
+        "--calib-data",
+        tmp_path / "no.txt",
+    )
+
+
+def test_calib_data_bad_jsonl(tmp_path, src):
+    bad = tmp_path / "c.jsonl"
+    bad.write_text('{"text": "fine"}\n{"txt": "no text key"}\n')
+    expect_error(
+        tmp_path, f'--calib-data {bad} line 2 has no "text" string', src, "--quant", "fp8", "--calib-data", bad
+    )
+
+
+def test_calib_data_without_quant(tmp_path, src):
+    txt = tmp_path / "c.txt"
+    txt.write_text("some text")
+    expect_error(tmp_path, "--calib-data is only used with --quant", src, "--calib-data", txt)
+
+
+def test_calib_size_must_be_positive(tmp_path, src):
+    expect_error(tmp_path, "'calib_size'", src, "--quant", "fp8", "--calib-size", "0")

@@ -1,0 +1,182 @@
+"""Quantized linears of the torch engine. Weights stay in their 8- or 4-bit storage; each
+`__call__(x, bias)` maps (tokens, in) -> (tokens, out) in the activation dtype.
+
+Tensor names and layouts are the engine's (TensorRT-LLM suffixes, see trtserve/quant/convert.py):
+weight [out, in] (int8 / fp8), [out/2, in] packed int4, or [out, in/2] packed fp4.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+_FP8_MAX = 448.0
+# E2M1 code -> value (bit 3 is the sign).
+_E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+
+
+def _fp8_fake_quant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Round activations through e4m3 with a per-tensor (or per-token, broadcast) scale, with
+    ModelOpt's arithmetic (multiply by 448 / amax, then by its float32 reciprocal)."""
+    mult = _FP8_MAX / (scale.float() * _FP8_MAX)
+    q = (x.float() * mult).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
+    return (q.float() * (1 / mult)).to(x.dtype)
+
+
+def unpack_int4_rows(packed: torch.Tensor) -> torch.Tensor:
+    """[out/2, in] bytes, two's-complement nibbles, row 2i in the low nibble -> int8 [out, in]."""
+    p = packed.view(torch.int8)
+    lo = (p << 4) >> 4  # arithmetic shifts sign-extend
+    hi = p >> 4
+    return torch.stack([lo, hi], dim=1).reshape(-1, p.shape[1])
+
+
+def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
+    """[out, in/2] E2M1 bytes, even input index in the low nibble -> float32 [out, in]."""
+    p = packed.view(torch.uint8)
+    codes = torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)
+    return _E2M1[codes.long()]
+
+
+class Int8WeightOnly:
+    """W8A16: int8 weights with per-output-channel scales, via torch's int8 weight-pack GEMM."""
+
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
+        self.weight = t["weight"].contiguous()  # (out, in) int8
+        self.scale = t["weights_scaling_factor"].to(dtype)  # (out,)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        y = torch._weight_int8pack_mm(x.contiguous(), self.weight, self.scale)
+        return y if bias is None else y + bias
+
+
+class Int4Groupwise:
+    """W4A16(_AWQ): packed int4 with per-group scales, run by torch's CPU int4 GEMM after
+    repacking; AWQ's pre-quant scale (where the export did not fold it into the norm) is applied
+    to the input."""
+
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
+        w = unpack_int4_rows(t["weight"])  # (out, in) in [-8, 7]
+        self.out_features = w.shape[0]
+        self.group_size = group_size
+        self.packed = torch._convert_weight_to_int4pack_for_cpu((w.int() + 8).contiguous(), 1)
+        scale = t["weights_scaling_factor"].float()  # (out, in / group)
+        # torch's kernel computes (q - 8) * scale + zero per group: zero = 0 for symmetric int4.
+        self.scales_zeros = torch.stack([scale.t(), torch.zeros_like(scale.t())], dim=-1).to(dtype).contiguous()
+        pqs = t.get("prequant_scaling_factor")
+        self.pre_quant = None if pqs is None else pqs.to(dtype)  # (in,)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pre_quant is not None:
+            x = x * self.pre_quant
+        y = torch._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group_size, self.scales_zeros)
+        return y if bias is None else y + bias
+
+
+class Int4Fp8Awq:
+    """W4A8_AWQ: int4 weights whose group-dequantized values ModelOpt rounds through e4m3 with the
+    global scale (w = e4m3(int4 x group scale / scale_2) x scale_2), so they are not int4 x scale and
+    the int4 GEMM cannot run them: the packed weights are decoded per call. Activations: pre-quant
+    scale, then e4m3 rounding with the calibrated scale."""
+
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
+        self.packed = t["weight"]  # (out / 2, in) int4 pairs
+        self.scale = t["weights_scaling_factor"].float()  # (out, in / group)
+        self.scale_2 = t["weights_scaling_factor_2"].float()  # (1,)
+        pqs = t.get("prequant_scaling_factor")
+        self.pre_quant = None if pqs is None else pqs.to(dtype)
+        self.act_scale = t["activation_scaling_factor"].float()
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        w = unpack_int4_rows(self.packed).float()  # (out, in)
+        w = w * self.scale.repeat_interleave(w.shape[1] // self.scale.shape[1], dim=1)
+        return _fp8_fake_quant(w, self.scale_2).to(dtype)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pre_quant is not None:
+            x = x * self.pre_quant
+        return F.linear(_fp8_fake_quant(x, self.act_scale), self.dequantize(x.dtype), bias)
+
+
+class Int8SmoothQuant:
+    """W8A8_SQ_PER_CHANNEL: smoothed input, quantized per tensor with the calibrated scale, the
+    int8 x int8 product rescaled by (input scale x per-channel weight scale).
+
+    The product runs as an fp32 GEMM on the int8 values (exact for the sums that occur: fp32 holds
+    integers to 2**24): torch 2.13's CPU `torch._int_mm` measured 0.5-1 GOP/s here, against 5-22
+    GFLOP/s for fp32, single-threaded. Weights stay int8 in memory."""
+
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
+        self.weight = t["weight"].contiguous()  # (out, in) int8
+        self.act_scale = t["activation_scaling_factor"].float()  # (1,)
+        self.out_scale = t["weights_scaling_factor"].float() * self.act_scale  # (out,)
+        pqs = t.get("prequant_scaling_factor")
+        self.pre_quant = None if pqs is None else pqs.to(dtype)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.pre_quant is not None:
+            x = x * self.pre_quant
+        xq = (x.float() / self.act_scale).round_().clamp_(-127, 127)  # (T, in), int8 values
+        y = (F.linear(xq, self.weight.float()) * self.out_scale).to(x.dtype)  # (T, out)
+        return y if bias is None else y + bias
+
+
+class Fp8Linear:
+    """FP8 (per-tensor weight and activation scales) and FP8_PER_CHANNEL_PER_TOKEN (per-channel
+    weight scales, dynamic per-token activation scales): e4m3 storage, dequantized in the GEMM."""
+
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
+        self.weight = t["weight"]  # (out, in) float8_e4m3fn
+        # (out,) for FP8_PER_CHANNEL_PER_TOKEN, and for FP8 where fused q/k/v (gate/up) keep their
+        # own per-tensor scales; (1,) otherwise.
+        scale = t.get("per_channel_scale", t.get("weights_scaling_factor"))
+        self.per_channel = scale.numel() > 1
+        self.w_scale = scale.float()
+        act = t.get("activation_scaling_factor")
+        self.act_scale = None if act is None else act.float()
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        if self.act_scale is not None:
+            x = _fp8_fake_quant(x, self.act_scale)
+        else:  # per token
+            amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(2**-24)
+            x = _fp8_fake_quant(x, amax / _FP8_MAX)
+        w = self.weight.to(x.dtype)  # exact: every e4m3 value is a bf16/fp16 value
+        if self.per_channel:
+            return F.linear(x, w) * self.w_scale.to(x.dtype) + (0 if bias is None else bias)
+        return F.linear(x, w * self.w_scale.to(x.dtype), bias)
+
+
+class Nvfp4Linear:
+    """NVFP4: E2M1 weights with fp8 scales per 16 inputs and a global scale, dequantized per
+    call. Activations stay in the model dtype (no fp4 compute on CPU)."""
+
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
+        self.weight = t["weight"]  # (out, in / 2) uint8
+        self.block_scale = t["weights_scaling_factor"]  # (out, in / 16) float8_e4m3fn
+        self.global_scale = t["weights_scaling_factor_2"].float()  # (1,)
+
+    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
+        w = unpack_fp4(self.weight)  # (out, in)
+        s = self.block_scale.float() * self.global_scale  # (out, in / 16)
+        return (w.view(w.shape[0], s.shape[1], -1) * s[..., None]).view(w.shape).to(dtype)
+
+    def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+        return F.linear(x, self.dequantize(x.dtype), bias)
+
+
+def make_linear(t: dict[str, torch.Tensor], algo: str, dtype: torch.dtype, group_size: int = 128):
+    """The kernel object for one quantized linear (`t`: its tensors by TensorRT-LLM suffix)."""
+    if algo == "W8A16":
+        return Int8WeightOnly(t, dtype)
+    if algo == "W4A16_AWQ":
+        return Int4Groupwise(t, dtype, group_size)
+    if algo == "W4A8_AWQ":
+        return Int4Fp8Awq(t, dtype, group_size)
+    if algo == "W8A8_SQ_PER_CHANNEL":
+        return Int8SmoothQuant(t, dtype)
+    if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
+        return Fp8Linear(t, dtype)
+    if algo == "NVFP4":
+        return Nvfp4Linear(t, dtype)
+    raise ValueError(f"the torch engine has no kernel for quant_algo {algo}")
