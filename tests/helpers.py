@@ -85,16 +85,16 @@ def make_hf_model(
 
 
 def hf_greedy(
-    model_dir: Path, prompts: list[list[int]], max_new_tokens: int, dtype=torch.float32, **kw
+    model_dir: Path, prompts: list[list[int]], max_new_tokens: int, dtype=torch.float32, device="cpu", **kw
 ) -> list[list[int]]:
     """HF transformers' greedy generate, one prompt at a time, never stopping at EOS."""
     from transformers import AutoModelForCausalLM
 
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw).to(device).eval()
     outs = []
     with torch.inference_mode():
         for p in prompts:
-            ids = torch.tensor([p])
+            ids = torch.tensor([p], device=device)
             out = model.generate(
                 ids,
                 attention_mask=torch.ones_like(ids),

@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 import torch
-from helpers import random_prompts
+from helpers import hf_greedy, random_prompts
 
 from trtserve.backends.base import GenerateRequest
 from trtserve.runtime.sampling_params import SamplingParams
@@ -39,28 +39,6 @@ def _greedy(engine, prompts):
     return asyncio.run(run())
 
 
-def _hf_greedy_cuda(model_dir, prompts):
-    """HF transformers' greedy generate on the same GPU in float16, never stopping at EOS."""
-    from transformers import AutoModelForCausalLM
-
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float16).cuda().eval()
-    outs = []
-    with torch.inference_mode():
-        for p in prompts:
-            ids = torch.tensor([p], device="cuda")
-            out = model.generate(
-                ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=MAX_NEW,
-                min_new_tokens=MAX_NEW,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
-            outs.append(out[0, len(p) :].tolist())
-    return outs
-
-
 def _trt_engines_supported() -> bool:
     import tensorrt_llm
 
@@ -88,7 +66,7 @@ def test_greedy_equals_hf(backend, gpu_llama, tmp_path):
         stats = engine.stats()
     finally:
         engine.shutdown()
-    expected = _hf_greedy_cuda(gpu_llama, prompts)
+    expected = hf_greedy(gpu_llama, prompts, MAX_NEW, dtype=torch.float16, device="cuda")
     assert got == expected
     assert stats.generated_tokens == 4 * MAX_NEW
 

@@ -36,49 +36,13 @@ from pathlib import Path
 from tensorrt_llm import llmapi
 from tensorrt_llm._toy_model import next_greedy, reference_greedy
 from tensorrt_llm.llmapi import CudaGraphConfig, KvCacheConfig, RequestError
+from tensorrt_llm.sampling_fields import SAMPLING_FIELDS
 
 __version__ = os.environ.get("FAKE_TRTLLM_VERSION", "1.0.0")
 FAIL_TOKEN = 2
 STEP_S = 0.004  # one engine iteration
 INSTANCES: list = []  # every LLM created, for tests to inspect
 
-_SAMPLING_FIELDS = set(
-    [
-        "max_tokens",
-        "end_id",
-        "pad_id",
-        "stop",
-        "stop_token_ids",
-        "include_stop_str_in_output",
-        "bad",
-        "bad_token_ids",
-        "n",
-        "best_of",
-        "use_beam_search",
-        "top_k",
-        "top_p",
-        "temperature",
-        "seed",
-        "min_tokens",
-        "min_p",
-        "repetition_penalty",
-        "presence_penalty",
-        "frequency_penalty",
-        "length_penalty",
-        "logprobs",
-        "prompt_logprobs",
-        "return_context_logits",
-        "return_generation_logits",
-        "exclude_input_from_output",
-        "return_perf_metrics",
-        "guided_decoding",
-        "ignore_eos",
-        "detokenize",
-        "skip_special_tokens",
-        "add_special_tokens",
-        "truncate_prompt_tokens",
-    ]
-)
 _LLM_ARGS = {
     "max_batch_size": int,
     "max_num_tokens": int,
@@ -94,7 +58,7 @@ __all__ = ["LLM", "SamplingParams", "llmapi", "RequestError", "reference_greedy"
 
 class SamplingParams:
     def __init__(self, **fields):
-        unknown = set(fields) - _SAMPLING_FIELDS
+        unknown = set(fields) - SAMPLING_FIELDS
         if unknown:
             raise TypeError(f"SamplingParams got unexpected keyword arguments {sorted(unknown)}")
         self.max_tokens = 32  # TensorRT-LLM's default
