@@ -114,9 +114,12 @@ def test_sigterm_drains_in_flight_then_exits_0(tiny_llama_engine, tmp_path, mode
             while not chunks:
                 await asyncio.sleep(0.01)
             s.proc.send_signal(signal.SIGTERM)
-            await asyncio.sleep(0.3)
+            for _ in range(500):  # until the server has seen the signal (no fixed sleep: the stream may end first)
+                ready = await c.get("/v2/health/ready")
+                if ready.status_code != 200:
+                    break
+                await asyncio.sleep(0.002)
             late = await c.post("/v1/completions", json={"model": model_name, "prompt": "late", "max_tokens": 2})
-            ready = await c.get("/v2/health/ready")
             await task
             return late, ready
 

@@ -128,6 +128,12 @@ def test_disk_error_is_a_clear_message(tmp_path, src, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def _default_signals() -> None:
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_signal_during_build_leaves_nothing(tmp_path):
     big = make_hf_model(
@@ -148,6 +154,7 @@ def test_signal_during_build_leaves_nothing(tmp_path):
                 [sys.executable, "-m", "trtserve.cli", "build", str(big), "-o", str(out / "e"), "--quiet"],
                 stderr=subprocess.PIPE,
                 text=True,
+                preexec_fn=_default_signals,  # as from a shell, whatever earlier tests did to pytest's own
             )
             deadline = time.time() + 120
             while not list(out.glob(".e.building-*")) and proc.poll() is None and time.time() < deadline:
