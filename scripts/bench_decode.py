@@ -2,7 +2,8 @@
 
     .venv/bin/python scripts/bench_decode.py ENGINE_DIR [--threads 2] [--prompt-len 128] [--new-tokens 128]
 
-Roofline: a decode step must read every weight once (the embedding table aside: one row), so
+Roofline: a decode step must read every weight once (the embedding table aside: one row, unless
+it is tied to the lm_head, which reads it whole), so
 tokens/s <= bandwidth / weight bytes per token. Bandwidth is measured here, before and after the
 decode runs, with a GEMV-like read (a 1-row `F.linear` over a matrix far larger than the caches,
 in the engine's dtype), since a plain `sum` under-reports what matmul kernels get. Decode speed is
@@ -28,13 +29,15 @@ def weight_bytes_per_token(engine_dir: str) -> tuple[int, int]:
 
     total = embed = 0
     with safe_open(os.path.join(engine_dir, ENGINE_WEIGHTS), "pt") as f:
-        for k in f.keys():
+        names = list(f.keys())
+        for k in names:
             t = f.get_slice(k)
             n = torch.Size(t.get_shape()).numel() * _itemsize(t.get_dtype())
             total += n
             if k.endswith("vocab_embedding.weight"):
                 embed = n
-    return total - embed, total
+    tied = "lm_head.weight" not in names  # the lm_head GEMV then reads the whole embedding table
+    return (total if tied else total - embed), total
 
 
 def _itemsize(dtype: str) -> int:

@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/bench_quant.py [--src /tmp/tl-src] [--out /tmp/bench-quant] [--threads 2]
 
-Builds (or reuses) a bf16, a w8a16 and a w4a16 engine of SRC (an HF dir; scripts/measure_build.py
+Builds (or reuses) a bf16, a float32, a w8a16 and a w4a16 engine of SRC (an HF dir; scripts/measure_build.py
 has `make_tinyllama(Path)` for a random TinyLlama-1.1B-shaped one), then for each measures one
 prompt of 128 tokens decoding 65 tokens (greedy, ignore_eos) minus the same prompt decoding 1, so
 prefill is excluded: decode tokens/s = 64 / (t65 - t1), best of 3. One run, one thread count,
@@ -17,7 +17,9 @@ from pathlib import Path
 
 import torch
 
-FORMATS = ("bf16", "w8a16", "w4a16")
+# bf16 is the baseline; float32 is shown too because CPUs without AVX512-BF16 / AMX (this
+# one: AVX2) emulate bf16 matmuls, which makes bf16 the slowest way to run the unquantized model.
+FORMATS = ("bf16", "float32", "w8a16", "w4a16")
 
 
 def build(src: Path, out: Path, fmt: str) -> Path:
@@ -26,8 +28,9 @@ def build(src: Path, out: Path, fmt: str) -> Path:
 
     dest = out / fmt
     if not (dest / "manifest.json").exists():
-        quant = None if fmt == "bf16" else fmt
-        build_engine(BuildConfig(model=str(src), dtype="bfloat16", max_seq_len=1024, quant=quant), dest, force=True)
+        quant = None if fmt in ("bf16", "float32") else fmt
+        dtype = "float32" if fmt == "float32" else "bfloat16"
+        build_engine(BuildConfig(model=str(src), dtype=dtype, max_seq_len=1024, quant=quant), dest, force=True)
     return dest
 
 
@@ -60,11 +63,11 @@ def main() -> None:
         size = (d / "model.safetensors").stat().st_size
         rows.append((fmt, size, decode_rate(d, prompt)))
         print(f"{fmt}: {rows[-1][2]:.2f} tokens/s", flush=True)
-    base = rows[0][2]
+    base, f32 = rows[0][2], rows[1][2]
     print(f"\nbatch-1 decode, {args.threads} thread(s), torch {torch.__version__}, source {args.src}")
-    print(f"{'format':8} {'weights MiB':>12} {'tokens/s':>9} {'vs bf16':>8}")
+    print(f"{'format':8} {'weights MiB':>12} {'tokens/s':>9} {'vs bf16':>8} {'vs f32':>7}")
     for fmt, size, rate in rows:
-        print(f"{fmt:8} {size / 2**20:12.0f} {rate:9.2f} {rate / base:7.2f}x")
+        print(f"{fmt:8} {size / 2**20:12.0f} {rate:9.2f} {rate / base:7.2f}x {rate / f32:6.2f}x")
 
 
 if __name__ == "__main__":

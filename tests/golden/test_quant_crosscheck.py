@@ -20,12 +20,16 @@ from helpers import make_hf_model
 
 pytest.importorskip("modelopt")
 
+from trtserve.build.config import BuildConfig  # noqa: E402
 from trtserve.quant.build import quantization_config, read_export  # noqa: E402
 from trtserve.quant.convert import trtllm_tensors  # noqa: E402
 from trtserve.quant.formats import FORMATS  # noqa: E402
 
 CASES = [(q, None) for q in FORMATS] + [("w8a8_sq", "int8"), ("fp8", "fp8")]
 AWQ = ("w4a16_awq", "w4a8_awq")
+# Formats whose smoothing scales depend on each projection's weights (AWQ; SmoothQuant with alpha <
+# 1), so both exporters re-smooth the projections that share an input, each its own way.
+RESMOOTHED = (*AWQ, "w8a8_sq")
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +49,8 @@ def both_exports(src, quant, kv, tmp_path):
 
     reader = open_checkpoint(str(src))
     model = mo.load_hf_model(reader, "LlamaForCausalLM", torch.bfloat16)
-    mo.quantize(model, AutoTokenizer.from_pretrained(str(src)), quant, kv, (None, 4, 32), Console(quiet=True), True)
+    cfg = BuildConfig(model=str(src), quant=quant, kv_cache_quant=kv, calib_size=4, calib_seq_len=32)
+    mo.quantize(model, AutoTokenizer.from_pretrained(str(src)), cfg, Console(quiet=True), True)
     nv_dir = tmp_path / "nvidia"
     # Pitfall: inference_tensor_parallel defaults to 0, which crashes.
     export_tensorrt_llm_checkpoint(
@@ -71,9 +76,14 @@ def unpack_rows(w: torch.Tensor) -> torch.Tensor:
 
 
 def effective(t: dict, p: str, norm: torch.Tensor) -> torch.Tensor:
-    """An int4 AWQ linear as one float matrix: group-dequantized weight x prequant x norm."""
-    w, s = unpack_rows(t[p + "weight"]), t[p + "weights_scaling_factor"].float()
-    w = w * s.repeat_interleave(w.shape[1] // s.shape[1], dim=1)
+    """A smoothed linear as one float matrix: dequantized weight (int4 in groups, or int8 per
+    channel) x prequant x norm."""
+    s = t[p + "weights_scaling_factor"].float()
+    if s.dim() == 2:
+        w = unpack_rows(t[p + "weight"])
+        w = w * s.repeat_interleave(w.shape[1] // s.shape[1], dim=1)
+    else:
+        w = t[p + "weight"].float() * s[:, None]
     return w * (t[p + "prequant_scaling_factor"].float() * norm.float())[None]
 
 
@@ -88,9 +98,10 @@ def test_checkpoint_equals_nvidia_exporter(src, tmp_path, quant, kv):
     fuzzy = set()
     for i in range(2):
         t = f"transformer.layers.{i}."
-        if quant in AWQ:
+        if quant in RESMOOTHED:
             fuzzy |= {t + n for n in ("input_layernorm.weight", "post_layernorm.weight")}
-            fuzzy |= {n for n in nv if n.startswith((t + "mlp.fc.", t + "mlp.gate.", t + "attention.qkv.prequant"))}
+            qkv = t + ("attention.qkv.prequant" if quant in AWQ else "attention.qkv.")  # AWQ: q/k/v not re-smoothed
+            fuzzy |= {n for n in nv if n.startswith((t + "mlp.fc.", t + "mlp.gate.", qkv))}
             for lin, norm in (
                 ("attention.qkv.", "input_layernorm.weight"),
                 ("mlp.fc.", "post_layernorm.weight"),
@@ -99,7 +110,7 @@ def test_checkpoint_equals_nvidia_exporter(src, tmp_path, quant, kv):
                 a, b = effective(ours, t + lin, ours[t + norm]), effective(nv, t + lin, nv[t + norm])
                 cos = torch.nn.functional.cosine_similarity(a.flatten(), b.flatten(), dim=0)
                 assert cos > 0.99, f"{t + lin}: effective weights differ (cosine {cos:.4f})"
-                if lin == "attention.qkv.":  # not re-smoothed: equal up to the prequant/norm split
+                if quant in AWQ and lin == "attention.qkv.":  # not re-smoothed: equal up to the prequant/norm split
                     torch.testing.assert_close(a, b, rtol=1e-2, atol=1e-3)
         if quant == "fp8":  # NVIDIA's two exporters round fp8 weights differently themselves
             for lin in (

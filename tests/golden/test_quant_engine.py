@@ -4,6 +4,8 @@ position, and greedy tokens equal up to near-ties."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from helpers import make_hf_model, random_prompts
@@ -19,17 +21,20 @@ CALIB = dict(calib_size=4, calib_seq_len=32)
 # float32 on both sides: in bf16, rounding noise between two implementations flips fp8 roundings
 # of activations near a boundary, which alone costs ~0.001 of logits cosine.
 DTYPE = torch.float32
-# (format, kv cache) pairs; every weight format once, both KV formats once.
+# (format, kv cache, int4 group size): every weight format once, both KV formats once, AWQ with
+# groups of 64 too.
 CASES = [
-    ("w8a16", None),
-    ("w4a16", None),
-    ("w4a16_awq", None),
-    ("w8a8_sq", "int8"),
-    ("fp8", "fp8"),
-    ("fp8_pcpt", None),
-    ("w4a8_awq", None),
-    ("nvfp4", None),
+    ("w8a16", None, 128),
+    ("w4a16", None, 128),
+    ("w4a16_awq", None, 128),
+    ("w4a16_awq", None, 64),
+    ("w8a8_sq", "int8", 128),
+    ("fp8", "fp8", 128),
+    ("fp8_pcpt", None, 128),
+    ("w4a8_awq", None, 128),
+    ("nvfp4", None, 128),
 ]
+IDS = [q + (f"-kv{k}" if k else "") + ("" if g == 128 else f"-g{g}") for q, k, g in CASES]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +59,7 @@ def engine_logits(engine_dir, tokens: list[int]) -> torch.Tensor:
     return m.forward(batch, kv)
 
 
-def reference_model(src, quant: str, kv: str | None, tmp_path):
+def reference_model(src, quant: str, kv: str | None, group: int, tmp_path):
     """ModelOpt's fake-quantized model (its activation and KV quantizers, calibrated on the same
     text) running the weights and activation scales of ModelOpt's own HF export, decoded here.
     The export is what trtserve converts, and it is not the fake-quant model bit for bit: ModelOpt
@@ -70,8 +75,8 @@ def reference_model(src, quant: str, kv: str | None, tmp_path):
     reader = open_checkpoint(str(src))
     model = mo.load_hf_model(reader, "LlamaForCausalLM", DTYPE)
     tok = AutoTokenizer.from_pretrained(str(src))
-    calib = (None, CALIB["calib_size"], CALIB["calib_seq_len"])
-    mo.quantize(model, tok, quant, kv, calib, Console(quiet=True), quiet=True)
+    cfg = BuildConfig(model=str(src), quant=quant, kv_cache_quant=kv, group_size=group, **CALIB)
+    mo.quantize(model, tok, cfg, Console(quiet=True), quiet=True)
     mo.export(model, DTYPE, tmp_path / "export")
     t = load_file(str(tmp_path / "export" / "model.safetensors"))
     with torch.no_grad():
@@ -83,6 +88,12 @@ def reference_model(src, quant: str, kv: str | None, tmp_path):
                 if quant == "nvfp4":
                     iq.disable()  # NVFP4 activation fake-quant needs CUDA; the engine keeps them in bf16
                     continue
+                if quant == "w8a8_sq":  # the engine quantizes activations per token, not per tensor
+                    iq.disable()
+                    if getattr(iq, "_pre_quant_scale", None) is not None:
+                        iq._pre_quant_scale.fill_(1.0)  # applied even when disabled; the hook applies it
+                    mod.register_forward_pre_hook(per_token_int8(t.get(name + ".pre_quant_scale")))
+                    continue
                 if getattr(iq, "_pre_quant_scale", None) is not None:
                     pqs = t.get(name + ".pre_quant_scale")
                     iq._pre_quant_scale.copy_(torch.ones_like(iq._pre_quant_scale) if pqs is None else pqs)
@@ -91,6 +102,17 @@ def reference_model(src, quant: str, kv: str | None, tmp_path):
             elif name.endswith("layernorm") or name == "model.norm":
                 mod.weight.copy_(t[name + ".weight"])  # AWQ scales folded in by the export
     return model
+
+
+def per_token_int8(pre_quant_scale):
+    """A forward pre-hook: smooth the input, then round each token to int8 steps of its amax / 127."""
+
+    def hook(_mod, args):
+        x = args[0] if pre_quant_scale is None else args[0] * pre_quant_scale.to(args[0].dtype)
+        step = x.abs().amax(dim=-1, keepdim=True).clamp_min(1e-8) / 127
+        return ((x / step).round().clamp(-127, 127) * step,)
+
+    return hook
 
 
 def decode(t: dict, p: str) -> torch.Tensor:
@@ -138,15 +160,26 @@ def resident_bytes(model) -> int:
     return total
 
 
-@pytest.mark.parametrize(("quant", "kv"), CASES, ids=[f"{q}-kv{k}" if k else q for q, k in CASES])
-def test_engine_matches_modelopt_fake_quant(src, tmp_path, quant, kv):
+@pytest.mark.parametrize(("quant", "kv", "group"), CASES, ids=IDS)
+def test_engine_matches_modelopt_fake_quant(src, tmp_path, quant, kv, group):
     out = tmp_path / "engine"
     build_engine(
-        BuildConfig(model=str(src), quant=quant, kv_cache_quant=kv, dtype="float32", tokens_per_block=16, **CALIB),
+        BuildConfig(
+            model=str(src),
+            quant=quant,
+            kv_cache_quant=kv,
+            group_size=group,
+            dtype="float32",
+            tokens_per_block=16,
+            **CALIB,
+        ),
         out,
         quiet=True,
     )
-    ref_model = reference_model(src, quant, kv, tmp_path)
+    ref_model = reference_model(src, quant, kv, group, tmp_path)
+    if quant.startswith("w4"):
+        ckpt = json.loads((out / "checkpoint" / "config.json").read_text())
+        assert ckpt["quantization"]["group_size"] == group
     # Weights stay quantized in memory: what the engine holds is about what the file holds.
     file_bytes = (out / "model.safetensors").stat().st_size
     assert resident_bytes(load_engine(out, device="cpu").model) <= 1.1 * file_bytes

@@ -26,6 +26,43 @@ def test_int4_needs_in_features_divisible_by_128(tmp_path, src):
     )
 
 
+def test_int4_suggests_groups_of_64_where_they_fit(tmp_path):
+    # SmolLM2-135M's widths: 576 = 4.5 x 128, 1536 = 12 x 128
+    m = make_hf_model(tmp_path / "m", "llama", hidden_size=576, num_attention_heads=9, intermediate_size=1536)
+    expect_error(
+        tmp_path,
+        "--quant w4a16 needs every linear's in-features divisible by 128, but hidden_size = 576, "
+        "num_attention_heads * head_size = 576; formats that work for this model: w8a16, w4a16 --group-size 64, "
+        "w4a16_awq --group-size 64, w8a8_sq, fp8, fp8_pcpt, nvfp4",
+        m,
+        "--quant",
+        "w4a16",
+    )
+
+
+def test_group_size_64_still_has_to_divide(tmp_path, src):
+    expect_error(
+        tmp_path,
+        "--quant w4a16_awq needs every linear's in-features divisible by 64, but intermediate_size = 96",
+        src,
+        "--quant",
+        "w4a16_awq",
+        "--group-size",
+        "64",
+    )
+
+
+@pytest.mark.parametrize("quant", [[], ["--quant", "w4a8_awq"], ["--quant", "fp8"]])
+def test_group_size_only_for_int4_groups(tmp_path, src, quant):
+    expect_error(
+        tmp_path, "--group-size 64 applies to int4 groups (w4a16, w4a16_awq), not to", src, *quant, "--group-size", "64"
+    )
+
+
+def test_group_size_choices(tmp_path, src):
+    expect_error(tmp_path, "Invalid value for '--group-size'", src, "--quant", "w4a16", "--group-size", "32")
+
+
 def test_nvfp4_needs_16(tmp_path):
     m = make_hf_model(tmp_path / "m", "llama", hidden_size=72, num_attention_heads=4, intermediate_size=96)
     expect_error(

@@ -56,14 +56,17 @@ def test_int4_groupwise(algo):
     torch.testing.assert_close(got, xin @ w.T, rtol=1e-4, atol=1e-3)
 
 
-def test_w8a8_smoothquant_is_integer_exact():
+def test_w8a8_smoothquant_quantizes_each_token_on_its_own_grid():
     w = torch.randint(-127, 128, (OUT, IN), dtype=torch.int8)
-    ws, act = torch.rand(OUT) / 100, torch.tensor([0.02])
+    ws = torch.rand(OUT) / 100
     xq = torch.randint(-127, 128, (4, IN))
-    x = xq.float() * act  # already on the int8 grid: quantization is lossless
-    t = {"weight": w, "weights_scaling_factor": ws, "activation_scaling_factor": act}
+    xq[:, 0] = torch.tensor([127, -127, 127, -127])  # each token's amax is 127 steps of its own scale
+    tok = torch.tensor([[0.02], [1.5], [3e-4], [7.0]])  # scales 4 orders of magnitude apart
+    x = xq.float() * tok  # on each token's int8 grid: per-token quantization is lossless
+    # The calibrated per-tensor scale is ignored: it would flush the third token to zero.
+    t = {"weight": w, "weights_scaling_factor": ws, "activation_scaling_factor": torch.tensor([0.05])}
     got = make_linear(t, "W8A8_SQ_PER_CHANNEL", torch.float32)(x)
-    torch.testing.assert_close(got, (xq.float() @ w.float().T) * act * ws, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(got, (xq.float() @ w.float().T) * tok * ws, rtol=1e-5, atol=1e-6)
 
 
 def test_fp8_per_channel_per_token():

@@ -75,7 +75,7 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
     model = reader.family.model_config(reader.hf_config, dtype)
     model.mapping.tp_size = model.mapping.world_size = cfg.tp_size
     check_tp(model, cfg.tp_size)
-    check_quant(model, cfg.quant, cfg.kv_cache_quant, cfg.tp_size, cfg.calib_data)
+    check_quant(model, cfg.quant, cfg.kv_cache_quant, cfg.tp_size, cfg.calib_data, cfg.group_size)
     limits = resolve_limits(cfg, model)
     expected = check_source(reader, model)
     ranks = [checkpoint_specs(model, reader, r, cfg.tp_size) for r in range(cfg.tp_size)]
@@ -88,10 +88,7 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
         (tmp / CHECKPOINT_DIR).mkdir()
         if cfg.quant:
             reader.save_tokenizer(tmp / TOKENIZER_DIR)
-            calib = (cfg.calib_data, cfg.calib_size, cfg.calib_seq_len)
-            ckpt_bytes, weight_bytes = build_quantized(
-                reader, model, cfg.quant, cfg.kv_cache_quant, calib, tmp, tmp / TOKENIZER_DIR, console, quiet
-            )
+            ckpt_bytes, weight_bytes = build_quantized(reader, model, cfg, tmp, tmp / TOKENIZER_DIR, console, quiet)
             ranks = weights = []  # written above
         (tmp / CHECKPOINT_DIR / "config.json").write_text(_dump(model.to_trtllm()))
         total = sum(len(r) for r in ranks) + len(weights)  # 0 when quantized (written above)

@@ -9,7 +9,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trtserve.errors import UserError
-from trtserve.quant.formats import KVQuantName, QuantName
+from trtserve.quant.formats import GroupSize, KVQuantName, QuantName
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 Backend = Literal["torch", "tensorrt", "trtllm"]  # tensorrt: TRT engines (TRT-LLM <= 1.2); trtllm: its PyTorch backend
@@ -34,6 +34,8 @@ class BuildConfig(BaseModel):
     calib_size: int = Field(32, ge=1)  # calibration windows
     calib_seq_len: int = Field(256, ge=8)  # tokens per window
     calib_data: Path | None = None  # TXT or JSONL; None = docstrings of the Python standard library
+    group_size: GroupSize = 128  # inputs per int4 scale (w4a16, w4a16_awq)
+    smoothquant_alpha: float = Field(0.5, ge=0.0, le=1.0)  # w8a8_sq migration strength (smoothquant_val)
 
     @field_validator("tokens_per_block")
     @classmethod

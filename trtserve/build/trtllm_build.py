@@ -102,7 +102,7 @@ def _requested_quantization(cfg: BuildConfig) -> dict | None:
         )
     from trtserve.quant.formats import FORMATS, KV_FORMATS
 
-    fmt = FORMATS[cfg.quant]
+    fmt = FORMATS[cfg.quant].with_group_size(cfg.group_size)
     q: dict = {"quant_algo": fmt.quant_algo}
     if cfg.kv_cache_quant:
         q["kv_cache_quant_algo"] = KV_FORMATS[cfg.kv_cache_quant][0]

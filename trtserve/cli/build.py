@@ -32,6 +32,17 @@ from trtserve.quant.formats import FORMATS, KV_FORMATS, help_text
 @click.option("--dry-run", is_flag=True, help="tensorrt/trtllm: print the plan and the trtllm-build/serve commands.")
 @click.option("--quant", type=click.Choice(list(FORMATS)), help=f"Quantize with NVIDIA ModelOpt; {help_text()}.")
 @click.option("--kv-cache-quant", type=click.Choice(list(KV_FORMATS)), help="8-bit KV cache (needs --quant).")
+@click.option(
+    "--group-size",
+    type=click.Choice(["64", "128"]),
+    callback=lambda _ctx, _param, v: None if v is None else int(v),
+    help="Inputs per int4 scale for w4a16 / w4a16_awq; 64 fits models whose widths are not multiples of 128 [128].",
+)
+@click.option(
+    "--smoothquant-alpha",
+    type=float,
+    help="w8a8_sq: how much activation range SmoothQuant moves into the weights, 0-1 [0.5].",
+)
 @click.option("--calib-size", type=int, help="Calibration windows [32].")
 @click.option("--calib-seq-len", type=int, help="Tokens per calibration window [256].")
 @click.option(

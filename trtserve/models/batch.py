@@ -29,6 +29,9 @@ class AttnGroup:
     q_valid: torch.Tensor  # (G, max_q) bool: real query rows
     block_tables: torch.Tensor  # (G, n_blocks) int64: KV blocks covering each sequence's keys; pad -> 0
     attn_mask: torch.Tensor  # (G, 1, gqa_group * max_q, n_blocks * tokens_per_block) bool: True = attend
+    # Where the G * max_q output rows go: (rows of them that are real, their flat token indices);
+    # None when every row is real and row r is flat token r (one group of the whole batch in order).
+    scatter: tuple[torch.Tensor, torch.Tensor] | None
 
 
 @dataclass(frozen=True)
@@ -122,9 +125,13 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, window, gqa_gro
     # Padded query rows attend to key 0 only, so softmax never sees an all-masked row.
     mask |= (~q_valid)[:, :, None] & (k_pos == 0)[None, None, :]
     to = dict(device=device)
+    rows_valid = q_valid.flatten().nonzero().squeeze(1)  # (real rows,)
+    targets = q_index.flatten()[rows_valid]
+    in_order = bool(q_valid.all()) and torch.equal(targets, torch.arange(int(q_lens.sum())))
     return AttnGroup(
         q_index=q_index.to(**to),
         q_valid=q_valid.to(**to),
+        scatter=None if in_order else (rows_valid.to(**to), targets.to(**to)),
         block_tables=tables[sel, :n_blk].to(**to),
         attn_mask=mask.repeat(1, gqa_group, 1)[:, None].to(**to),  # (G, 1, group * max_q, keys)
     )

@@ -130,13 +130,13 @@ class DecoderModel:
         cfg = self.cfg
         n_h, n_kv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size
         h = self.embed[batch.token_ids]  # (T, hidden)
+        rope = self.rope.tables(batch.positions)
         for i, layer in enumerate(self.layers):
             x = self._norm(h, layer.input_norm)
-            qkv = self._mm(x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) hd)
-            q, k, v = qkv.split([n_h * hd, n_kv * hd, n_kv * hd], dim=-1)
-            q = self.rope.apply(q.view(-1, n_h, hd), batch.positions)  # (T, n_h, hd)
-            k = self.rope.apply(k.view(-1, n_kv, hd), batch.positions)  # (T, n_kv, hd)
-            kv.write(i, batch.slot_mapping, k, v.view(-1, n_kv, hd))
+            qkv = self._mm(x, layer.qkv, layer.qkv_bias).view(-1, n_h + 2 * n_kv, hd)  # (T, heads, hd)
+            qk = self.rope.apply(qkv[:, : n_h + n_kv], rope)  # q and k heads rotated in one pass
+            q, k = qk.split([n_h, n_kv], dim=1)  # (T, n_h, hd), (T, n_kv, hd)
+            kv.write(i, batch.slot_mapping, k, qkv[:, n_h + n_kv :])
             attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
             h = h + self._mm(attn, layer.dense)
             x = self._norm(h, layer.post_norm)
@@ -172,6 +172,9 @@ class DecoderModel:
             qg = q[g.q_index].view(n_g, max_q, n_kv, group, hd)  # (G, max_q, n_kv, group, hd)
             qg = qg.permute(0, 2, 3, 1, 4).reshape(n_g, n_kv, group * max_q, hd)
             o = F.scaled_dot_product_attention(qg, keys, values, attn_mask=g.attn_mask, scale=self.scale)
-            o = o.view(n_g, n_kv, group, max_q, hd).permute(0, 3, 1, 2, 4).reshape(n_g, max_q, n_h * hd)
-            out[g.q_index[g.q_valid]] = o[g.q_valid]
+            o = o.view(n_g, n_kv, group, max_q, hd).permute(0, 3, 1, 2, 4).reshape(n_g * max_q, n_h * hd)
+            if g.scatter is None:
+                return o  # the whole batch, in order
+            rows, targets = g.scatter
+            out.index_copy_(0, targets, o.index_select(0, rows))
         return out  # (T, n_h * hd)

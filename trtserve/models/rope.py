@@ -34,7 +34,7 @@ def inv_freq_and_scale(cfg: ModelConfig) -> tuple[torch.Tensor, float]:
 
 
 class Rope:
-    """cos/sin tables for positions [0, max_positions), looked up per token."""
+    """cos/sin tables for positions [0, max_positions), looked up once per forward pass."""
 
     def __init__(self, cfg: ModelConfig, max_positions: int, dtype: torch.dtype, device: torch.device):
         inv, scale = inv_freq_and_scale(cfg)
@@ -42,12 +42,17 @@ class Rope:
         freqs = torch.outer(pos, inv)  # (positions, head_dim/2)
         emb = torch.cat([freqs, freqs], dim=-1)  # (positions, head_dim)
         self.cos = (emb.cos() * scale).to(dtype=dtype, device=device)
-        self.sin = (emb.sin() * scale).to(dtype=dtype, device=device)
+        sin = emb.sin() * scale
+        # rotate_half(x) * sin == roll(x, half) * [-sin_lo, sin_hi]: the sign lives in the table
+        half = sin.shape[-1] // 2
+        self.signed_sin = torch.cat([-sin[:, :half], sin[:, half:]], dim=-1).to(dtype=dtype, device=device)
 
-    def apply(self, x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        """x: (tokens, heads, head_dim); positions: (tokens,)."""
-        cos = self.cos[positions].unsqueeze(1)  # (tokens, 1, head_dim)
-        sin = self.sin[positions].unsqueeze(1)
-        half = x.shape[-1] // 2
-        rotated = torch.cat([-x[..., half:], x[..., :half]], dim=-1)
-        return x * cos + rotated * sin
+    def tables(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(cos, signed sin) rows of the tokens' positions, (tokens, 1, head_dim), for `apply`."""
+        return self.cos[positions].unsqueeze(1), self.signed_sin[positions].unsqueeze(1)
+
+    @staticmethod
+    def apply(x: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        """x: (tokens, heads, head_dim), NeoX layout: x * cos + rotate_half(x) * sin, bit for bit."""
+        cos, signed_sin = tables
+        return x * cos + x.roll(x.shape[-1] // 2, dims=-1) * signed_sin

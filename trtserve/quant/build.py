@@ -10,6 +10,7 @@ from pathlib import Path
 import torch
 from rich.console import Console
 
+from trtserve.build.config import BuildConfig
 from trtserve.build.layout import ENGINE_WEIGHTS, rank_file
 from trtserve.build.reader import CheckpointReader
 from trtserve.build.safetensors_io import SafetensorsFile, write_safetensors
@@ -29,9 +30,7 @@ def quantization_config(hf_quant: dict) -> Quantization:
 def build_quantized(
     reader: CheckpointReader,
     model: ModelConfig,
-    quant: str,
-    kv_cache_quant: str | None,
-    calib: tuple[Path | None, int, int],
+    cfg: BuildConfig,
     tmp: Path,
     tokenizer_dir: Path,
     console: Console,
@@ -43,11 +42,13 @@ def build_quantized(
 
     from trtserve.quant import modelopt_driver as mo
 
+    quant, kv_cache_quant = cfg.quant, cfg.kv_cache_quant
+
     dtype = TORCH_DTYPES[model.dtype]
     hf_model = mo.load_hf_model(reader, model.architecture, dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     console.print(f"[bold]Quantizing[/] to {quant}" + (f" with a {kv_cache_quant} KV cache" if kv_cache_quant else ""))
-    mo.quantize(hf_model, tokenizer, quant, kv_cache_quant, calib, console, quiet)
+    mo.quantize(hf_model, tokenizer, cfg, console, quiet)
     export_dir = tmp / _EXPORT_DIR
     kv_scales = mo.export(hf_model, dtype, export_dir)
     del hf_model

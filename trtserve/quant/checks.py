@@ -8,7 +8,7 @@ from pathlib import Path
 from trtserve.errors import UserError
 from trtserve.models.config import ModelConfig
 from trtserve.quant.calibration import read_text_file
-from trtserve.quant.formats import FORMATS
+from trtserve.quant.formats import FORMATS, GROUPED
 
 
 def in_features(cfg: ModelConfig) -> dict[str, int]:
@@ -21,14 +21,32 @@ def in_features(cfg: ModelConfig) -> dict[str, int]:
 
 
 def formats_that_fit(cfg: ModelConfig) -> list[str]:
+    """Format names (int4 ones with the --group-size they need, where 128 does not fit)."""
     widths = in_features(cfg).values()
-    return [n for n, f in FORMATS.items() if all(w % f.block == 0 for w in widths)]
+    fits = []
+    for name, fmt in FORMATS.items():
+        for group in (128, 64) if name in GROUPED else (fmt.block,):
+            if all(w % fmt.with_group_size(group).block == 0 for w in widths):
+                fits.append(name if group == fmt.block else f"{name} --group-size {group}")
+                break
+    return fits
 
 
 def check_quant(
-    cfg: ModelConfig, quant: str | None, kv_cache_quant: str | None, tp_size: int, calib_data: Path | None = None
+    cfg: ModelConfig,
+    quant: str | None,
+    kv_cache_quant: str | None,
+    tp_size: int,
+    calib_data: Path | None = None,
+    group_size: int = 128,
 ) -> None:
     """Raise a UserError naming what cannot work and what can; reads --calib-data once to check it."""
+    if group_size != 128 and quant not in GROUPED:
+        raise UserError(
+            f"--group-size {group_size} applies to int4 groups ({', '.join(GROUPED)}), not to "
+            f"{f'--quant {quant}' if quant else 'an unquantized build'}; "
+            "drop --group-size or pick one of those formats"
+        )
     if quant is None:
         if calib_data is not None:
             raise UserError("--calib-data is only used with --quant; add --quant or drop --calib-data")
@@ -37,7 +55,7 @@ def check_quant(
                 f"--kv-cache-quant {kv_cache_quant} needs a weight format too; add --quant (one of {', '.join(FORMATS)})"
             )
         return
-    fmt = FORMATS[quant]
+    fmt = FORMATS[quant].with_group_size(group_size)
     bad = {k: v for k, v in in_features(cfg).items() if v % fmt.block}
     if bad:
         what = ", ".join(f"{k} = {v}" for k, v in bad.items())

@@ -11,6 +11,10 @@ from typing import Literal
 
 QuantName = Literal["w8a16", "w4a16", "w4a16_awq", "w8a8_sq", "fp8", "fp8_pcpt", "w4a8_awq", "nvfp4"]
 KVQuantName = Literal["int8", "fp8"]
+# Int4 group sizes (--group-size) that both TensorRT-LLM's groupwise kernels and torch's CPU int4
+# GEMM run; W4A8_AWQ's kernels take 128 only.
+GroupSize = Literal[64, 128]
+GROUPED = ("w4a16", "w4a16_awq")
 
 
 @dataclass(frozen=True)
@@ -19,8 +23,14 @@ class QuantFormat:
     modelopt_cfg: str  # attribute of modelopt.torch.quantization
     quant_algo: str  # TensorRT-LLM QuantAlgo written to checkpoint/config.json
     calibrated: bool  # True: activation scales (or AWQ search) come from running calibration text
-    block: int  # in-features must be divisible by this (1 = no constraint)
+    block: int  # in-features must be divisible by this (1 = no constraint); int4: the group size
     summary: str
+
+    def with_group_size(self, group_size: int) -> QuantFormat:
+        """This format with --group-size applied (formats without int4 groups keep their block)."""
+        from dataclasses import replace
+
+        return replace(self, block=group_size) if self.name in GROUPED else self
 
 
 FORMATS: dict[str, QuantFormat] = {
@@ -53,13 +63,21 @@ KV_FORMATS: dict[str, tuple[str, dict]] = {
 }
 
 
-def modelopt_config(quant: str, kv_cache_quant: str | None) -> dict:
+def modelopt_config(
+    quant: str, kv_cache_quant: str | None, group_size: int = 128, smoothquant_alpha: float = 0.5
+) -> dict:
     """The `mtq.quantize` config for a format, with the KV-cache quantizers when asked for."""
     import copy
 
     import modelopt.torch.quantization as mtq
 
     cfg = copy.deepcopy(getattr(mtq, FORMATS[quant].modelopt_cfg))
+    if quant in GROUPED:
+        for entry in cfg["quant_cfg"]:
+            if entry["quantizer_name"] == "*weight_quantizer":
+                entry["cfg"]["block_sizes"][-1] = group_size
+    if quant == "w8a8_sq":  # ModelOpt's default alpha is 1.0; TensorRT-LLM's smoothquant_val is 0.5
+        cfg["algorithm"] = {"method": "smoothquant", "alpha": smoothquant_alpha}
     if kv_cache_quant:
         kv = {"quantizer_name": "*[kv]_bmm_quantizer", "cfg": dict(KV_FORMATS[kv_cache_quant][1])}
         cfg["quant_cfg"] = [*cfg["quant_cfg"], kv]

@@ -99,8 +99,10 @@ class Int4Fp8Awq:
 
 
 class Int8SmoothQuant:
-    """W8A8_SQ_PER_CHANNEL: smoothed input, quantized per tensor with the calibrated scale, the
-    int8 x int8 product rescaled by (input scale x per-channel weight scale).
+    """W8A8_SQ_PER_CHANNEL: the smoothed input quantized to int8 per token (dynamic scale = the
+    token's amax / 127, as TensorRT-LLM's per-token SmoothQuant plugin does), times int8 weights
+    with per-channel scales. The checkpoint's calibrated per-tensor activation scale stays in the
+    file for TensorRT-LLM; on SmolLM2-135M it costs +28% perplexity where per-token costs little.
 
     The product runs as an fp32 GEMM on the int8 values (exact for the sums that occur: fp32 holds
     integers to 2**24): torch 2.13's CPU `torch._int_mm` measured 0.5-1 GOP/s here, against 5-22
@@ -108,16 +110,17 @@ class Int8SmoothQuant:
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
         self.weight = t["weight"].contiguous()  # (out, in) int8
-        self.act_scale = t["activation_scaling_factor"].float()  # (1,)
-        self.out_scale = t["weights_scaling_factor"].float() * self.act_scale  # (out,)
+        self.w_scale = t["weights_scaling_factor"].float()  # (out,)
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
             x = x * self.pre_quant
-        xq = (x.float() / self.act_scale).round_().clamp_(-127, 127)  # (T, in), int8 values
-        y = (F.linear(xq, self.weight.float()) * self.out_scale).to(x.dtype)  # (T, out)
+        xf = x.float()
+        tok_scale = xf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-8) / 127  # (T, 1)
+        xq = (xf / tok_scale).round_().clamp_(-127, 127)  # (T, in), int8 values
+        y = (F.linear(xq, self.weight.float()) * (tok_scale * self.w_scale)).to(x.dtype)  # (T, out)
         return y if bias is None else y + bias
 
 

@@ -15,6 +15,7 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trtserve.build.config import BuildConfig
 from trtserve.build.reader import CheckpointReader
 from trtserve.quant.calibration import calibration_batches
 from trtserve.quant.formats import FORMATS, modelopt_config
@@ -37,27 +38,20 @@ def load_hf_model(reader: CheckpointReader, architecture: str, dtype: torch.dtyp
     return model.eval()
 
 
-def quantize(
-    model: torch.nn.Module,
-    tokenizer,
-    quant: str,
-    kv_cache_quant: str | None,
-    calib: tuple[Path | None, int, int],
-    console: Console,
-    quiet: bool,
-) -> torch.nn.Module:
-    """Calibrate and fake-quantize `model` in place with ModelOpt; returns it."""
+def quantize(model: torch.nn.Module, tokenizer, cfg: BuildConfig, console: Console, quiet: bool) -> torch.nn.Module:
+    """Calibrate and fake-quantize `model` in place with ModelOpt as `cfg` (its quant, KV-cache,
+    calibration, group-size and SmoothQuant settings) says; returns it."""
     with _quiet_modelopt():  # it warns on import about untested transformers versions
         import modelopt.torch.quantization as mtq
 
-    calibrated = FORMATS[quant].calibrated or kv_cache_quant is not None
+    calibrated = FORMATS[cfg.quant].calibrated or cfg.kv_cache_quant is not None
     loop: Callable | None = None
     if calibrated:
-        data, size, seq_len = calib
-        batches = calibration_batches(tokenizer, data, size, seq_len)
+        batches = calibration_batches(tokenizer, cfg.calib_data, cfg.calib_size, cfg.calib_seq_len)
         loop = _forward_loop(batches, console, quiet)
+    recipe = modelopt_config(cfg.quant, cfg.kv_cache_quant, cfg.group_size, cfg.smoothquant_alpha)
     with _quiet_modelopt(), torch.inference_mode(False), torch.no_grad():
-        mtq.quantize(model, modelopt_config(quant, kv_cache_quant), loop)
+        mtq.quantize(model, recipe, loop)
     return model
 
 
