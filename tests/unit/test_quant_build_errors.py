@@ -59,6 +59,25 @@ def test_group_size_only_for_int4_groups(tmp_path, src, quant):
     )
 
 
+@pytest.mark.parametrize("quant", [[], ["--quant", "w8a16"]])
+def test_smoothquant_alpha_only_for_w8a8_sq(tmp_path, src, quant):
+    expect_error(
+        tmp_path, "--smoothquant-alpha applies to --quant w8a8_sq only", src, *quant, "--smoothquant-alpha", "0.8"
+    )
+
+
+def test_smoothquant_alpha_range(tmp_path, src):
+    expect_error(
+        tmp_path,
+        "'smoothquant_alpha': Input should be less than or equal to 1",
+        src,
+        "--quant",
+        "w8a8_sq",
+        "--smoothquant-alpha",
+        "1.5",
+    )
+
+
 def test_group_size_choices(tmp_path, src):
     expect_error(tmp_path, "Invalid value for '--group-size'", src, "--quant", "w4a16", "--group-size", "32")
 

@@ -75,7 +75,7 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
     model = reader.family.model_config(reader.hf_config, dtype)
     model.mapping.tp_size = model.mapping.world_size = cfg.tp_size
     check_tp(model, cfg.tp_size)
-    check_quant(model, cfg.quant, cfg.kv_cache_quant, cfg.tp_size, cfg.calib_data, cfg.group_size)
+    check_quant(model, cfg)
     limits = resolve_limits(cfg, model)
     expected = check_source(reader, model)
     ranks = [checkpoint_specs(model, reader, r, cfg.tp_size) for r in range(cfg.tp_size)]

@@ -35,7 +35,7 @@ class BuildConfig(BaseModel):
     calib_seq_len: int = Field(256, ge=8)  # tokens per window
     calib_data: Path | None = None  # TXT or JSONL; None = docstrings of the Python standard library
     group_size: GroupSize = 128  # inputs per int4 scale (w4a16, w4a16_awq)
-    smoothquant_alpha: float = Field(0.5, ge=0.0, le=1.0)  # w8a8_sq migration strength (smoothquant_val)
+    smoothquant_alpha: float | None = Field(None, ge=0.0, le=1.0)  # w8a8_sq migration strength; None = 0.5
 
     @field_validator("tokens_per_block")
     @classmethod

@@ -97,11 +97,12 @@ class DecoderModel:
         quant = self.cfg.quantization
         if quant.quant_algo is None:
             weight = w.pop(prefix + ".weight")  # (out, in)
-            if self.deterministic:
+            if self.deterministic or weight.dtype != torch.float32 or weight.device.type != "cpu":
                 return weight
-            # Stored (in, out), used through an (out, in) view: F.linear then runs x @ W^T on a
-            # row-major W^T, which streams the weights ~1.5x faster at one row per step (batch-1
-            # decode: SmolLM2's 30 layers, 37 -> 25 ms per token here) and as fast at 8-256 rows.
+            # float32 on CPU: stored (in, out), used through an (out, in) view, so F.linear runs
+            # x @ W^T on a row-major W^T. Measured on this CPU: 1.3-1.5x faster at 1-64 rows
+            # (SmolLM2's 30 layers at batch 1: 37 -> 25 ms per token). Not for bf16 / fp16,
+            # whose CPU GEMMs are 30-50x slower on that layout.
             return weight.t().contiguous().t()
         from trtserve.quant.linear import make_linear
 

@@ -3,8 +3,7 @@ build fails in one sentence before minutes of calibration (ModelOpt itself only 
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from trtserve.build.config import BuildConfig
 from trtserve.errors import UserError
 from trtserve.models.config import ModelConfig
 from trtserve.quant.calibration import read_text_file
@@ -32,15 +31,15 @@ def formats_that_fit(cfg: ModelConfig) -> list[str]:
     return fits
 
 
-def check_quant(
-    cfg: ModelConfig,
-    quant: str | None,
-    kv_cache_quant: str | None,
-    tp_size: int,
-    calib_data: Path | None = None,
-    group_size: int = 128,
-) -> None:
+def check_quant(cfg: ModelConfig, build: BuildConfig) -> None:
     """Raise a UserError naming what cannot work and what can; reads --calib-data once to check it."""
+    quant, kv_cache_quant, tp_size, calib_data = build.quant, build.kv_cache_quant, build.tp_size, build.calib_data
+    group_size = build.group_size
+    if build.smoothquant_alpha is not None and quant != "w8a8_sq":
+        raise UserError(
+            f"--smoothquant-alpha applies to --quant w8a8_sq only, not to "
+            f"{f'--quant {quant}' if quant else 'an unquantized build'}; drop it or use --quant w8a8_sq"
+        )
     if group_size != 128 and quant not in GROUPED:
         raise UserError(
             f"--group-size {group_size} applies to int4 groups ({', '.join(GROUPED)}), not to "
