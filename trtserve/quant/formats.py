@@ -64,9 +64,10 @@ KV_FORMATS: dict[str, tuple[str, dict]] = {
 
 
 def modelopt_config(
-    quant: str, kv_cache_quant: str | None, group_size: int = 128, smoothquant_alpha: float = 0.5
+    quant: str, kv_cache_quant: str | None, group_size: int = 128, smoothquant_alpha: float | None = None
 ) -> dict:
-    """The `mtq.quantize` config for a format, with the KV-cache quantizers when asked for."""
+    """The `mtq.quantize` config for a format, with the KV-cache quantizers when asked for.
+    smoothquant_alpha None: 0.5, TensorRT-LLM's smoothquant_val (ModelOpt's own default is 1.0)."""
     import copy
 
     import modelopt.torch.quantization as mtq
@@ -76,8 +77,9 @@ def modelopt_config(
         for entry in cfg["quant_cfg"]:
             if entry["quantizer_name"] == "*weight_quantizer":
                 entry["cfg"]["block_sizes"][-1] = group_size
-    if quant == "w8a8_sq":  # ModelOpt's default alpha is 1.0; TensorRT-LLM's smoothquant_val is 0.5
-        cfg["algorithm"] = {"method": "smoothquant", "alpha": smoothquant_alpha}
+    if quant == "w8a8_sq":
+        alpha = 0.5 if smoothquant_alpha is None else smoothquant_alpha
+        cfg["algorithm"] = {"method": "smoothquant", "alpha": alpha}
     if kv_cache_quant:
         kv = {"quantizer_name": "*[kv]_bmm_quantizer", "cfg": dict(KV_FORMATS[kv_cache_quant][1])}
         cfg["quant_cfg"] = [*cfg["quant_cfg"], kv]

@@ -49,8 +49,7 @@ def quantize(model: torch.nn.Module, tokenizer, cfg: BuildConfig, console: Conso
     if calibrated:
         batches = calibration_batches(tokenizer, cfg.calib_data, cfg.calib_size, cfg.calib_seq_len)
         loop = _forward_loop(batches, console, quiet)
-    alpha = 0.5 if cfg.smoothquant_alpha is None else cfg.smoothquant_alpha
-    recipe = modelopt_config(cfg.quant, cfg.kv_cache_quant, cfg.group_size, alpha)
+    recipe = modelopt_config(cfg.quant, cfg.kv_cache_quant, cfg.group_size, cfg.smoothquant_alpha)
     with _quiet_modelopt(), torch.inference_mode(False), torch.no_grad():
         mtq.quantize(model, recipe, loop)
     return model
