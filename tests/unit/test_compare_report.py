@@ -27,7 +27,7 @@ POINTS = [
         p99_ttft_ms=1000.0,
         completed=32,
         failed=0,
-        extra={"kv_waste_at_peak": 0.03},
+        server_metrics={"kv_cache_waste_at_peak": 0.03},  # trtserve's /metrics, as `trtserve bench` reports them
     ),
     _pt("hf-static-8", "mixed", output_throughput=25.0, p99_ttft_ms=40000.0, completed=32, failed=0),
     _pt("llama.cpp-f32", "mixed", output_throughput=80.0, p99_ttft_ms=800.0, completed=31, failed=1),
