@@ -102,7 +102,7 @@ class DecoderModel:
             # float32 on CPU: stored (in, out), used through an (out, in) view, so F.linear runs
             # x @ W^T on a row-major W^T. Measured on this CPU: 1.3-1.5x faster at 1-64 rows
             # (SmolLM2's 30 layers at batch 1: 37 -> 25 ms per token). Not for bf16 / fp16,
-            # whose CPU GEMMs are 30-50x slower on that layout.
+            # whose CPU GEMMs are 30-75x slower on that layout.
             return weight.t().contiguous().t()
         from trtserve.quant.linear import make_linear
 
@@ -168,7 +168,7 @@ class DecoderModel:
             )
         n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
         group = n_h // n_kv
-        out = q.new_empty(q.shape[0], n_h * hd)
+        out = None
         for g in batch.groups:
             n_g, max_q = g.q_index.shape
             # Whole blocks, copied once (and dequantized if the cache is 8-bit): (G, keys, n_kv, hd)
@@ -183,5 +183,6 @@ class DecoderModel:
             if g.scatter is None:
                 return o  # the whole batch, in order
             rows, targets = g.scatter
+            out = q.new_empty(q.shape[0], n_h * hd) if out is None else out
             out.index_copy_(0, targets, o.index_select(0, rows))
         return out  # (T, n_h * hd)

@@ -6,7 +6,7 @@ TensorRT-LLM QuantAlgo that ModelOpt's exporters write for it (fact sheet sectio
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 QuantName = Literal["w8a16", "w4a16", "w4a16_awq", "w8a8_sq", "fp8", "fp8_pcpt", "w4a8_awq", "nvfp4"]
@@ -28,8 +28,6 @@ class QuantFormat:
 
     def with_group_size(self, group_size: int) -> QuantFormat:
         """This format with --group-size applied (formats without int4 groups keep their block)."""
-        from dataclasses import replace
-
         return replace(self, block=group_size) if self.name in GROUPED else self
 
 
