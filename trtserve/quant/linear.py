@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trtserve.quant import int4_kernel
+
 _FP8_MAX = 448.0
 # E2M1 code -> value (bit 3 is the sign).
 _E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
@@ -51,9 +53,13 @@ class Int8WeightOnly:
 
 
 class Int4Groupwise:
-    """W4A16(_AWQ): packed int4 with per-group scales, run by torch's CPU int4 GEMM after
-    repacking; AWQ's pre-quant scale (where the export did not fold it into the norm) is applied
-    to the input."""
+    """W4A16(_AWQ): packed int4 with per-group scales, repacked once into torch's CPU int4 layout.
+    Decode-sized inputs (and every float32 input, which torch's kernel runs ~30x slower) go to our
+    AVX2 kernel over that same pack (trtserve/quant/int4_kernel.py); the rest, or everything where
+    that kernel cannot be built, to torch's int4 GEMM. AWQ's pre-quant scale (where the export did
+    not fold it into the norm) is applied to the input."""
+
+    KERNEL_MAX_ROWS = 16  # beyond this (prefill), torch's kernel is as fast for bf16 inputs
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
         w = unpack_int4_rows(t["weight"])  # (out, in) in [-8, 7]
@@ -65,11 +71,18 @@ class Int4Groupwise:
         self.scales_zeros = torch.stack([scale.t(), torch.zeros_like(scale.t())], dim=-1).to(dtype).contiguous()
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)  # (in,)
+        self.kernel = int4_kernel.supports(dtype, self.out_features)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
             x = x * self.pre_quant
-        y = torch._weight_int4pack_mm_for_cpu(x.contiguous(), self.packed, self.group_size, self.scales_zeros)
+        x = x.contiguous()
+        y = None
+        small = x.shape[0] <= self.KERNEL_MAX_ROWS or x.dtype == torch.float32
+        if self.kernel and small and x.device.type == "cpu" and x.dtype == self.scales_zeros.dtype:
+            y = int4_kernel.int4_gemm(x, self.packed, self.scales_zeros, self.group_size)
+        if y is None:
+            y = torch._weight_int4pack_mm_for_cpu(x, self.packed, self.group_size, self.scales_zeros)
         return y if bias is None else y + bias
 
 
