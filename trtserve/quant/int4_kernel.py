@@ -2,8 +2,9 @@
 the user's cache, loaded with ctypes, and skipped (torch's own int4 GEMM runs instead) where the CPU
 lacks AVX2/FMA or no compiler works.
 
-Measured on this project's AVX2 machine (AMD EPYC Zen 2, 2 threads), one 5632 x 2048 weight in
-groups of 64, one row: see `scripts/bench_quant.py` and the issue 5 note for the engine-level figure.
+Measured on this project's AVX2 machine (AMD EPYC Zen 2, 2 threads): `scripts/bench_quant.py` on the
+TinyLlama-1.1B shape, batch-1 decode, went from 1.75x to 2.34x the bf16 engine with it; one
+5632 x 2048 weight in groups of 64 at one float32 row, 36 ms -> 1 ms (torch's kernel -> this one).
 
 The .so links `libgomp.so.1`, which torch has already loaded by that soname, so its `omp parallel`
 runs on torch's OpenMP threads, not a second pool competing for the same cores.
