@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from trtserve.kernels import dense
 from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
 from trtserve.models.config import TORCH_DTYPES, ModelConfig
@@ -57,7 +58,7 @@ class DecoderModel:
         self.cfg = cfg
         self.deterministic = deterministic
         # Batch-invariant kernels (fixed row tiles) when asked for; the fast ones otherwise.
-        self.linear = det.linear if deterministic else F.linear
+        self.linear = det.linear if deterministic else dense.linear  # F.linear, our kernel at decode
         self.device = device
         self.dtype = TORCH_DTYPES[cfg.dtype]
         w = {k: v.to(device) for k, v in weights.items()}
@@ -96,14 +97,7 @@ class DecoderModel:
         """Pop one linear's tensors: the plain weight, or a quantized kernel built from them all."""
         quant = self.cfg.quantization
         if quant.quant_algo is None:
-            weight = w.pop(prefix + ".weight")  # (out, in)
-            if self.deterministic or weight.dtype != torch.float32 or weight.device.type != "cpu":
-                return weight
-            # float32 on CPU: stored (in, out), used through an (out, in) view, so F.linear runs
-            # x @ W^T on a row-major W^T. Measured on this CPU: 1.3-1.5x faster at 1-64 rows
-            # (SmolLM2's 30 layers at batch 1: 37 -> 25 ms per token). Not for bf16 / fp16,
-            # whose CPU GEMMs are 30-75x slower on that layout.
-            return weight.t().contiguous().t()
+            return w.pop(prefix + ".weight")  # (out, in): F.linear's layout and the decode kernel's
         from trtserve.quant.linear import make_linear
 
         names = [n for n in w if n.startswith(prefix + ".") and not n.endswith(".bias")]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from trtserve.quant import int4_kernel
+from trtserve.kernels import int4 as int4_kernel
 
 _FP8_MAX = 448.0
 # E2M1 code -> value (bit 3 is the sign).
@@ -55,11 +55,9 @@ class Int8WeightOnly:
 class Int4Groupwise:
     """W4A16(_AWQ): packed int4 with per-group scales, repacked once into torch's CPU int4 layout.
     Decode-sized inputs (and every float32 input, which torch's kernel runs ~30x slower) go to our
-    AVX2 kernel over that same pack (trtserve/quant/int4_kernel.py); the rest, or everything where
+    AVX2 kernel over that same pack (trtserve/kernels/int4.py); the rest, or everything where
     that kernel cannot be built, to torch's int4 GEMM. AWQ's pre-quant scale (where the export did
     not fold it into the norm) is applied to the input."""
-
-    KERNEL_MAX_ROWS = 16  # beyond this (prefill), torch's kernel is as fast for bf16 inputs
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
         w = unpack_int4_rows(t["weight"])  # (out, in) in [-8, 7]
@@ -78,8 +76,8 @@ class Int4Groupwise:
             x = x * self.pre_quant
         x = x.contiguous()
         y = None
-        small = x.shape[0] <= self.KERNEL_MAX_ROWS or x.dtype == torch.float32
-        if self.kernel and small and x.device.type == "cpu" and x.dtype == self.scales_zeros.dtype:
+        mine = self.kernel and x.device.type == "cpu" and int4_kernel.preferred(x.dtype, x.shape[0])
+        if mine and x.dtype == self.scales_zeros.dtype:
             y = int4_kernel.int4_gemm(x, self.packed, self.scales_zeros, self.group_size)
         if y is None:
             y = torch._weight_int4pack_mm_for_cpu(x, self.packed, self.group_size, self.scales_zeros)

@@ -1,4 +1,4 @@
-"""The AVX2 W4A16 kernel (trtserve/quant/int4_gemm.c) against a float GEMM on the weights it
+"""The AVX2 W4A16 kernel (trtserve/kernels/int4_gemm.c) against a float GEMM on the weights it
 decodes and against torch's own int4 GEMM on the same pack; Int4Groupwise's choice between them;
 and a compile failure that falls back instead of failing the engine."""
 
@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtserve.quant import int4_kernel
+from trtserve.kernels import int4 as int4_kernel
+from trtserve.kernels import native
 from trtserve.quant.linear import Int4Groupwise
 
 needs_kernel = pytest.mark.skipif(
@@ -32,7 +33,7 @@ def _case(n: int, k: int, group: int, dtype: torch.dtype, zeros: bool):
 @needs_kernel
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
 @pytest.mark.parametrize("rows", [1, 2, 3, 16, 33])
-@pytest.mark.parametrize(("n", "k", "group"), [(96, 256, 64), (64, 384, 128)])
+@pytest.mark.parametrize(("n", "k", "group"), [(192, 256, 64), (64, 384, 128)])
 def test_kernel_matches_float_gemm_on_the_decoded_weight(dtype, rows, n, k, group):
     packed, sz, w = _case(n, k, group, dtype, zeros=True)
     x = torch.randn(rows, k).to(dtype)
@@ -62,16 +63,29 @@ def _groupwise(n: int, k: int, dtype: torch.dtype) -> tuple[Int4Groupwise, torch
 
 
 @needs_kernel
-def test_groupwise_routes_decode_rows_to_the_kernel_and_prefill_to_torch(monkeypatch):
-    lin, w = _groupwise(64, 128, torch.bfloat16)
-    assert lin.kernel
+@pytest.mark.parametrize("block_n", [32, 64])
+def test_groupwise_routes_inputs_to_the_faster_kernel(monkeypatch, block_n):
+    """float32 inputs always go to ours; bf16 decode rows only where torch packs for AVX2 (32-wide
+    blocks); bf16 prefill, and bf16 with torch's AVX-512 kernel, to torch's."""
+    lin, w = _groupwise(128, 128, torch.bfloat16)
+    lin32, w32 = _groupwise(128, 128, torch.float32)
+    assert lin.kernel and lin32.kernel
+    monkeypatch.setattr(int4_kernel, "block_n", lambda: block_n)
     calls = []
-    real = int4_kernel.int4_gemm
-    monkeypatch.setattr(int4_kernel, "int4_gemm", lambda *a: calls.append(a[0].shape[0]) or real(*a))
-    for rows in (1, Int4Groupwise.KERNEL_MAX_ROWS, Int4Groupwise.KERNEL_MAX_ROWS + 1):
-        x = torch.randn(rows, 128, dtype=torch.bfloat16)
-        torch.testing.assert_close(lin(x).float(), x.float() @ w.T, rtol=1e-2, atol=5e-2)
-    assert calls == [1, Int4Groupwise.KERNEL_MAX_ROWS]  # bf16 prefill: torch's kernel
+
+    def recorded(x, packed, sz, group):  # torch's kernel: right whatever this machine's pack layout
+        calls.append((x.dtype, x.shape[0]))
+        return torch._weight_int4pack_mm_for_cpu(x, packed, group, sz)
+
+    monkeypatch.setattr(int4_kernel, "int4_gemm", recorded)
+    top = int4_kernel.BF16_MAX_ROWS
+    for rows in (1, top, top + 1):
+        for layer, ref, dtype in ((lin, w, torch.bfloat16), (lin32, w32, torch.float32)):
+            x = torch.randn(rows, 128, dtype=dtype)
+            torch.testing.assert_close(layer(x).float(), x.float() @ ref.T, rtol=1e-2, atol=5e-2)
+    f32 = [(torch.float32, r) for r in (1, top, top + 1)]
+    bf16 = [(torch.bfloat16, r) for r in (1, top)] if block_n == 32 else []
+    assert sorted(calls, key=str) == sorted(f32 + bf16, key=str)
 
 
 def test_groupwise_without_the_kernel_uses_torchs(monkeypatch):
@@ -87,11 +101,13 @@ def test_a_kernel_that_does_not_compile_falls_back(monkeypatch, tmp_path):
     bad.write_text("this is not C\n")
     monkeypatch.setattr(int4_kernel, "SOURCE", bad)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.setattr(int4_kernel, "_cpu_has_avx2_fma", lambda: True)
+    monkeypatch.setattr(native, "cpu_has_avx2_fma", lambda: True)
     int4_kernel.load.cache_clear()
+    native.library.cache_clear()
     try:
         assert int4_kernel.load() is None
         assert not int4_kernel.supports(torch.float32, 64)
         assert not list((tmp_path / "cache").rglob("*.tmp"))  # nothing half-written left in the cache
     finally:
         int4_kernel.load.cache_clear()
+        native.library.cache_clear()

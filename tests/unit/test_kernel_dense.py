@@ -1,0 +1,52 @@
+"""The AVX2 dense decode kernel (trtserve/kernels/dense_gemv.c) against a float64 GEMM, in each
+dtype, with shapes that leave tails (N not a multiple of its 4-row blocks, K not of 8 or of its
+512-wide chunks); and `dense.linear`'s choice between it and torch's GEMM."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trtserve.kernels import dense
+
+needs_kernel = pytest.mark.skipif(
+    dense.load() is None, reason="the dense kernel needs x86-64 with AVX2/FMA/F16C and a C compiler"
+)
+TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", list(TOL))
+@pytest.mark.parametrize("rows", [1, 2, 3, dense.MAX_ROWS])
+@pytest.mark.parametrize(("n", "k"), [(13, 7), (64, 128), (101, 1030), (960, 576)])
+def test_kernel_matches_a_float64_gemm(dtype, rows, n, k):
+    g = torch.Generator().manual_seed(n * k + rows)
+    x = torch.randn(rows, k, generator=g).to(dtype)
+    w = torch.randn(n, k, generator=g).to(dtype)
+    b = torch.randn(n, generator=g).to(dtype)
+    ref = x.double() @ w.double().T + b.double()
+    got = dense.linear(x, w, b)
+    assert got.dtype == dtype and got.shape == (rows, n)
+    err = (got.double() - ref).abs().max() / ref.abs().max()
+    assert err < TOL[dtype], f"relative error {err:.2e}"
+
+
+@needs_kernel
+def test_linear_runs_the_kernel_only_for_decode_batches_in_the_weights_dtype(monkeypatch):
+    calls = []
+    real = dense.load()
+    monkeypatch.setattr(dense, "load", lambda: lambda *a: calls.append(a[1]) or real(*a))
+    w = torch.randn(32, 64)
+    for rows in (1, dense.MAX_ROWS, dense.MAX_ROWS + 1):
+        x = torch.randn(rows, 64)
+        torch.testing.assert_close(dense.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
+    dense.linear(torch.randn(1, 64, dtype=torch.bfloat16), w.bfloat16().t().contiguous().t())  # a strided weight
+    dense.linear(torch.randn(2, 1, 64), w)  # 3-D x
+    assert calls == [1, dense.MAX_ROWS]
+
+
+def test_linear_without_the_kernel_is_torchs(monkeypatch):
+    monkeypatch.setattr(dense, "load", lambda: None)
+    x, w, b = torch.randn(2, 64), torch.randn(32, 64), torch.randn(32)
+    torch.testing.assert_close(dense.linear(x, w, b), F.linear(x, w, b))

@@ -1,0 +1,75 @@
+"""Our C kernels: each `.c` file here is compiled on first use with the system C compiler into the
+user's cache and loaded with ctypes. Where the CPU lacks AVX2/FMA or no compiler works, `library`
+returns None and the caller runs torch's own op instead.
+
+Each .so links `libgomp.so.1`, which torch has already loaded by that soname, so the kernels'
+`omp parallel` regions run on torch's OpenMP threads, not a second pool competing for the cores.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+from functools import cache
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC")
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (empty off Linux x86-64)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return frozenset()
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return frozenset()
+    return frozenset(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+
+
+def cpu_has_avx2_fma() -> bool:
+    return {"avx2", "fma", "f16c"} <= cpu_flags()
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trtserve" / "kernels"
+
+
+def _compile(cc: str, source: Path, so: Path) -> bool:
+    so.parent.mkdir(parents=True, exist_ok=True)
+    tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
+    try:
+        done = subprocess.run([cc, *FLAGS, "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        log.warning("kernel %s not compiled (%s); using torch's op", source.name, e)
+        return False
+    if done.returncode != 0:
+        log.warning("kernel %s not compiled (%s); using torch's op", source.name, done.stderr.strip()[-500:])
+        tmp.unlink(missing_ok=True)
+        return False
+    os.replace(tmp, so)  # atomic: a concurrent process sees the whole library or none
+    return True
+
+
+@cache
+def library(source: Path) -> ctypes.CDLL | None:
+    """The compiled `source`, or None where this machine cannot build or run it."""
+    if not cpu_has_avx2_fma():
+        return None
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        log.warning("no C compiler found; %s is not used", source.name)
+        return None
+    tag = hashlib.sha256(source.read_bytes() + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
+    so = cache_dir() / f"{source.stem}-{tag}.so"
+    if not so.exists() and not _compile(cc, source, so):
+        return None
+    return ctypes.CDLL(str(so))
