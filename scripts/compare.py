@@ -346,7 +346,10 @@ def main(argv=None) -> int:
         Console(file=f, width=200).print(table, report.render_targets(target_rows), f"conditions: {conditions}")
     report.save_json(out / "compare.json", conditions, points, target_rows)
     charted = report.save_chart(out / "compare.png", points, title)
-    say(f"wrote {out}/table.txt, compare.json" + (", compare.png" if charted else " (no chart: needs matplotlib)"))
+    say(
+        f"wrote {out}/table.txt, compare.json"
+        + (", compare.png" if charted else " (no chart: it needs matplotlib and the sweep workload)")
+    )
     return 0
 
 
