@@ -5,8 +5,8 @@
 Roofline: a decode step must read every weight once (the embedding table aside: one row, unless
 it is tied to the lm_head, which reads it whole), so
 tokens/s <= bandwidth / weight bytes per token. Bandwidth is measured here, before and after the
-decode runs, with a GEMV-like read (a 1-row `F.linear` over a matrix far larger than the caches,
-in the engine's dtype), since a plain `sum` under-reports what matmul kernels get. Decode speed is
+decode runs, with a GEMV-like read (scripts/peers/roofline.py: a 1-row GEMV over a matrix far larger
+than the caches, in the engine's dtype), since a plain `sum` under-reports what matmul kernels get. Decode speed is
 timed per engine step after the prefill, with greedy sampling and ignore_eos. Prints JSON.
 """
 
@@ -17,51 +17,10 @@ import json
 import os
 import statistics
 import time
+from pathlib import Path
 
 import torch
-
-
-def weight_bytes_per_token(engine_dir: str) -> tuple[int, int]:
-    """(bytes read per decode token, total weight bytes) from the engine's safetensors."""
-    from safetensors import safe_open
-
-    from trtserve.build.layout import ENGINE_WEIGHTS
-
-    total = embed = 0
-    with safe_open(os.path.join(engine_dir, ENGINE_WEIGHTS), "pt") as f:
-        names = list(f.keys())
-        for k in names:
-            t = f.get_slice(k)
-            n = torch.Size(t.get_shape()).numel() * _itemsize(t.get_dtype())
-            total += n
-            if k.endswith("vocab_embedding.weight"):
-                embed = n
-    tied = "lm_head.weight" not in names  # the lm_head GEMV then reads the whole embedding table
-    return (total if tied else total - embed), total
-
-
-def _itemsize(dtype: str) -> int:
-    return {"F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U8": 1, "F8_E4M3": 1, "I32": 4, "I64": 8}[dtype]
-
-
-def gemv_bandwidth(dtype: torch.dtype, nbytes: int = 512 << 20, repeats: int = 15) -> float:
-    """Median GB/s of y = x W^T for one row x, with W of `nbytes` (read once per call), the
-    better of W stored (out, in) and stored (in, out) (the torch engine's layout)."""
-    k = 4096
-    n = nbytes // (k * torch.finfo(dtype).bits // 8)
-    w = torch.randn(n, k).to(dtype)
-    x = torch.randn(1, k).to(dtype)
-    best = 0.0
-    for weight in (w, w.t().contiguous().t()):
-        times = []
-        with torch.inference_mode():
-            torch.nn.functional.linear(x, weight)
-            for _ in range(repeats):
-                t0 = time.perf_counter()
-                torch.nn.functional.linear(x, weight)
-                times.append(time.perf_counter() - t0)
-        best = max(best, w.numel() * w.element_size() / statistics.median(times) / 1e9)
-    return best
+from peers import roofline
 
 
 def decode_steps(llm, prompt: list[int], new_tokens: int) -> tuple[float, list[float]]:
@@ -99,8 +58,9 @@ def main() -> None:
 
     llm = LLM(args.engine_dir, kv_cache_memory=128 << 20, enable_prefix_caching=False)
     dtype = getattr(torch, llm.engine.config.pretrained_config.dtype)
-    per_token, total = weight_bytes_per_token(args.engine_dir)
-    bw_before = gemv_bandwidth(dtype)
+    per_token = roofline.weight_bytes_per_token(Path(args.engine_dir))
+    size = min(max(per_token, roofline.beyond_caches()), 4 << 30)
+    bw_before = roofline.gemv_bandwidth(size, dtype) / 1e9
     g = torch.Generator().manual_seed(0)
     vocab = len(llm.tokenizer)
     decode_steps(llm, torch.randint(10, vocab, (args.prompt_len,), generator=g).tolist(), 4)  # warm-up
@@ -110,10 +70,10 @@ def main() -> None:
         prefill, steps = decode_steps(llm, prompt, args.new_tokens)
         tok_s, median_ms = len(steps) / sum(steps), 1e3 * statistics.median(steps)
         runs.append({"prefill_s": prefill, "tok_per_s": tok_s, "median_step_ms": median_ms})
-    bw_after = gemv_bandwidth(dtype)
+    bw_after = roofline.gemv_bandwidth(size, dtype) / 1e9
     bw = (bw_before + bw_after) / 2
     tps = statistics.median(r["tok_per_s"] for r in runs)
-    roofline = bw * 1e9 / per_token
+    roof = bw * 1e9 / per_token
     print(
         json.dumps(
             {
@@ -122,11 +82,11 @@ def main() -> None:
                 "threads": torch.get_num_threads(),
                 "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
                 "weight_bytes_per_token": per_token,
-                "weight_bytes_total": total,
+                "gemv_bytes": size,
                 "gemv_bandwidth_gb_s": {"before": round(bw_before, 2), "after": round(bw_after, 2)},
-                "roofline_tok_per_s": round(roofline, 1),
+                "roofline_tok_per_s": round(roof, 1),
                 "decode_tok_per_s": round(tps, 1),
-                "fraction_of_roofline": round(tps / roofline, 3),
+                "fraction_of_roofline": round(tps / roof, 3),
                 "runs": [{k: round(v, 4) for k, v in r.items()} for r in runs],
             },
             indent=2,
