@@ -59,8 +59,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--omp-wait-policy",
         choices=("passive", "active", "unset"),
-        default="passive",
-        help="OMP_WAIT_POLICY for every peer [passive: stable on a shared machine]",
+        default="unset",
+        help="OMP_WAIT_POLICY for every peer [unset: each runtime's default, as deployed; passive makes "
+        "every OpenMP region wait on a futex wake (~80 us here), which costs per-op engines (torch, HF) "
+        "far more than llama.cpp's one region per graph]",
     )
     ap.add_argument("--num-requests", type=int, default=32)
     ap.add_argument("--input-len", type=_length, default=(32, 512), help="N or LO:HI [32:512]")
@@ -77,6 +79,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--llama-types", default="", help="extra GGUF types besides the matching one, e.g. q8_0")
     ap.add_argument("--no-build-llama", action="store_true", help="use llama.cpp only if already built")
     ap.add_argument("--kv-cache-memory", default="2GiB")
+    ap.add_argument(
+        "--tokens-per-block",
+        type=int,
+        default=16,
+        help="trtserve's KV block size [16: vLLM's; trtserve build's default, TensorRT-LLM's 32, leaves ~2x the tail waste]",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--cache", type=Path, default=ROOT / ".compare-cache", help="engines, GGUFs, llama.cpp build")
     ap.add_argument("--out", type=Path)
@@ -89,6 +97,16 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.hf_batch_sizes = [int(b) for b in args.hf_batch_sizes.split(",") if b]
     args.rates = [float(r) for r in args.rates.split(",") if r]
     return args
+
+
+def _cpu_model() -> str:
+    """The CPU's model name: machines of this kind differ between sessions (AVX2 EPYC, AMX Xeon)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        lines = []
+    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    return name or platform.processor() or platform.machine()
 
 
 def set_threads(threads: int, wait_policy: str) -> dict:
@@ -287,7 +305,11 @@ def main(argv=None) -> int:
     args.cache.mkdir(parents=True, exist_ok=True)
     say(f"building the trtserve engine ({spec.build_source}, {dtype}) unless cached")
     engine = trtserve_peer.build_engine(
-        spec.build_source, args.cache / "engines" / f"{spec.name}-{dtype}", dtype, out / "build.log"
+        spec.build_source,
+        args.cache / "engines" / f"{spec.name}-{dtype}-tpb{args.tokens_per_block}",
+        dtype,
+        args.tokens_per_block,
+        out / "build.log",
     )
     import json
 
@@ -296,7 +318,8 @@ def main(argv=None) -> int:
     conditions.update(
         model=spec.name,
         dtype=dtype,
-        cpu=platform.processor() or platform.machine(),
+        cpu=_cpu_model(),
+        tokens_per_block=args.tokens_per_block,
         cpu_count=os.cpu_count(),
         torch=torch.__version__,
         load_before=os.getloadavg(),

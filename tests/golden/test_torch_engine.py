@@ -95,3 +95,26 @@ def test_a_failing_step_fails_its_requests_and_the_loop_goes_on(engine, monkeypa
     assert d1.finish_reason == "error" and "injected" in d1.error and t1 == []
     assert d2.finish_reason == "length" and len(t2) == 12
     assert engine.health() and engine.stats().kv_blocks_used == 0
+
+
+def test_the_model_loads_and_steps_on_the_engine_thread_only(tiny_llama_engine, monkeypatch):
+    """One thread runs every OpenMP region: a second thread's team made each region wait on a futex."""
+    import threading
+
+    from trtserve.backends import torch_engine
+
+    threads = []
+    real = torch_engine.load_engine
+    monkeypatch.setattr(torch_engine, "load_engine", lambda *a: threads.append(threading.current_thread()) or real(*a))
+    e = TorchEngine(tiny_llama_engine, RuntimeConfig(kv_cache_memory=16 << 20))
+    try:
+        assert threads == [e._thread] and threading.current_thread() is not e._thread
+        tokens, last = asyncio.run(_collect(e, "t0", [5, 6, 7]))
+        assert len(tokens) == P.max_tokens and last.finish_reason == "length"
+    finally:
+        e.shutdown()
+
+
+def test_a_bad_engine_dir_raises_from_the_constructor(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        TorchEngine(tmp_path / "missing")
