@@ -38,6 +38,19 @@ def test_w8a16(dtype):
     torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=2e-2)
 
 
+def test_w8a16_weight_at_an_unaligned_offset_at_prefill_size():
+    """safetensors hands out tensors at any offset of its buffer; torch's AVX-512 int8 kernel
+    crashed (SIGSEGV) on such a weight at 128 rows."""
+    n, k = 2560, 2048
+    buf = torch.randint(-127, 128, (n * k + 24,), dtype=torch.int8)
+    w = buf[24:].view(n, k)  # 24 bytes past an aligned allocation
+    s = torch.rand(n) / 100
+    x = torch.randn(128, k, dtype=torch.bfloat16)
+    got = make_linear({"weight": w, "weights_scaling_factor": s}, "W8A16", torch.bfloat16)(x)
+    ref = x.float() @ (w.float() * s.bfloat16().float()[:, None]).T
+    torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=0.5)
+
+
 @pytest.mark.parametrize("algo", ["W4A16_AWQ", "W4A8_AWQ"])
 def test_int4_groupwise(algo):
     q = torch.randint(-8, 8, (OUT, IN), dtype=torch.int8)

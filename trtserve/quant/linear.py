@@ -44,7 +44,11 @@ class Int8WeightOnly:
     """W8A16: int8 weights with per-output-channel scales, via torch's int8 weight-pack GEMM."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
-        self.weight = t["weight"].contiguous()  # (out, in) int8
+        w = t["weight"].contiguous()  # (out, in) int8
+        # torch's AVX-512 kernel reads the weight with aligned loads at prefill sizes: a tensor at
+        # an arbitrary offset of the safetensors buffer crashed it (SIGSEGV), so copy it to a
+        # fresh (64-byte aligned) allocation.
+        self.weight = w if w.data_ptr() % 64 == 0 else w.clone()
         self.scale = t["weights_scaling_factor"].to(dtype)  # (out,)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
