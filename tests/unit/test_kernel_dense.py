@@ -36,7 +36,7 @@ def test_kernel_matches_a_float64_gemm(dtype, rows, n, k):
 def test_linear_runs_the_kernel_only_for_decode_batches_in_the_weights_dtype(monkeypatch):
     calls = []
     real = dense.load()
-    monkeypatch.setattr(dense, "load", lambda: lambda *a: calls.append(a[1]) or real(*a))
+    monkeypatch.setattr(dense, "load", lambda: lambda *a: calls.append(a[2]) or real(*a))  # a[2]: rows
     w = torch.randn(32, 64)
     for rows in (1, dense.MAX_ROWS, dense.MAX_ROWS + 1):
         x = torch.randn(rows, 64)
@@ -50,3 +50,18 @@ def test_linear_without_the_kernel_is_torchs(monkeypatch):
     monkeypatch.setattr(dense, "load", lambda: None)
     x, w, b = torch.randn(2, 64), torch.randn(32, 64), torch.randn(32)
     torch.testing.assert_close(dense.linear(x, w, b), F.linear(x, w, b))
+
+
+@needs_kernel
+@pytest.mark.parametrize("rows", [1, 3, dense.MAX_ROWS])
+@pytest.mark.parametrize(("n", "k"), [(13, 7), (101, 1030)])
+def test_int8_weights_with_per_output_scales(rows, n, k):
+    """W8A16 at float32 activations: y = (x @ q^T) * scale, q int8 (out, in), scale float32 (out,)."""
+    g = torch.Generator().manual_seed(n + k + rows)
+    q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
+    scale = torch.rand(n, generator=g) / 50
+    x = torch.randn(rows, k, generator=g)
+    assert dense.usable(x, q) and not dense.usable(x.bfloat16(), q)  # bf16 inputs: torch's int8 kernel
+    ref = (x.double() @ q.double().T) * scale.double()
+    err = (dense.gemm(x, q, scale).double() - ref).abs().max() / ref.abs().max()
+    assert err < 1e-5, f"relative error {err:.2e}"

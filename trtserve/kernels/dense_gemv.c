@@ -8,21 +8,23 @@
  * streams four weight rows at a time, front to back, and dots them with every row of x while they
  * sit in L1.
  *
- * Layouts: x [M][K], w [N][K], y [M][N], all in one dtype (0 float32, 1 bfloat16, 2 float16);
- * sums are float32. Built and loaded by trtserve/kernels/dense.py; it shares torch's OpenMP runtime.
+ * Layouts: x [M][K], w [N][K], y [M][N]; x and y in one dtype (0 float32, 1 bfloat16, 2 float16),
+ * w in that dtype or in int8 (3) with a float32 scale per output row (W8A16); sums are float32.
+ * Built and loaded by trtserve/kernels/dense.py; it shares torch's OpenMP runtime.
  */
 #include <immintrin.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { F32 = 0, BF16 = 1, F16 = 2 };
+enum { F32 = 0, BF16 = 1, F16 = 2, I8 = 3 }; /* I8: weights only, with a float32 scale per output */
 #define ROWS 4   /* weight rows (outputs) per block: four concurrent read streams per thread */
 #define KC 512   /* k per chunk: ROWS x KC weights stay in L1 while every row of x uses them */
 #define MAX_M 64 /* the caller routes larger batches to torch */
 
 static inline __attribute__((always_inline)) __m256 load8(const void* p, int dt, int64_t i) {
     if (dt == F32) return _mm256_loadu_ps((const float*)p + i);
+    if (dt == I8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)((const int8_t*)p + i))));
     __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)p + i));
     if (dt == BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
     return _mm256_cvtph_ps(h);
@@ -30,6 +32,7 @@ static inline __attribute__((always_inline)) __m256 load8(const void* p, int dt,
 
 static inline __attribute__((always_inline)) float load1(const void* p, int dt, int64_t i) {
     if (dt == F32) return ((const float*)p)[i];
+    if (dt == I8) return (float)((const int8_t*)p)[i];
     uint16_t h = ((const uint16_t*)p)[i];
     if (dt == F16) return _cvtsh_ss(h);
     uint32_t b = (uint32_t)h << 16;
@@ -103,9 +106,10 @@ static inline __attribute__((always_inline)) void chunk(const void* w0, const vo
 }
 
 static inline __attribute__((always_inline)) void gemm(const float* xf, int64_t M, int64_t K, const void* w,
-                                                      int64_t N, int dt, void* y, int threads) {
+                                                      int64_t N, int wdt, const float* scale, int ydt, void* y,
+                                                      int threads) {
     const int64_t blocks = (N + ROWS - 1) / ROWS;
-    const size_t es = dt == F32 ? 4 : 2;
+    const size_t es = wdt == F32 ? 4 : wdt == I8 ? 1 : 2;
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t b = 0; b < blocks; b++) {
         const int64_t n = b * ROWS;
@@ -115,27 +119,31 @@ static inline __attribute__((always_inline)) void gemm(const float* xf, int64_t 
         float acc[MAX_M * ROWS];
         memset(acc, 0, sizeof(float) * (size_t)(M * ROWS));
         for (int64_t k0 = 0; k0 < K; k0 += KC)
-            chunk(r[0], r[1], r[2], r[3], dt, xf, M, K, k0, K - k0 < KC ? K - k0 : KC, acc);
+            chunk(r[0], r[1], r[2], r[3], wdt, xf, M, K, k0, K - k0 < KC ? K - k0 : KC, acc);
         for (int64_t m = 0; m < M; m++)
-            for (int j = 0; j < ROWS && n + j < N; j++) store1(y, dt, m * N + n + j, acc[m * ROWS + j]);
+            for (int j = 0; j < ROWS && n + j < N; j++)
+                store1(y, ydt, m * N + n + j, scale ? acc[m * ROWS + j] * scale[n + j] : acc[m * ROWS + j]);
     }
 }
 
-/* Returns 0; -1 when M is out of range or memory runs out (the caller runs torch's GEMM). */
-int trtserve_dense_gemm(const void* x, int64_t M, int64_t K, const void* w, int64_t N, int dt, void* y,
-                        int threads) {
-    if (M < 1 || M > MAX_M || dt < F32 || dt > F16) return -1;
+/* y = (x w^T) * scale: x [M][K] and y [M][N] in xdt (float32, bf16 or fp16); w [N][K] in wdt (the
+ * same, or int8 with `scale`, N float32 per-output factors; NULL for none). Returns 0; -1 when M or
+ * a dtype is out of range or memory runs out (the caller runs torch's GEMM). */
+int trtserve_dense_gemm(const void* x, int xdt, int64_t M, int64_t K, const void* w, int wdt, int64_t N,
+                        const float* scale, void* y, int threads) {
+    if (M < 1 || M > MAX_M || xdt < F32 || xdt > F16 || wdt < F32 || wdt > I8) return -1;
     const float* xf = x;
     float* buf = NULL;
-    if (dt != F32) { /* activations to float32 once, not once per weight block */
+    if (xdt != F32) { /* activations to float32 once, not once per weight block */
         buf = malloc(sizeof(float) * (size_t)(M * K));
         if (!buf) return -1;
-        for (int64_t i = 0; i < M * K; i++) buf[i] = load1(x, dt, i);
+        for (int64_t i = 0; i < M * K; i++) buf[i] = load1(x, xdt, i);
         xf = buf;
     }
-    if (dt == F32) gemm(xf, M, K, w, N, F32, y, threads);
-    else if (dt == BF16) gemm(xf, M, K, w, N, BF16, y, threads);
-    else gemm(xf, M, K, w, N, F16, y, threads);
+    if (wdt == F32) gemm(xf, M, K, w, N, F32, scale, xdt, y, threads);
+    else if (wdt == BF16) gemm(xf, M, K, w, N, BF16, scale, xdt, y, threads);
+    else if (wdt == F16) gemm(xf, M, K, w, N, F16, scale, xdt, y, threads);
+    else gemm(xf, M, K, w, N, I8, scale, xdt, y, threads);
     free(buf);
     return 0;
 }

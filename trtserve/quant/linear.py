@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from trtserve.kernels import dense
 from trtserve.kernels import int4 as int4_kernel
 
 _FP8_MAX = 448.0
@@ -41,7 +42,8 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
 
 
 class Int8WeightOnly:
-    """W8A16: int8 weights with per-output-channel scales, via torch's int8 weight-pack GEMM."""
+    """W8A16: int8 weights with per-output-channel scales: our decode kernel (trtserve/kernels/dense.py)
+    for decode rows, torch's int8 weight-pack GEMM for prefill or where the kernel cannot be built."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
         w = t["weight"].contiguous()  # (out, in) int8
@@ -50,9 +52,12 @@ class Int8WeightOnly:
         # fresh (64-byte aligned) allocation.
         self.weight = w if w.data_ptr() % 64 == 0 else w.clone()
         self.scale = t["weights_scaling_factor"].to(dtype)  # (out,)
+        self.scale_f32 = self.scale.float()  # the decode kernel's, rounded as torch's kernel sees it
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        y = torch._weight_int8pack_mm(x.contiguous(), self.weight, self.scale)
+        y = dense.gemm(x, self.weight, self.scale_f32) if dense.usable(x, self.weight) else None
+        if y is None:
+            y = torch._weight_int8pack_mm(x.contiguous(), self.weight, self.scale)
         return y if bias is None else y + bias
 
 
