@@ -3,7 +3,11 @@
     .venv/bin/python scripts/bench_http.py ENGINE_DIR [--requests 64] [--threads 2]
 
 Both run the same requests (greedy, fixed output lengths via ignore_eos) with the same engine
-settings in one run; prints output tokens/s for each and the ratio.
+settings in one run; prints output tokens/s for each and the ratio. The in-process run goes first;
+then the HTTP client (this process) lowers its own priority (`--client-nice`, default 19) once the
+server is up, so that the load generator, which a real deployment runs elsewhere, takes the 2 cores
+from the server's OpenMP threads as little as possible (measured on SmolLM2: 88% of in-process
+throughput with the client at equal priority, 94% niced).
 """
 
 from __future__ import annotations
@@ -58,7 +62,7 @@ def in_process(engine: str, work, kv: str) -> dict:
     return {"seconds": round(dt, 2), "output_tokens": n, "tok_per_s": round(n / dt, 1)}
 
 
-def over_http(engine: str, work, kv: str) -> dict:
+def over_http(engine: str, work, kv: str, client_nice: int) -> dict:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -87,6 +91,7 @@ def over_http(engine: str, work, kv: str) -> dict:
                     break
             except httpx.HTTPError:
                 time.sleep(0.2)
+        os.nice(client_nice)  # the server started at normal priority and keeps it
         model = os.path.basename(os.path.normpath(engine))
 
         async def main():
@@ -119,19 +124,21 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=64)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--kv-cache-memory", default="2GiB")
+    ap.add_argument("--client-nice", type=int, default=19, help="niceness the HTTP client adds to itself [19]")
     args = ap.parse_args()
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
     torch.set_num_threads(args.threads)
     work = workload(args.requests)
-    http = over_http(args.engine, work, args.kv_cache_memory)
     local = in_process(args.engine, work, args.kv_cache_memory)
+    http = over_http(args.engine, work, args.kv_cache_memory, args.client_nice)
     print(
         json.dumps(
             {
                 "threads": args.threads,
                 "requests": len(work),
+                "client_nice": args.client_nice,
                 "in_process": local,
                 "http": http,
                 "http_over_in_process": round(http["tok_per_s"] / local["tok_per_s"], 3),
