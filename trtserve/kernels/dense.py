@@ -5,7 +5,6 @@ cannot be built."""
 
 from __future__ import annotations
 
-import ctypes
 from functools import cache
 from pathlib import Path
 
@@ -34,14 +33,7 @@ def max_rows(dtype: torch.dtype) -> int:
 @cache
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
-    lib = native.library(SOURCE)
-    if lib is None:
-        return None
-    fn = lib.trtserve_dense_gemm
-    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    fn.argtypes = [ptr, i32, i64, i64, ptr, i32, i64, ptr, ptr, i32]
-    fn.restype = i32
-    return fn
+    return native.function(SOURCE, "trtserve_dense_gemm", "pillpilppi")  # x, xdt, M, K, w, wdt, N, scale, y, threads
 
 
 def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:

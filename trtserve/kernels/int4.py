@@ -8,7 +8,6 @@ TinyLlama-1.1B shape, batch-1 decode, went from 1.75x to 2.34x the bf16 engine w
 
 from __future__ import annotations
 
-import ctypes
 from functools import cache
 from pathlib import Path
 
@@ -24,14 +23,9 @@ BF16_MAX_ROWS = 16  # beyond this (prefill), torch's AVX2 kernel is as fast for 
 @cache
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
-    lib = native.library(SOURCE)
-    if lib is None:
-        return None
-    fn = lib.trtserve_int4_gemm
-    i64, ptr, i32 = ctypes.c_int64, ctypes.c_void_p, ctypes.c_int
-    fn.argtypes = [ptr, i32, i64, i64, ptr, i64, i64, ptr, i32, i64, ptr, i32]
-    fn.restype = i32
-    return fn
+    return native.function(
+        SOURCE, "trtserve_int4_gemm", "pillpllpilpi"
+    )  # x, x_bf16, M, K, w, N, bn, sz, sz_bf16, gs, y, threads
 
 
 @cache

@@ -73,3 +73,15 @@ def library(source: Path) -> ctypes.CDLL | None:
     if not so.exists() and not _compile(cc, source, so):
         return None
     return ctypes.CDLL(str(so))
+
+
+def function(source: Path, name: str, argtypes: str):
+    """C function `name` of the compiled `source`, returning int, its arguments by letter: p a
+    pointer, i an int, l an int64; None where this machine cannot build or run it."""
+    lib = library(source)
+    if lib is None:
+        return None
+    fn = getattr(lib, name)
+    fn.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int, "l": ctypes.c_int64}[c] for c in argtypes]
+    fn.restype = ctypes.c_int
+    return fn
