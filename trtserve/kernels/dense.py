@@ -1,5 +1,6 @@
 """The dense decode GEMM (`dense_gemv.c`): y = x w^T for a few rows of x, w stored (out, in) in
-float32, bfloat16 or float16, built by trtserve/kernels/native.py. `linear` is F.linear with this
+float32, bfloat16 or float16 (or int8 with per-output scales, for W8A16), built by
+trtserve/kernels/native.py. `linear` is F.linear with this
 kernel under it for decode-sized batches on CPU, and torch's GEMM for the rest or where the kernel
 cannot be built."""
 

@@ -43,7 +43,8 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
 
 class Int8WeightOnly:
     """W8A16: int8 weights with per-output-channel scales: our decode kernel (trtserve/kernels/dense.py)
-    for decode rows, torch's int8 weight-pack GEMM for prefill or where the kernel cannot be built."""
+    for float32 decode rows, torch's int8 weight-pack GEMM for the rest (bf16 inputs, prefill) or
+    where the kernel cannot be built."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
         w = t["weight"].contiguous()  # (out, in) int8
@@ -63,9 +64,9 @@ class Int8WeightOnly:
 
 class Int4Groupwise:
     """W4A16(_AWQ): packed int4 with per-group scales, repacked once into torch's CPU int4 layout.
-    Decode-sized inputs (and every float32 input, which torch's kernel runs ~30x slower) go to our
-    AVX2 kernel over that same pack (trtserve/kernels/int4.py); the rest, or everything where
-    that kernel cannot be built, to torch's int4 GEMM. AWQ's pre-quant scale (where the export did
+    Every float32 input (torch's kernel runs those 12-40x slower) and, on AVX2 builds of torch,
+    bf16 decode rows go to our AVX2 kernel over that same pack (trtserve/kernels/int4.py,
+    `preferred`); the rest, or everything where that kernel cannot be built, to torch's int4 GEMM. AWQ's pre-quant scale (where the export did
     not fold it into the norm) is applied to the input."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
