@@ -77,11 +77,13 @@ def library(source: Path) -> ctypes.CDLL | None:
 
 def function(source: Path, name: str, argtypes: str):
     """C function `name` of the compiled `source`, returning int, its arguments by letter: p a
-    pointer, i an int, l an int64; None where this machine cannot build or run it."""
+    pointer, i an int, l an int64, f a float; None where this machine cannot build or run it."""
     lib = library(source)
     if lib is None:
         return None
     fn = getattr(lib, name)
-    fn.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int, "l": ctypes.c_int64}[c] for c in argtypes]
+    fn.argtypes = [
+        {"p": ctypes.c_void_p, "i": ctypes.c_int, "l": ctypes.c_int64, "f": ctypes.c_float}[c] for c in argtypes
+    ]
     fn.restype = ctypes.c_int
     return fn

@@ -28,6 +28,7 @@ class AttnGroup:
     q_index: torch.Tensor  # (G, max_q) int64: flat token index per (sequence, query row); pad -> 0
     q_valid: torch.Tensor  # (G, max_q) bool: real query rows
     block_tables: torch.Tensor  # (G, n_blocks) int64: KV blocks covering each sequence's keys; pad -> 0
+    kv_lens: torch.Tensor  # (G,) int64: keys of each sequence after this step (cached + new tokens)
     attn_mask: torch.Tensor  # (G, 1, gqa_group * max_q, n_blocks * tokens_per_block) bool: True = attend
     # Where the G * max_q output rows go: (rows of them that are real, their flat token indices);
     # None when every row is real and row r is flat token r (one group of the whole batch in order).
@@ -133,6 +134,7 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, window, gqa_gro
         q_valid=q_valid.to(**to),
         scatter=None if in_order else (rows_valid.to(**to), targets.to(**to)),
         block_tables=tables[sel, :n_blk].to(**to),
+        kv_lens=kl.to(**to),
         attn_mask=mask.repeat(1, gqa_group, 1)[:, None].to(**to),  # (G, 1, group * max_q, keys)
     )
 

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from trtserve.kernels import dense
+from trtserve.kernels import attention, dense
 from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
 from trtserve.models.config import TORCH_DTYPES, ModelConfig
@@ -163,8 +163,19 @@ class DecoderModel:
         n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
         group = n_h // n_kv
         out = None
+        in_place = kv.kv_quant is None and self.cfg.sliding_window is None and attention.usable(q, kv.layer_keys(layer))
         for g in batch.groups:
             n_g, max_q = g.q_index.shape
+            if max_q == 1 and in_place:  # decode rows: keys and values read where they lie in the cache
+                out = q.new_empty(q.shape[0], n_h * hd) if out is None else out
+                k_all, v_all = kv.layer_keys(layer), kv.layer_values(layer)  # (slots, n_kv, hd)
+                bs = kv.tokens_per_block
+                if attention.decode_attention(
+                    q, k_all, v_all, g.block_tables, g.kv_lens, g.q_index[:, 0], bs, self.scale, out
+                ):
+                    if g.scatter is None:
+                        return out  # the whole batch, in order
+                    continue
             # Whole blocks, copied once (and dequantized if the cache is 8-bit): (G, keys, n_kv, hd)
             # -> viewed as (G, n_kv, keys, hd)
             keys, values = kv.gather_blocks(layer, g.block_tables.flatten())

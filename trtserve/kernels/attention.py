@@ -1,0 +1,60 @@
+"""Decode attention over the paged KV cache (`decode_attention.c`), built by
+trtserve/kernels/native.py: one new token per sequence, keys and values read in place from the
+cache's blocks instead of gathered into a padded copy. The caller runs its torch path where
+`usable` says no."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from trtserve.kernels import native
+
+SOURCE = Path(__file__).with_name("decode_attention.c")
+DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+
+
+@cache
+def load():
+    """The kernel's C function, or None where this machine cannot build or run it."""
+    # q, k, v, dt, G, n_kv, group, hd, tables, n_blk, kv_lens, rows, bs, scale, out, threads
+    return native.function(SOURCE, "trtserve_decode_attention", "pppillllplpplfpi")
+
+
+def usable(q: torch.Tensor, keys: torch.Tensor) -> bool:
+    """q (T, heads, head_dim) and one layer's keys (slots, kv_heads, head_dim), both in the
+    cache's float dtype, on CPU."""
+    return (
+        q.device.type == "cpu"
+        and q.dtype in DTYPES
+        and keys.dtype == q.dtype
+        and q.shape[-1] % 8 == 0
+        and keys.is_contiguous()
+        and load() is not None
+    )
+
+
+def decode_attention(
+    q: torch.Tensor,  # (T, n_kv * group, hd), row rows[g] is sequence g's one query token
+    keys: torch.Tensor,  # (slots, n_kv, hd)
+    values: torch.Tensor,  # (slots, n_kv, hd)
+    block_tables: torch.Tensor,  # (G, n_blk) int64
+    kv_lens: torch.Tensor,  # (G,) int64: keys each sequence attends (its cached tokens and the new one)
+    rows: torch.Tensor,  # (G,) int64
+    tokens_per_block: int,
+    scale: float,
+    out: torch.Tensor,  # (T, n_kv * group * hd): rows[g] is written
+) -> bool:
+    """softmax(q k^T * scale) v for each sequence's token, written into `out`; False if the kernel
+    could not run (nothing was written)."""
+    q = q.contiguous()
+    tables, lens, rows = (t.contiguous() for t in (block_tables, kv_lens, rows))
+    n_kv, hd = keys.shape[1], keys.shape[2]
+    rc = load()(
+        q.data_ptr(), keys.data_ptr(), values.data_ptr(), DTYPES[q.dtype], tables.shape[0], n_kv,
+        q.shape[1] // n_kv, hd, tables.data_ptr(), tables.shape[1], lens.data_ptr(), rows.data_ptr(),
+        tokens_per_block, scale, out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return rc == 0
