@@ -11,32 +11,10 @@
  * dtype (0 float32, 1 bfloat16, 2 float16); scores, softmax and sums in float32.
  * Built and loaded by trtserve/kernels/attention.py; it shares torch's OpenMP runtime.
  */
-#include <immintrin.h>
 #include <math.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
-enum { F32 = 0, BF16 = 1, F16 = 2 };
-
-static inline __attribute__((always_inline)) __m256 load8(const void* p, int dt, int64_t i) {
-    if (dt == F32) return _mm256_loadu_ps((const float*)p + i);
-    __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)p + i));
-    if (dt == BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return _mm256_cvtph_ps(h);
-}
-
-static inline void store1(void* p, int dt, int64_t i, float f) {
-    if (dt == F32) {
-        ((float*)p)[i] = f;
-    } else if (dt == F16) {
-        ((uint16_t*)p)[i] = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
-    } else { /* bfloat16, round to nearest even as torch does */
-        uint32_t b;
-        memcpy(&b, &f, 4);
-        ((uint16_t*)p)[i] = (b & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-    }
-}
+#include "dtypes.h"
 
 static inline float round_to(float f, int dt) { /* f rounded to bf16 or fp16 and back */
     uint16_t h;
@@ -45,13 +23,6 @@ static inline float round_to(float f, int dt) { /* f rounded to bf16 or fp16 and
     uint32_t b = (uint32_t)h << 16;
     memcpy(&f, &b, 4);
     return f;
-}
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
 }
 
 /* One sequence, one KV head: its `group` query heads over its `len` keys. buf: group * (len + hd) floats. */

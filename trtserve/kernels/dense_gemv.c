@@ -12,53 +12,13 @@
  * w in that dtype or in int8 (3) with a float32 scale per output row (W8A16); sums are float32.
  * Built and loaded by trtserve/kernels/dense.py; it shares torch's OpenMP runtime.
  */
-#include <immintrin.h>
-#include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 
-enum { F32 = 0, BF16 = 1, F16 = 2, I8 = 3 }; /* I8: weights only, with a float32 scale per output */
+#include "dtypes.h"
+
 #define ROWS 4   /* weight rows (outputs) per block: four concurrent read streams per thread */
 #define KC 512   /* k per chunk: ROWS x KC weights stay in L1 while every row of x uses them */
 #define MAX_M 64 /* the caller routes larger batches to torch */
-
-static inline __attribute__((always_inline)) __m256 load8(const void* p, int dt, int64_t i) {
-    if (dt == F32) return _mm256_loadu_ps((const float*)p + i);
-    if (dt == I8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)((const int8_t*)p + i))));
-    __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)p + i));
-    if (dt == BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
-    return _mm256_cvtph_ps(h);
-}
-
-static inline __attribute__((always_inline)) float load1(const void* p, int dt, int64_t i) {
-    if (dt == F32) return ((const float*)p)[i];
-    if (dt == I8) return (float)((const int8_t*)p)[i];
-    uint16_t h = ((const uint16_t*)p)[i];
-    if (dt == F16) return _cvtsh_ss(h);
-    uint32_t b = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-}
-
-static inline void store1(void* p, int dt, int64_t i, float f) {
-    if (dt == F32) {
-        ((float*)p)[i] = f;
-    } else if (dt == F16) {
-        ((uint16_t*)p)[i] = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
-    } else { /* bfloat16, round to nearest even as torch does */
-        uint32_t b;
-        memcpy(&b, &f, 4);
-        ((uint16_t*)p)[i] = (b & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-    }
-}
-
-static inline float hsum(__m256 v) {
-    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    return _mm_cvtss_f32(s);
-}
 
 /* acc[m][r] += sum over k in [k0, k0 + kc) of x[m][k] w[r][k], for ROWS weight rows w0..w3. */
 static inline __attribute__((always_inline)) void chunk(const void* w0, const void* w1, const void* w2,

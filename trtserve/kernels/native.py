@@ -68,7 +68,8 @@ def library(source: Path) -> ctypes.CDLL | None:
     if cc is None:
         log.warning("no C compiler found; %s is not used", source.name)
         return None
-    tag = hashlib.sha256(source.read_bytes() + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
+    headers = b"".join(h.read_bytes() for h in sorted(source.parent.glob("*.h")))  # what it may #include
+    tag = hashlib.sha256(source.read_bytes() + headers + " ".join((cc, *FLAGS)).encode()).hexdigest()[:16]
     so = cache_dir() / f"{source.stem}-{tag}.so"
     if not so.exists() and not _compile(cc, source, so):
         return None

@@ -1,0 +1,49 @@
+/* Element access shared by the C kernels: load 8 or 1 values of a dtype as float32, store one
+ * float32 rounded to a dtype (bf16 to nearest even, as torch rounds), and a horizontal sum. */
+#ifndef TRTSERVE_DTYPES_H
+#define TRTSERVE_DTYPES_H
+#include <immintrin.h>
+#include <stdint.h>
+#include <string.h>
+
+enum { F32 = 0, BF16 = 1, F16 = 2, I8 = 3 }; /* the dtype codes the Python side passes; I8 for weights only */
+
+static inline __attribute__((always_inline)) __m256 load8(const void* p, int dt, int64_t i) {
+    if (dt == F32) return _mm256_loadu_ps((const float*)p + i);
+    if (dt == I8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)((const int8_t*)p + i))));
+    __m128i h = _mm_loadu_si128((const __m128i*)((const uint16_t*)p + i));
+    if (dt == BF16) return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+    return _mm256_cvtph_ps(h);
+}
+
+static inline __attribute__((always_inline)) float load1(const void* p, int dt, int64_t i) {
+    if (dt == F32) return ((const float*)p)[i];
+    if (dt == I8) return (float)((const int8_t*)p)[i];
+    uint16_t h = ((const uint16_t*)p)[i];
+    if (dt == F16) return _cvtsh_ss(h);
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+static inline void store1(void* p, int dt, int64_t i, float f) {
+    if (dt == F32) {
+        ((float*)p)[i] = f;
+    } else if (dt == F16) {
+        ((uint16_t*)p)[i] = _cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT);
+    } else { /* bfloat16, round to nearest even as torch does */
+        uint32_t b;
+        memcpy(&b, &f, 4);
+        ((uint16_t*)p)[i] = (b & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+    }
+}
+
+static inline float hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+#endif
