@@ -11,63 +11,9 @@
  * dtype (0 float32, 1 bfloat16, 2 float16); scores, softmax and sums in float32.
  * Built and loaded by trtserve/kernels/attention.py; it shares torch's OpenMP runtime.
  */
-#include <math.h>
 #include <stdlib.h>
 
-#include "dtypes.h"
-
-static inline float round_to(float f, int dt) { /* f rounded to bf16 or fp16 and back */
-    uint16_t h;
-    store1(&h, dt, 0, f);
-    if (dt == F16) return _cvtsh_ss(h);
-    uint32_t b = (uint32_t)h << 16;
-    memcpy(&f, &b, 4);
-    return f;
-}
-
-/* One sequence, one KV head: its `group` query heads over its `len` keys. buf: group * (len + hd) floats. */
-static inline __attribute__((always_inline)) void head(const void* q, const void* k, const void* v, int dt,
-                                                      int64_t qoff, int64_t n_kv, int64_t kvh, int64_t group,
-                                                      int64_t hd, const int64_t* table, int64_t len, int64_t bs,
-                                                      float scale, void* out, float* buf) {
-    float* scores = buf;               /* [group][len] */
-    float* acc = buf + group * len;    /* [group][hd] */
-    for (int64_t t = 0; t < len; t++) {
-        const int64_t kp = ((table[t / bs] * bs + t % bs) * n_kv + kvh) * hd;
-        for (int64_t r = 0; r < group; r++) {
-            __m256 s = _mm256_setzero_ps();
-            for (int64_t d = 0; d < hd; d += 8)
-                s = _mm256_fmadd_ps(load8(q, dt, qoff + r * hd + d), load8(k, dt, kp + d), s);
-            scores[r * len + t] = hsum(s) * scale;
-        }
-    }
-    float inv[group];
-    for (int64_t r = 0; r < group; r++) { /* exp(s - max), summed in float32 */
-        float* s = scores + r * len;
-        float m = s[0], sum = 0;
-        for (int64_t t = 1; t < len; t++) m = s[t] > m ? s[t] : m;
-        for (int64_t t = 0; t < len; t++) {
-            sum += (s[t] = expf(s[t] - m));
-            /* As torch's CPU flash attention: the weights meet V in the input dtype, the sum is
-             * divided out at the end; this keeps bf16 engines' greedy tokens with HF's. */
-            if (dt != F32) s[t] = round_to(s[t], dt);
-        }
-        inv[r] = 1.0f / sum;
-    }
-    memset(acc, 0, sizeof(float) * (size_t)(group * hd));
-    for (int64_t t = 0; t < len; t++) {
-        const int64_t vp = ((table[t / bs] * bs + t % bs) * n_kv + kvh) * hd;
-        for (int64_t d = 0; d < hd; d += 8) {
-            const __m256 vv = load8(v, dt, vp + d);
-            for (int64_t r = 0; r < group; r++) {
-                float* a = acc + r * hd + d;
-                _mm256_storeu_ps(a, _mm256_fmadd_ps(_mm256_set1_ps(scores[r * len + t]), vv, _mm256_loadu_ps(a)));
-            }
-        }
-    }
-    for (int64_t r = 0; r < group; r++)
-        for (int64_t d = 0; d < hd; d++) store1(out, dt, qoff + r * hd + d, acc[r * hd + d] * inv[r]);
-}
+#include "attention.h"
 
 /* Returns 0; -1 when hd is not a multiple of 8, a length is out of range or memory runs out (the
  * caller runs torch's path). tables: [G][n_blk] int64; kv_lens, rows: [G] int64. */
@@ -95,9 +41,9 @@ int trtserve_decode_attention(const void* q, const void* k, const void* v, int d
             const int64_t g = w / (n_kv * group), kvh = (w / group) % n_kv, r = w % group;
             const int64_t qoff = ((rows[g] * n_kv + kvh) * group + r) * hd;
             switch (dt) { /* one specialised copy per dtype */
-            case F32: head(q, k, v, F32, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
-            case BF16: head(q, k, v, BF16, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
-            default: head(q, k, v, F16, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf);
+            case F32: head(q, F32, k, v, F32, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
+            case BF16: head(q, BF16, k, v, BF16, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
+            default: head(q, F16, k, v, F16, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf);
             }
         }
         free(buf);

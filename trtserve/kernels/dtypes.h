@@ -1,5 +1,6 @@
 /* Element access shared by the C kernels: load 8 or 1 values of a dtype as float32, store one
- * float32 rounded to a dtype (bf16 to nearest even, as torch rounds), and a horizontal sum. */
+ * float32 rounded to a dtype (bf16 to nearest even, as torch rounds), round a float32 to a dtype's
+ * precision, and a horizontal sum. */
 #ifndef TRTSERVE_DTYPES_H
 #define TRTSERVE_DTYPES_H
 #include <immintrin.h>
@@ -37,6 +38,13 @@ static inline void store1(void* p, int dt, int64_t i, float f) {
         memcpy(&b, &f, 4);
         ((uint16_t*)p)[i] = (b & 0x7fffffffu) > 0x7f800000u ? 0x7fc0 : (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
     }
+}
+
+static inline __attribute__((always_inline)) float rnd(float f, int dt) { /* f rounded to dt and back */
+    if (dt == F32) return f;
+    uint16_t h;
+    store1(&h, dt, 0, f);
+    return load1(&h, dt, 0);
 }
 
 static inline float hsum(__m256 v) {

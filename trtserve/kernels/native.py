@@ -20,7 +20,9 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-fopenmp", "-shared", "-fPIC")
+# No fp contraction: scalar a * b + c stays two roundings, as in torch's elementwise ops (the
+# kernels' vector FMAs are explicit intrinsics).
+FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 
 
 @cache

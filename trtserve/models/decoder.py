@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
-from trtserve.kernels import attention, dense
+from trtserve.kernels import attention, decode_layers, dense, pointwise
 from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
 from trtserve.models.config import TORCH_DTYPES, ModelConfig
@@ -92,6 +92,8 @@ class DecoderModel:
             raise ValueError(f"unused engine weights: {sorted(w)[:5]}")
         self.rope = Rope(cfg, max_positions, self.dtype, device)
         self.scale = cfg.head_size**-0.5
+        # Every layer of a decode step in one C call (plain weights on CPU), else None
+        self.step_table = None if deterministic else decode_layers.pack(self.layers, self.dtype)
 
     def _take_linear(self, w: dict[str, torch.Tensor], prefix: str) -> Linear:
         """Pop one linear's tensors: the plain weight, or a quantized kernel built from them all."""
@@ -128,23 +130,82 @@ class DecoderModel:
     @torch.inference_mode()
     def forward(self, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
         """Run every token of the batch; returns float32 logits (B, vocab) at each sequence's last token."""
-        cfg = self.cfg
-        n_h, n_kv, hd = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size
-        h = self.embed[batch.token_ids]  # (T, hidden)
-        rope = self.rope.tables(batch.positions)
-        for i, layer in enumerate(self.layers):
-            x = self._norm(h, layer.input_norm)
-            qkv = self._mm(x, layer.qkv, layer.qkv_bias).view(-1, n_h + 2 * n_kv, hd)  # (T, heads, hd)
-            qk = self.rope.apply(qkv[:, : n_h + n_kv], rope)  # q and k heads rotated in one pass
-            q, k = qk.split([n_h, n_kv], dim=1)  # (T, n_h, hd), (T, n_kv, hd)
-            kv.write(i, batch.slot_mapping, k, qkv[:, n_h + n_kv :])
-            attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
-            h = h + self._mm(attn, layer.dense)
-            x = self._norm(h, layer.post_norm)
-            fc, gate = self._mm(x, layer.fc_gate, layer.fc_gate_bias).chunk(2, dim=-1)  # (T, I) each
-            h = h + self._mm(F.silu(fc) * gate, layer.proj, layer.proj_bias)
+        h = self.embed[batch.token_ids]  # (T, hidden): the residual stream, updated in place
+        if not self._decode_step(h, batch, kv):
+            self._layers(h, batch, kv)
         last = self._norm(h[batch.logits_indices], self.final_norm)  # (N, hidden)
         return self.linear(last, self.lm_head).float()  # (N, vocab)
+
+    def _decode_step(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> bool:
+        """Every layer in one C call (decode_layers.c) when each sequence runs one token, the batch
+        is one the decode GEMM takes, and attention needs no window or 8-bit cache; False otherwise."""
+        cfg, rows = self.cfg, h.shape[0]
+        if (
+            self.step_table is None
+            or kv.kv_quant is not None
+            or rows != batch.block_tables.shape[0]
+            or rows > dense.max_rows(self.dtype)
+            or (cfg.sliding_window is not None and int(batch.positions.max()) >= cfg.sliding_window)
+        ):
+            return False
+        return decode_layers.run(
+            self.step_table, h, kv.data, cfg.num_attention_heads, self.layers[0].proj.shape[1], cfg.norm_epsilon,
+            self.scale, self.rope.cos, self.rope.signed_sin, batch.positions, batch.slot_mapping, batch.block_tables,
+            kv.tokens_per_block,
+        )  # fmt: skip
+
+    def _layers(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> None:
+        """Every layer, op by op, on the residual stream h (updated in place)."""
+        n_h, hd = self.cfg.num_attention_heads, self.cfg.head_size
+        rope = self.rope.tables(batch.positions)
+        x = self._add_norm(h, None, self.layers[0].input_norm)
+        for i, layer in enumerate(self.layers):
+            qkv = self._mm(x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) * hd)
+            q = self._rope_kv(i, qkv, batch, kv, rope).view(-1, n_h, hd)
+            attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
+            x = self._add_norm(h, self._mm(attn, layer.dense), layer.post_norm)
+            fc_gate = self._mm(x, layer.fc_gate, layer.fc_gate_bias)  # (T, 2 I): [fc | gate]
+            out = self._mm(self._silu_mul(fc_gate), layer.proj, layer.proj_bias)
+            if i + 1 < len(self.layers):
+                x = self._add_norm(h, out, self.layers[i + 1].input_norm)
+            else:
+                h.add_(out)
+
+    def _fused(self, x: torch.Tensor) -> bool:
+        """Whether the per-token glue runs as our C kernels (decode-sized CPU batches) or torch ops."""
+        return not self.deterministic and pointwise.usable(x)
+
+    def _add_norm(self, h: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor) -> torch.Tensor:
+        """h += delta (in place, in the model dtype), then RMSNorm(h) * w."""
+        if self._fused(h) and (y := pointwise.add_rms_norm(h, delta, w, self.cfg.norm_epsilon)) is not None:
+            return y
+        if delta is not None:
+            h.add_(delta)
+        return self._norm(h, w)
+
+    def _rope_kv(
+        self, layer: int, qkv: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, rope: tuple[torch.Tensor, torch.Tensor]
+    ) -> torch.Tensor:
+        """Rotated q (T, n_h * hd); the rotated k and the v go to the KV cache at the batch's slots."""
+        n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
+        if kv.kv_quant is None and self._fused(qkv):
+            keys, values = kv.layer_keys(layer), kv.layer_values(layer)
+            q = pointwise.rope_kv(
+                qkv, n_h, n_kv, self.rope.cos, self.rope.signed_sin, batch.positions, keys, values, batch.slot_mapping
+            )
+            if q is not None:
+                return q
+        qkv = qkv.view(-1, n_h + 2 * n_kv, hd)
+        qk = self.rope.apply(qkv[:, : n_h + n_kv], rope)  # q and k heads rotated in one pass
+        q, k = qk.split([n_h, n_kv], dim=1)  # (T, n_h, hd), (T, n_kv, hd)
+        kv.write(layer, batch.slot_mapping, k, qkv[:, n_h + n_kv :])
+        return q
+
+    def _silu_mul(self, fc_gate: torch.Tensor) -> torch.Tensor:
+        if self._fused(fc_gate) and (y := pointwise.silu_mul(fc_gate)) is not None:
+            return y
+        fc, gate = fc_gate.chunk(2, dim=-1)  # (T, I) each
+        return F.silu(fc) * gate
 
     def _attention(self, layer: int, q: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
         if self.deterministic:

@@ -1,0 +1,71 @@
+"""The whole-step decode kernel (trtserve/kernels/decode_layers.c) gives the same greedy tokens and
+the same log-probabilities, bit for bit, as the decoder's op-by-op path it replaces, in every
+dtype, with GQA and qkv biases, alone and batched; and steps it cannot take go op by op."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from helpers import make_hf_model, random_prompts
+
+from trtserve import LLM, SamplingParams
+from trtserve.build.builder import build_engine
+from trtserve.build.config import BuildConfig
+from trtserve.kernels import decode_layers
+
+needs_kernel = pytest.mark.skipif(
+    decode_layers.load() is None, reason="the decode kernel needs x86-64 with AVX2/FMA/F16C and a C compiler"
+)
+PARAMS = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, logprobs=2)
+
+
+def _outputs(llm: LLM, prompts: list[list[int]], step: bool, monkeypatch) -> tuple[list, int]:
+    """(greedy tokens and logprobs per prompt, how many decode steps the kernel ran)."""
+    model = llm.engine.model
+    table = model.step_table
+    ran = 0
+    real_run = decode_layers.run
+
+    def counting_run(*args, **kwargs):
+        nonlocal ran
+        ok = real_run(*args, **kwargs)
+        ran += ok
+        return ok
+
+    monkeypatch.setattr(decode_layers, "run", counting_run)
+    model.step_table = table if step else None
+    try:
+        outs = llm.generate(prompts, PARAMS)
+    finally:
+        model.step_table = table
+    seqs = [o.outputs[0] for o in outs]
+    return [(s.token_ids, [(lp.logprob, lp.top) for lp in s.logprobs]) for s in seqs], ran
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    ("arch", "dtype", "overrides"),
+    [
+        ("llama", torch.float32, {}),
+        ("llama", torch.bfloat16, {"num_key_value_heads": 1}),
+        ("llama", torch.float16, {}),
+        ("qwen2", torch.float32, {"num_key_value_heads": 4}),
+    ],
+)
+def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, overrides):
+    src = make_hf_model(tmp_path / "hf", arch, seed=7, dtype=dtype, **overrides)
+    out = tmp_path / "engine"
+    build_engine(BuildConfig(model=str(src), tokens_per_block=8), out, quiet=True)
+    llm = LLM(out, enable_prefix_caching=False)  # both runs compute every prompt token alike
+    assert llm.engine.model.step_table is not None
+    for prompts in (random_prompts(1, seed=3), random_prompts(5, seed=4, lo=1, hi=40)):  # alone, batched
+        fused, ran = _outputs(llm, prompts, True, monkeypatch)
+        op_by_op, ran_off = _outputs(llm, prompts, False, monkeypatch)
+        assert ran >= PARAMS.max_tokens - 1 and ran_off == 0
+        assert fused == op_by_op
+
+
+def test_quantized_or_deterministic_models_take_the_op_path(tiny_llama_engine):
+    assert LLM(tiny_llama_engine, deterministic=True).engine.model.step_table is None
+    layers = LLM(tiny_llama_engine).engine.model.layers
+    assert decode_layers.pack(layers, torch.float16) is None  # weights in another dtype than asked

@@ -1,0 +1,90 @@
+"""The decoder's fused glue kernels (trtserve/kernels/pointwise.c) against the torch ops they stand
+in for (trtserve/models/decoder.py's fallbacks): bit for bit in bfloat16 and float16, where every op
+rounds, and to float32 rounding otherwise."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from trtserve.kernels import pointwise
+from trtserve.models.decoder import rms_norm
+from trtserve.models.rope import Rope
+
+needs_kernel = pytest.mark.skipif(
+    pointwise._fn("trtserve_rms_norm", "ppillpfpi") is None,
+    reason="the pointwise kernels need x86-64 with AVX2/FMA/F16C and a C compiler",
+)
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+
+
+def check(got: torch.Tensor, want: torch.Tensor) -> None:
+    if got.dtype == torch.float32:
+        torch.testing.assert_close(got, want, rtol=2e-6, atol=2e-6)
+    else:  # every intermediate rounded as torch rounds it: the same bits, up to one-ulp ties in the
+        # float32 statistics, so compare exactly but allow a handful of one-ulp elements
+        diff = (got.float() - want.float()).abs() > 0
+        assert diff.float().mean() < 0.01, f"{int(diff.sum())} of {diff.numel()} elements differ"
+        torch.testing.assert_close(got, want, rtol=1e-2, atol=1e-2)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rows", [1, 3, 64])
+def test_add_rms_norm_matches_torch(dtype, rows):
+    g = torch.Generator().manual_seed(rows)
+    h = (torch.randn(rows, 576, generator=g) * 3).to(dtype)
+    delta = torch.randn(rows, 576, generator=g).to(dtype)
+    w = (1 + torch.randn(576, generator=g) / 4).to(dtype)
+    want_h = h + delta
+    want = rms_norm(want_h, w, 1e-5)
+    got_h = h.clone()
+    got = pointwise.add_rms_norm(got_h, delta, w, 1e-5)
+    assert torch.equal(got_h, want_h)  # the residual add, in place, rounded as torch's
+    check(got, want)
+    check(pointwise.add_rms_norm(want_h.clone(), None, w, 1e-5), want)  # no residual to add
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize(("n_h", "n_kv", "hd"), [(9, 3, 64), (4, 1, 32)])
+def test_rope_kv_matches_torch_and_writes_only_the_slots(dtype, n_h, n_kv, hd):
+    cfg = SimpleNamespace(
+        rotary_scaling=None, rotary_base=10000.0, head_size=hd, hidden_size=n_h * hd, num_attention_heads=n_h,
+        max_position_embeddings=512,
+    )  # fmt: skip
+    rope = Rope(cfg, 512, dtype, torch.device("cpu"))
+    g = torch.Generator().manual_seed(n_h)
+    t = 5
+    qkv = torch.randn(t, (n_h + 2 * n_kv) * hd, generator=g).to(dtype)
+    positions = torch.tensor([0, 17, 3, 511, 200])
+    slots = torch.tensor([40, 2, 13, 7, 63])
+    keys = torch.full((64, n_kv, hd), float("nan"), dtype=dtype)
+    values = keys.clone()
+    q = pointwise.rope_kv(qkv, n_h, n_kv, rope.cos, rope.signed_sin, positions, keys, values, slots)
+
+    heads = qkv.view(t, n_h + 2 * n_kv, hd)
+    want = rope.apply(heads[:, : n_h + n_kv], rope.tables(positions))
+    check(q.view(t, n_h, hd), want[:, :n_h])
+    check(keys[slots], want[:, n_h:])
+    assert torch.equal(values[slots], heads[:, n_h + n_kv :])
+    others = torch.ones(64, dtype=torch.bool)
+    others[slots] = False
+    assert keys[others].isnan().all() and values[others].isnan().all()
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_silu_mul_matches_torch(dtype):
+    fc_gate = (torch.randn(7, 2 * 1536, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    fc, gate = fc_gate.chunk(2, dim=-1)
+    check(pointwise.silu_mul(fc_gate), F.silu(fc) * gate)
+
+
+def test_wide_or_strided_batches_go_to_torch():
+    assert not pointwise.usable(torch.zeros(pointwise.MAX_ROWS + 1, 8))
+    assert not pointwise.usable(torch.zeros(8, 4).t())
+    assert not pointwise.usable(torch.zeros(2, 8, dtype=torch.int8))

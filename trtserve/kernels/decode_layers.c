@@ -1,0 +1,127 @@
+/* Every decoder layer of a decode step in one call, on x86-64 with AVX2 + FMA + F16C: for a few
+ * sequences with one new token each, RMSNorm, the qkv GEMM (+ bias), RoPE and the KV-cache write,
+ * attention over the paged cache, the output projection and residual, RMSNorm, the fc/gate GEMM,
+ * SiLU * gate, the down projection and residual, layer after layer.
+ *
+ * Why: with each of these a call of its own (dense_gemv.c, pointwise.c, decode_attention.c) a
+ * SmolLM2 step made ~270 calls from Python into C, each with its own parallel region; their
+ * dispatch, not the weight reads, was a third of the step. Here one parallel region covers the
+ * whole step and the stages meet at OpenMP barriers.
+ *
+ * Numerics are the per-op kernels' (and so HF transformers'): every stage's output is rounded to
+ * the model dtype; the scratch buffers hold those rounded values in float32.
+ *
+ * Layouts (dtype dt for weights, h, cache and tables: 0 float32, 1 bfloat16, 2 float16):
+ *   h [M][H], the residual stream, updated in place; row m is sequence m's token at pos[m],
+ *   written to cache slot slots[m], attending keys 0..pos[m] through tables[m][n_blk]
+ *   layers[l]: weights (out, in): qkv [(n_h + 2 n_kv) hd][H], dense [H][n_h hd], fc_gate [2I][H]
+ *   ([fc; gate]), proj [H][I]; norms [H]; biases (or NULL) of the outputs
+ *   kv [layers][2][slots][n_kv][hd]; cos, sin [positions][hd] (NeoX, sign in the sin table)
+ * Built and loaded by trtserve/kernels/decode_layers.py; it shares torch's OpenMP runtime.
+ */
+#include <omp.h>
+#include <stdlib.h>
+
+#include "attention.h"
+#include "gemv.h"
+#include "pointwise.h"
+
+typedef struct { /* one layer's weights; biases may be NULL */
+    const void *in_norm, *qkv, *qkv_b, *dense, *post_norm, *fc_gate, *fc_gate_b, *proj, *proj_b;
+} layer_t;
+
+typedef struct {
+    int64_t M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs;
+    float eps, scale;
+    const void *cos, *sin;
+    const int64_t *pos, *slots, *tables;
+} step_t;
+
+/* Work-shared y = x w^T (+ bias) into float32 y holding dt-rounded values. */
+static inline __attribute__((always_inline)) void linear(const float* x, int64_t M, int64_t K, const void* w,
+                                                        const void* bias, int64_t N, float* y, int dt) {
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, x, M, K, w, N, dt, NULL, F32, y, dt);
+    if (bias) {
+#pragma omp for schedule(static)
+        for (int64_t i = 0; i < M * N; i++) y[i] = rnd(y[i] + load1(bias, dt, i % N), dt);
+    }
+}
+
+static inline __attribute__((always_inline)) void layers(const layer_t* L, int64_t n_layers, const step_t* s,
+                                                        void* h, void* kv, float* scratch, float* att_buf, int dt) {
+    const int64_t M = s->M, H = s->H, n_h = s->n_h, n_kv = s->n_kv, hd = s->hd, I = s->I;
+    const int64_t width = (n_h + 2 * n_kv) * hd, group = n_h / n_kv, layer_kv = 2 * s->n_slots * n_kv * hd;
+    float *x = scratch, *qkv = x + M * H, *q = qkv + M * width, *att = q + M * n_h * hd;
+    float *d = att + M * n_h * hd, *fg = d + M * H, *a = fg + M * 2 * I;
+    for (int64_t l = 0; l < n_layers; l++) {
+        const layer_t* w = L + l;
+        char* k_cache = (char*)kv + (size_t)(l * layer_kv) * (dt == F32 ? 4 : 2);
+        char* v_cache = k_cache + (size_t)(layer_kv / 2) * (dt == F32 ? 4 : 2);
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) /* the last layer's MLP output joins the residual first */
+            norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, x, F32);
+        linear(x, M, H, w->qkv, w->qkv_b, width, qkv, dt);
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < M * (n_h + n_kv); j++) { /* q and k heads rotated; k and v to the cache */
+            const int64_t m = j / (n_h + n_kv), head = j % (n_h + n_kv), src = m * width + head * hd;
+            const int64_t tab = s->pos[m] * hd;
+            if (head < n_h) {
+                rope_head(qkv, F32, src, q, F32, (m * n_h + head) * hd, s->cos, s->sin, tab, hd, dt);
+            } else {
+                const int64_t dst = (s->slots[m] * n_kv + head - n_h) * hd;
+                rope_head(qkv, F32, src, k_cache, dt, dst, s->cos, s->sin, tab, hd, dt);
+                for (int64_t i = 0; i < hd; i++) store1(v_cache, dt, dst + i, qkv[src + n_kv * hd + i]);
+            }
+        }
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < M * n_h; j++) { /* one query head a task */
+            const int64_t m = j / n_h, kvh = (j % n_h) / group;
+            head(q, F32, k_cache, v_cache, dt, j * hd, n_kv, kvh, 1, hd, s->tables + m * s->n_blk, s->pos[m] + 1,
+                 s->bs, s->scale, att, att_buf);
+        }
+        linear(att, M, n_h * hd, w->dense, NULL, H, d, dt);
+#pragma omp for schedule(static)
+        for (int64_t m = 0; m < M; m++) norm_row(h, dt, d, F32, m * H, H, w->post_norm, dt, s->eps, x, F32);
+        linear(x, M, H, w->fc_gate, w->fc_gate_b, 2 * I, fg, dt);
+#pragma omp for schedule(static)
+        for (int64_t j = 0; j < M * I; j++) a[j] = silu_mul1(fg[j / I * 2 * I + j % I], fg[j / I * 2 * I + I + j % I], dt);
+        linear(a, M, I, w->proj, w->proj_b, H, d, dt);
+    }
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < M * H; i++) store1(h, dt, i, rnd(load1(h, dt, i) + d[i], dt));
+}
+
+/* Returns 0; -1 (having changed nothing) when a size or dtype is out of range or memory runs out. */
+int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, void* h, void* kv, int64_t M, int64_t H,
+                           int64_t n_h, int64_t n_kv, int64_t hd, int64_t I, int64_t n_slots, float eps, float scale,
+                           const void* cos, const void* sin, const int64_t* pos, const int64_t* slots,
+                           const int64_t* tables, int64_t n_blk, int64_t bs, int threads) {
+    if (dt < F32 || dt > F16 || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 || n_h % n_kv || n_layers < 1) return -1;
+    int64_t longest = 0;
+    for (int64_t m = 0; m < M; m++) {
+        if (pos[m] < 0 || pos[m] >= n_blk * bs) return -1;
+        longest = pos[m] + 1 > longest ? pos[m] + 1 : longest;
+    }
+    const step_t s = {M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs, eps, scale, cos, sin, pos, slots, tables};
+    const int64_t width = (n_h + 2 * n_kv) * hd;
+    float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I)));
+    float* att_bufs = malloc(sizeof(float) * (size_t)(threads * (longest + hd)));
+    if (!scratch || !att_bufs) {
+        free(scratch);
+        free(att_bufs);
+        return -1;
+    }
+#pragma omp parallel num_threads(threads)
+    {
+        float* buf = att_bufs + (size_t)(omp_get_thread_num() * (longest + hd));
+        switch (dt) { /* one specialised copy per dtype */
+        case F32: layers(L, n_layers, &s, h, kv, scratch, buf, F32); break;
+        case BF16: layers(L, n_layers, &s, h, kv, scratch, buf, BF16); break;
+        default: layers(L, n_layers, &s, h, kv, scratch, buf, F16);
+        }
+    }
+    free(scratch);
+    free(att_bufs);
+    return 0;
+}

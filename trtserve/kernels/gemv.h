@@ -1,0 +1,78 @@
+/* The dense decode GEMM's inner loops, shared by dense_gemv.c (one GEMM a call) and
+ * decode_layers.c (every layer of a decode step in one call): x [M][K] float32, w [N][K] in float32,
+ * bf16, fp16 or int8, y [M][N] in ydt; work is split in blocks of ROWS outputs. */
+#ifndef TRTSERVE_GEMV_H
+#define TRTSERVE_GEMV_H
+#include "dtypes.h"
+
+#define ROWS 4   /* weight rows (outputs) per block: four concurrent read streams per thread */
+#define KC 512   /* k per chunk: ROWS x KC weights stay in L1 while every row of x uses them */
+#define MAX_M 64 /* the caller routes larger batches to torch */
+
+/* acc[m][r] += sum over k in [k0, k0 + kc) of x[m][k] w[r][k], for ROWS weight rows w0..w3. */
+static inline __attribute__((always_inline)) void chunk(const void* w0, const void* w1, const void* w2,
+                                                       const void* w3, int dt, const float* xf, int64_t M,
+                                                       int64_t K, int64_t k0, int64_t kc, float* acc) {
+    const int64_t kv = kc & ~(int64_t)7;
+    int64_t m = 0;
+    for (; m + 1 < M; m += 2) { /* two rows of x share each weight load: 8 independent sums */
+        const float* xa = xf + m * K + k0;
+        const float* xb = xa + K;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+        for (int64_t k = 0; k < kv; k += 8) {
+            __m256 u = _mm256_loadu_ps(xa + k), v = _mm256_loadu_ps(xb + k), w;
+            w = load8(w0, dt, k0 + k); a0 = _mm256_fmadd_ps(w, u, a0); b0 = _mm256_fmadd_ps(w, v, b0);
+            w = load8(w1, dt, k0 + k); a1 = _mm256_fmadd_ps(w, u, a1); b1 = _mm256_fmadd_ps(w, v, b1);
+            w = load8(w2, dt, k0 + k); a2 = _mm256_fmadd_ps(w, u, a2); b2 = _mm256_fmadd_ps(w, v, b2);
+            w = load8(w3, dt, k0 + k); a3 = _mm256_fmadd_ps(w, u, a3); b3 = _mm256_fmadd_ps(w, v, b3);
+        }
+        float* o = acc + m * ROWS;
+        o[0] += hsum(a0); o[1] += hsum(a1); o[2] += hsum(a2); o[3] += hsum(a3);
+        o[4] += hsum(b0); o[5] += hsum(b1); o[6] += hsum(b2); o[7] += hsum(b3);
+    }
+    for (; m < M; m++) {
+        const float* xa = xf + m * K + k0;
+        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+        for (int64_t k = 0; k < kv; k += 8) {
+            __m256 u = _mm256_loadu_ps(xa + k);
+            a0 = _mm256_fmadd_ps(load8(w0, dt, k0 + k), u, a0);
+            a1 = _mm256_fmadd_ps(load8(w1, dt, k0 + k), u, a1);
+            a2 = _mm256_fmadd_ps(load8(w2, dt, k0 + k), u, a2);
+            a3 = _mm256_fmadd_ps(load8(w3, dt, k0 + k), u, a3);
+        }
+        float* o = acc + m * ROWS;
+        o[0] += hsum(a0); o[1] += hsum(a1); o[2] += hsum(a2); o[3] += hsum(a3);
+    }
+    for (int64_t k = kv; k < kc; k++) { /* K not a multiple of 8 */
+        float v0 = load1(w0, dt, k0 + k), v1 = load1(w1, dt, k0 + k);
+        float v2 = load1(w2, dt, k0 + k), v3 = load1(w3, dt, k0 + k);
+        for (int64_t mm = 0; mm < M; mm++) {
+            float xk = xf[mm * K + k0 + k];
+            float* o = acc + mm * ROWS;
+            o[0] += xk * v0; o[1] += xk * v1; o[2] += xk * v2; o[3] += xk * v3;
+        }
+    }
+}
+
+/* Outputs [b * ROWS, b * ROWS + ROWS) of y = (x w^T) * scale for all M rows (one work item), stored
+ * in ydt after rounding to rdt. */
+static inline __attribute__((always_inline)) void gemm_block(int64_t b, const float* xf, int64_t M, int64_t K,
+                                                            const void* w, int64_t N, int wdt, const float* scale,
+                                                            int ydt, void* y, int rdt) {
+    const size_t es = wdt == F32 ? 4 : wdt == I8 ? 1 : 2;
+    const int64_t n = b * ROWS;
+    const void* r[ROWS];
+    for (int j = 0; j < ROWS; j++) /* past N: repeat the last row, its sums are dropped */
+        r[j] = (const char*)w + (size_t)((n + j < N ? n + j : N - 1) * K) * es;
+    float acc[MAX_M * ROWS];
+    memset(acc, 0, sizeof(float) * (size_t)(M * ROWS));
+    for (int64_t k0 = 0; k0 < K; k0 += KC)
+        chunk(r[0], r[1], r[2], r[3], wdt, xf, M, K, k0, K - k0 < KC ? K - k0 : KC, acc);
+    for (int64_t m = 0; m < M; m++)
+        for (int j = 0; j < ROWS && n + j < N; j++)
+            store1(y, ydt, m * N + n + j, rnd(scale ? acc[m * ROWS + j] * scale[n + j] : acc[m * ROWS + j], rdt));
+}
+
+static inline int64_t gemm_blocks(int64_t N) { return (N + ROWS - 1) / ROWS; }
+
+#endif

@@ -1,0 +1,56 @@
+/* The decoder's per-token glue in one call each, on x86-64 with AVX2 + FMA + F16C: residual add +
+ * RMSNorm, RoPE on q and k with k and v written into the paged KV cache, and SiLU(fc) * gate.
+ *
+ * Why: at batch-1 decode each of these was 3-8 small torch ops per layer (~25 per layer in all),
+ * and at a few microseconds of dispatch each they cost ~5 ms of a 39 ms SmolLM2 step (AMD Zen 3,
+ * 2 threads). Used where the whole-step kernel (decode_layers.c) is not: quantized weights, mixed
+ * batches of up to 64 rows. Numerics are HF transformers' op for op (pointwise.h).
+ *
+ * Layouts (row-major, dtype 0 float32, 1 bfloat16, 2 float16):
+ *   rms_norm:  h, delta, out [T][H], w [H]
+ *   rope_kv:   qkv [T][(n_h + 2 n_kv) hd] (q heads, k heads, v heads), cos and signed sin tables
+ *              [positions][hd], q_out [T][n_h hd], k and v caches [slots][n_kv][hd], pos and slots [T] int64
+ *   silu_mul:  fg [T][2 I] ([fc | gate]), out [T][I]
+ * Built and loaded by trtserve/kernels/pointwise.py; it shares torch's OpenMP runtime.
+ */
+#include "pointwise.h"
+
+#define PAR_MIN 16384 /* elements below which a call stays on one thread (a parallel region costs more) */
+
+/* h = h + delta (rounded to dt) when delta is given, then out = RMSNorm(h) * w. */
+int trtserve_rms_norm(void* h, const void* delta, int dt, int64_t T, int64_t H, const void* w, float eps, void* out,
+                      int threads) {
+    if (dt < F32 || dt > F16) return -1;
+#pragma omp parallel for num_threads(threads) schedule(static) if (T * H >= PAR_MIN)
+    for (int64_t t = 0; t < T; t++) norm_row(h, dt, delta, dt, t * H, H, w, dt, eps, out, dt);
+    return 0;
+}
+
+/* Rotates the q and k heads of each token at its position; q goes to q_out, k and v to the cache slot. */
+int trtserve_rope_kv(const void* qkv, int dt, int64_t T, int64_t n_h, int64_t n_kv, int64_t hd, const void* cos,
+                     const void* sin, const int64_t* pos, void* q_out, void* k_cache, void* v_cache,
+                     const int64_t* slots, int threads) {
+    if (dt < F32 || dt > F16 || hd % 2) return -1;
+    const int64_t width = (n_h + 2 * n_kv) * hd;
+#pragma omp parallel for num_threads(threads) schedule(static) if (T * width >= PAR_MIN)
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < n_h; j++)
+            rope_head(qkv, dt, t * width + j * hd, q_out, dt, (t * n_h + j) * hd, cos, sin, pos[t] * hd, hd, dt);
+        for (int64_t j = 0; j < n_kv; j++) {
+            const int64_t s0 = t * width + (n_h + j) * hd, d0 = (slots[t] * n_kv + j) * hd;
+            rope_head(qkv, dt, s0, k_cache, dt, d0, cos, sin, pos[t] * hd, hd, dt);
+            for (int64_t i = 0; i < hd; i++) store1(v_cache, dt, d0 + i, load1(qkv, dt, s0 + n_kv * hd + i));
+        }
+    }
+    return 0;
+}
+
+/* out = silu(fc) * gate. */
+int trtserve_silu_mul(const void* fg, int dt, int64_t T, int64_t I, void* out, int threads) {
+    if (dt < F32 || dt > F16) return -1;
+#pragma omp parallel for num_threads(threads) schedule(static) if (T * I >= PAR_MIN)
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < I; i++)
+            store1(out, dt, t * I + i, silu_mul1(load1(fg, dt, t * 2 * I + i), load1(fg, dt, t * 2 * I + I + i), dt));
+    return 0;
+}

@@ -1,0 +1,80 @@
+"""The decoder's per-token glue (`pointwise.c`), built by trtserve/kernels/native.py: residual
+add + RMSNorm, RoPE with the KV-cache write, and SiLU(fc) * gate, one call each instead of 3-8
+torch ops. Each function returns None (having written nothing) where the kernel cannot run, and
+the decoder then runs its torch ops."""
+
+from __future__ import annotations
+
+from functools import cache
+from pathlib import Path
+
+import torch
+
+from trtserve.kernels import native
+
+SOURCE = Path(__file__).with_name("pointwise.c")
+DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+MAX_ROWS = 64  # above this torch's vectorised ops win, and their dispatch cost is spread over the rows
+
+
+@cache
+def _fn(name: str, argtypes: str):
+    return native.function(SOURCE, name, argtypes)
+
+
+def usable(x: torch.Tensor) -> bool:
+    """Whether the kernels take rows of x: a contiguous CPU batch of at most MAX_ROWS rows in a float dtype."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype in DTYPES
+        and x.dim() == 2
+        and x.shape[0] <= MAX_ROWS
+        and x.is_contiguous()
+        and _fn("trtserve_rms_norm", "ppillpfpi") is not None
+    )
+
+
+def add_rms_norm(h: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tensor, eps: float) -> torch.Tensor | None:
+    """h += delta in place (when given), then RMSNorm(h) * weight; h, delta (T, H) contiguous, weight (H,)."""
+    if delta is not None and not delta.is_contiguous():
+        return None
+    out = torch.empty_like(h)
+    rc = _fn("trtserve_rms_norm", "ppillpfpi")(
+        h.data_ptr(), None if delta is None else delta.data_ptr(), DTYPES[h.dtype], h.shape[0], h.shape[1],
+        weight.data_ptr(), eps, out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return out if rc == 0 else None
+
+
+def rope_kv(
+    qkv: torch.Tensor,  # (T, (n_h + 2 n_kv) * hd): q, k, v heads
+    n_h: int,
+    n_kv: int,
+    cos: torch.Tensor,  # (positions, hd)
+    signed_sin: torch.Tensor,  # (positions, hd)
+    positions: torch.Tensor,  # (T,) int64
+    k_cache: torch.Tensor,  # (slots, n_kv, hd)
+    v_cache: torch.Tensor,
+    slots: torch.Tensor,  # (T,) int64
+) -> torch.Tensor | None:
+    """Rotated q (T, n_h * hd); the rotated k and v are written to the cache at `slots`."""
+    hd = k_cache.shape[-1]
+    if not (k_cache.is_contiguous() and v_cache.is_contiguous() and cos.is_contiguous() and qkv.is_contiguous()):
+        return None
+    positions, slots = positions.contiguous(), slots.contiguous()
+    q = qkv.new_empty(qkv.shape[0], n_h * hd)
+    rc = _fn("trtserve_rope_kv", "pillllpppppppi")(
+        qkv.data_ptr(), DTYPES[qkv.dtype], qkv.shape[0], n_h, n_kv, hd, cos.data_ptr(), signed_sin.data_ptr(),
+        positions.data_ptr(), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(),
+        torch.get_num_threads(),
+    )  # fmt: skip
+    return q if rc == 0 else None
+
+
+def silu_mul(fc_gate: torch.Tensor) -> torch.Tensor | None:
+    """silu(fc) * gate for fc_gate (T, 2 I) = [fc | gate]; (T, I)."""
+    t, i2 = fc_gate.shape
+    out = fc_gate.new_empty(t, i2 // 2)
+    rc = _fn("trtserve_silu_mul", "pillpi")(fc_gate.data_ptr(), DTYPES[fc_gate.dtype], t, i2 // 2, out.data_ptr(),
+                                           torch.get_num_threads())  # fmt: skip
+    return out if rc == 0 else None
