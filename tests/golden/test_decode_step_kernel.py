@@ -1,6 +1,6 @@
 """The whole-step decode kernel (trtserve/kernels/decode_layers.c) gives the same greedy tokens and
 the same log-probabilities, bit for bit, as the decoder's op-by-op path it replaces, in every
-dtype, with GQA and qkv biases, alone and batched; and steps it cannot take go op by op."""
+dtype, with GQA, qkv biases and W8A16 int8 weights, alone and batched; and steps it cannot take go op by op."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ PARAMS = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, logprob
 def _outputs(llm: LLM, prompts: list[list[int]], step: bool, monkeypatch) -> tuple[list, int]:
     """(greedy tokens and logprobs per prompt, how many decode steps the kernel ran)."""
     model = llm.engine.model
-    table = model.step_table
+    table = model.step_weights
     ran = 0
     real_run = decode_layers.run
 
@@ -33,31 +33,32 @@ def _outputs(llm: LLM, prompts: list[list[int]], step: bool, monkeypatch) -> tup
         return ok
 
     monkeypatch.setattr(decode_layers, "run", counting_run)
-    model.step_table = table if step else None
+    model.step_weights = table if step else None
     try:
         outs = llm.generate(prompts, PARAMS)
     finally:
-        model.step_table = table
+        model.step_weights = table
     seqs = [o.outputs[0] for o in outs]
     return [(s.token_ids, [(lp.logprob, lp.top) for lp in s.logprobs]) for s in seqs], ran
 
 
 @needs_kernel
 @pytest.mark.parametrize(
-    ("arch", "dtype", "overrides"),
+    ("arch", "dtype", "quant", "overrides"),
     [
-        ("llama", torch.float32, {}),
-        ("llama", torch.bfloat16, {"num_key_value_heads": 1}),
-        ("llama", torch.float16, {}),
-        ("qwen2", torch.float32, {"num_key_value_heads": 4}),
+        ("llama", torch.float32, None, {}),
+        ("llama", torch.bfloat16, None, {"num_key_value_heads": 1}),
+        ("llama", torch.float16, None, {}),
+        ("qwen2", torch.float32, None, {"num_key_value_heads": 4}),
+        ("llama", torch.float32, "w8a16", {}),  # int8 weights: the per-op path runs our int8 GEMV too
     ],
 )
-def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, overrides):
+def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, overrides):
     src = make_hf_model(tmp_path / "hf", arch, seed=7, dtype=dtype, **overrides)
     out = tmp_path / "engine"
-    build_engine(BuildConfig(model=str(src), tokens_per_block=8), out, quiet=True)
+    build_engine(BuildConfig(model=str(src), tokens_per_block=8, quant=quant), out, quiet=True)
     llm = LLM(out, enable_prefix_caching=False)  # both runs compute every prompt token alike
-    assert llm.engine.model.step_table is not None
+    assert llm.engine.model.step_weights is not None
     for prompts in (random_prompts(1, seed=3), random_prompts(5, seed=4, lo=1, hi=40)):  # alone, batched
         fused, ran = _outputs(llm, prompts, True, monkeypatch)
         op_by_op, ran_off = _outputs(llm, prompts, False, monkeypatch)
@@ -65,7 +66,13 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, overrid
         assert fused == op_by_op
 
 
-def test_quantized_or_deterministic_models_take_the_op_path(tiny_llama_engine):
-    assert LLM(tiny_llama_engine, deterministic=True).engine.model.step_table is None
-    layers = LLM(tiny_llama_engine).engine.model.layers
-    assert decode_layers.pack(layers, torch.float16) is None  # weights in another dtype than asked
+def test_deterministic_models_and_mismatched_weights_take_the_op_path(tiny_llama_engine):
+    assert LLM(tiny_llama_engine, deterministic=True).engine.model.step_weights is None
+    model = LLM(tiny_llama_engine).engine.model
+    cfg, layers = model.cfg, model.layers
+    hidden, inter = cfg.hidden_size, cfg.intermediate_size
+    width = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_size
+    shapes = {"qkv": (width, hidden), "dense": (hidden, hidden), "fc_gate": (2 * inter, hidden), "proj": (hidden, inter)}
+    assert decode_layers.pack(layers, layers[0].qkv.dtype, shapes) is not None
+    assert decode_layers.pack(layers, torch.float16, shapes) is None  # weights in another dtype than asked
+    assert decode_layers.pack(layers, layers[0].qkv.dtype, {**shapes, "proj": (hidden, inter + 8)}) is None

@@ -11,11 +11,12 @@
  * Numerics are the per-op kernels' (and so HF transformers'): every stage's output is rounded to
  * the model dtype; the scratch buffers hold those rounded values in float32.
  *
- * Layouts (dtype dt for weights, h, cache and tables: 0 float32, 1 bfloat16, 2 float16):
+ * Layouts (dtype dt for h, norms, cache and tables: 0 float32, 1 bfloat16, 2 float16):
  *   h [M][H], the residual stream, updated in place; row m is sequence m's token at pos[m],
  *   written to cache slot slots[m], attending keys 0..pos[m] through tables[m][n_blk]
- *   layers[l]: weights (out, in): qkv [(n_h + 2 n_kv) hd][H], dense [H][n_h hd], fc_gate [2I][H]
- *   ([fc; gate]), proj [H][I]; norms [H]; biases (or NULL) of the outputs
+ *   layers[l]: weights (out, in) in dt, or in int8 (wdt 3, W8A16) with float32 scales per output:
+ *   qkv [(n_h + 2 n_kv) hd][H], dense [H][n_h hd], fc_gate [2I][H] ([fc; gate]), proj [H][I];
+ *   norms [H] in dt; biases (or NULL) of the outputs in dt
  *   kv [layers][2][slots][n_kv][hd]; cos, sin [positions][hd] (NeoX, sign in the sin table)
  * Built and loaded by trtserve/kernels/decode_layers.py; it shares torch's OpenMP runtime.
  */
@@ -26,8 +27,9 @@
 #include "gemv.h"
 #include "pointwise.h"
 
-typedef struct { /* one layer's weights; biases may be NULL */
+typedef struct { /* one layer's weights; biases may be NULL, scales are NULL unless weights are int8 */
     const void *in_norm, *qkv, *qkv_b, *dense, *post_norm, *fc_gate, *fc_gate_b, *proj, *proj_b;
+    const float *qkv_s, *dense_s, *fc_gate_s, *proj_s;
 } layer_t;
 
 typedef struct {
@@ -37,11 +39,12 @@ typedef struct {
     const int64_t *pos, *slots, *tables;
 } step_t;
 
-/* Work-shared y = x w^T (+ bias) into float32 y holding dt-rounded values. */
+/* Work-shared y = (x w^T) * scale (+ bias) into float32 y holding dt-rounded values; w in wdt. */
 static inline __attribute__((always_inline)) void linear(const float* x, int64_t M, int64_t K, const void* w,
-                                                        const void* bias, int64_t N, float* y, int dt) {
+                                                        int wdt, const float* scale, const void* bias, int64_t N,
+                                                        float* y, int dt) {
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, x, M, K, w, N, dt, NULL, F32, y, dt);
+    for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, x, M, K, w, N, wdt, scale, F32, y, dt);
     if (bias) {
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < M * N; i++) y[i] = rnd(y[i] + load1(bias, dt, i % N), dt);
@@ -49,7 +52,8 @@ static inline __attribute__((always_inline)) void linear(const float* x, int64_t
 }
 
 static inline __attribute__((always_inline)) void layers(const layer_t* L, int64_t n_layers, const step_t* s,
-                                                        void* h, void* kv, float* scratch, float* att_buf, int dt) {
+                                                        void* h, void* kv, float* scratch, float* att_buf, int dt,
+                                                        int wdt) {
     const int64_t M = s->M, H = s->H, n_h = s->n_h, n_kv = s->n_kv, hd = s->hd, I = s->I;
     const int64_t width = (n_h + 2 * n_kv) * hd, group = n_h / n_kv, layer_kv = 2 * s->n_slots * n_kv * hd;
     float *x = scratch, *qkv = x + M * H, *q = qkv + M * width, *att = q + M * n_h * hd;
@@ -61,7 +65,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) /* the last layer's MLP output joins the residual first */
             norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, x, F32);
-        linear(x, M, H, w->qkv, w->qkv_b, width, qkv, dt);
+        linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_b, width, qkv, dt);
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < M * (n_h + n_kv); j++) { /* q and k heads rotated; k and v to the cache */
             const int64_t m = j / (n_h + n_kv), head = j % (n_h + n_kv), src = m * width + head * hd;
@@ -80,24 +84,24 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
             head(q, F32, k_cache, v_cache, dt, j * hd, n_kv, kvh, 1, hd, s->tables + m * s->n_blk, s->pos[m] + 1,
                  s->bs, s->scale, att, att_buf);
         }
-        linear(att, M, n_h * hd, w->dense, NULL, H, d, dt);
+        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, NULL, H, d, dt);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) norm_row(h, dt, d, F32, m * H, H, w->post_norm, dt, s->eps, x, F32);
-        linear(x, M, H, w->fc_gate, w->fc_gate_b, 2 * I, fg, dt);
+        linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_b, 2 * I, fg, dt);
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < M * I; j++) a[j] = silu_mul1(fg[j / I * 2 * I + j % I], fg[j / I * 2 * I + I + j % I], dt);
-        linear(a, M, I, w->proj, w->proj_b, H, d, dt);
+        linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_b, H, d, dt);
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M * H; i++) store1(h, dt, i, rnd(load1(h, dt, i) + d[i], dt));
 }
 
 /* Returns 0; -1 (having changed nothing) when a size or dtype is out of range or memory runs out. */
-int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, void* h, void* kv, int64_t M, int64_t H,
+int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, void* h, void* kv, int64_t M, int64_t H,
                            int64_t n_h, int64_t n_kv, int64_t hd, int64_t I, int64_t n_slots, float eps, float scale,
                            const void* cos, const void* sin, const int64_t* pos, const int64_t* slots,
                            const int64_t* tables, int64_t n_blk, int64_t bs, int threads) {
-    if (dt < F32 || dt > F16 || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 || n_h % n_kv || n_layers < 1) return -1;
+    if (dt < F32 || dt > F16 || (wdt != dt && wdt != I8) || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 || n_h % n_kv || n_layers < 1) return -1;
     int64_t longest = 0;
     for (int64_t m = 0; m < M; m++) {
         if (pos[m] < 0 || pos[m] >= n_blk * bs) return -1;
@@ -115,10 +119,13 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, void* h, 
 #pragma omp parallel num_threads(threads)
     {
         float* buf = att_bufs + (size_t)(omp_get_thread_num() * (longest + hd));
-        switch (dt) { /* one specialised copy per dtype */
-        case F32: layers(L, n_layers, &s, h, kv, scratch, buf, F32); break;
-        case BF16: layers(L, n_layers, &s, h, kv, scratch, buf, BF16); break;
-        default: layers(L, n_layers, &s, h, kv, scratch, buf, F16);
+        switch (dt * 4 + (wdt == I8)) { /* one specialised copy per dtype, weights in it or int8 */
+        case F32 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, F32, F32); break;
+        case F32 * 4 + 1: layers(L, n_layers, &s, h, kv, scratch, buf, F32, I8); break;
+        case BF16 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, BF16, BF16); break;
+        case BF16 * 4 + 1: layers(L, n_layers, &s, h, kv, scratch, buf, BF16, I8); break;
+        case F16 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, F16, F16); break;
+        default: layers(L, n_layers, &s, h, kv, scratch, buf, F16, I8);
         }
     }
     free(scratch);

@@ -1,6 +1,6 @@
 """Every decoder layer of a decode step in one call (`decode_layers.c`), built by
 trtserve/kernels/native.py: for a few sequences with one new token each, over plain weights in
-the model dtype and an unquantized paged KV cache. The decoder runs its per-op path where
+the model dtype (or W8A16's int8 with per-output scales) and an unquantized paged KV cache. The decoder runs its per-op path where
 `pack` or `run` says no."""
 
 from __future__ import annotations
@@ -15,40 +15,68 @@ from trtserve.kernels import native
 
 SOURCE = Path(__file__).with_name("decode_layers.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
+LINEARS = ("qkv", "dense", "fc_gate", "proj")
 FIELDS = ("input_norm", "qkv", "qkv_bias", "dense", "post_norm", "fc_gate", "fc_gate_bias", "proj", "proj_bias")
+INT8 = 3  # decode_layers.c's weight dtype code for int8 (W8A16)
 
 
-class _Layer(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_void_p) for f in FIELDS]  # layer_t in decode_layers.c
+class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
+    _fields_ = [(f, ctypes.c_void_p) for f in FIELDS] + [(f + "_s", ctypes.c_void_p) for f in LINEARS]
+
+
+class Packed:
+    """The layers' weight pointers for `run`, and the weights' dtype code; the tensors must outlive it."""
+
+    def __init__(self, table: ctypes.Array, wdt: int):
+        self.table, self.wdt = table, wdt
 
 
 @cache
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
-    # layers, n_layers, dt, h, kv, M, H, n_h, n_kv, hd, I, n_slots, eps, scale, cos, sin, pos, slots, tables,
-    # n_blk, bs, threads
-    return native.function(SOURCE, "trtserve_decode_layers", "plipplllllllffppppplli")
+    # layers, n_layers, dt, wdt, h, kv, M, H, n_h, n_kv, hd, I, n_slots, eps, scale, cos, sin, pos, slots,
+    # tables, n_blk, bs, threads
+    return native.function(SOURCE, "trtserve_decode_layers", "pliipplllllllffppppplli")
 
 
-def pack(layers: list, dtype: torch.dtype) -> ctypes.Array | None:
-    """The layers' weight pointers for `run` (the tensors must outlive it), or None unless every
-    weight is a contiguous CPU tensor in `dtype` (quantized linears take the per-op path)."""
+def _cpu(t: object, dtype: torch.dtype) -> bool:
+    return isinstance(t, torch.Tensor) and t.dtype == dtype and t.device.type == "cpu" and t.is_contiguous()
+
+
+def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -> Packed | None:
+    """The layers' weights for `run`, or None unless every weight is a contiguous CPU tensor in
+    `dtype`, or every linear is W8A16 (int8 with float32 scales per output); other quantized
+    linears take the per-op path. shapes: each linear's (out, in), as the kernel will read it."""
+    from trtserve.quant.linear import Int8WeightOnly
+
     if dtype not in DTYPES:
         return None
+    first = layers[0].qkv if layers else None
+    int8 = isinstance(first, Int8WeightOnly)
+    hidden = shapes["dense"][0]
+    sizes = {"input_norm": hidden, "post_norm": hidden, **{f + "_bias": shapes[f][0] for f in LINEARS}}
     table = (_Layer * len(layers))()
     for row, layer in zip(table, layers, strict=True):
         for f in FIELDS:
             t = getattr(layer, f)
-            if t is None and f.endswith("_bias"):
+            if f in LINEARS:
+                if int8:
+                    if not (isinstance(t, Int8WeightOnly) and _cpu(t.scale_f32, torch.float32)):
+                        return None
+                    setattr(row, f + "_s", t.scale_f32.data_ptr())
+                    t = t.weight
+                if not (_cpu(t, torch.int8 if int8 else dtype) and tuple(t.shape) == shapes[f]):
+                    return None
+            elif t is None and f.endswith("_bias"):
                 continue
-            if not (isinstance(t, torch.Tensor) and t.dtype == dtype and t.device.type == "cpu" and t.is_contiguous()):
+            elif not (_cpu(t, dtype) and t.numel() == sizes[f]):
                 return None
             setattr(row, f, t.data_ptr())
-    return table
+    return Packed(table, INT8 if int8 else DTYPES[dtype])
 
 
 def run(
-    table: ctypes.Array,
+    packed: Packed,
     h: torch.Tensor,  # (M, H) residual stream in the model dtype, updated in place
     kv_data: torch.Tensor,  # (layers, 2, slots, n_kv, hd)
     n_heads: int,
@@ -69,7 +97,7 @@ def run(
     positions, slots, tables = (t.contiguous() for t in (positions, slots, block_tables))
     _, _, n_slots, n_kv, hd = kv_data.shape
     rc = fn(
-        table, len(table), DTYPES[h.dtype], h.data_ptr(), kv_data.data_ptr(), h.shape[0], h.shape[1], n_heads, n_kv,
+        packed.table, len(packed.table), DTYPES[h.dtype], packed.wdt, h.data_ptr(), kv_data.data_ptr(), h.shape[0], h.shape[1], n_heads, n_kv,
         hd, intermediate, n_slots, eps, scale, cos.data_ptr(), signed_sin.data_ptr(), positions.data_ptr(),
         slots.data_ptr(), tables.data_ptr(), tables.shape[1], tokens_per_block, torch.get_num_threads(),
     )  # fmt: skip

@@ -92,8 +92,15 @@ class DecoderModel:
             raise ValueError(f"unused engine weights: {sorted(w)[:5]}")
         self.rope = Rope(cfg, max_positions, self.dtype, device)
         self.scale = cfg.head_size**-0.5
-        # Every layer of a decode step in one C call (plain weights on CPU), else None
-        self.step_table = None if deterministic else decode_layers.pack(self.layers, self.dtype)
+        # Every layer of a decode step in one C call (plain or W8A16 weights on CPU), else None
+        n_h, n_kv, hd, hidden, inter = (
+            cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size, cfg.hidden_size, cfg.intermediate_size
+        )  # fmt: skip
+        shapes = {
+            "qkv": ((n_h + 2 * n_kv) * hd, hidden), "dense": (hidden, n_h * hd), "fc_gate": (2 * inter, hidden),
+            "proj": (hidden, inter),
+        }  # fmt: skip
+        self.step_weights = None if deterministic else decode_layers.pack(self.layers, self.dtype, shapes)
 
     def _take_linear(self, w: dict[str, torch.Tensor], prefix: str) -> Linear:
         """Pop one linear's tensors: the plain weight, or a quantized kernel built from them all."""
@@ -141,7 +148,7 @@ class DecoderModel:
         is one the decode GEMM takes, and attention needs no window or 8-bit cache; False otherwise."""
         cfg, rows = self.cfg, h.shape[0]
         if (
-            self.step_table is None
+            self.step_weights is None
             or kv.kv_quant is not None
             or rows != batch.block_tables.shape[0]
             or rows > dense.max_rows(self.dtype)
@@ -149,7 +156,7 @@ class DecoderModel:
         ):
             return False
         return decode_layers.run(
-            self.step_table, h, kv.data, cfg.num_attention_heads, self.layers[0].proj.shape[1], cfg.norm_epsilon,
+            self.step_weights, h, kv.data, cfg.num_attention_heads, cfg.intermediate_size, cfg.norm_epsilon,
             self.scale, self.rope.cos, self.rope.signed_sin, batch.positions, batch.slot_mapping, batch.block_tables,
             kv.tokens_per_block,
         )  # fmt: skip
