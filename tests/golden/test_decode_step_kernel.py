@@ -72,7 +72,12 @@ def test_deterministic_models_and_mismatched_weights_take_the_op_path(tiny_llama
     cfg, layers = model.cfg, model.layers
     hidden, inter = cfg.hidden_size, cfg.intermediate_size
     width = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_size
-    shapes = {"qkv": (width, hidden), "dense": (hidden, hidden), "fc_gate": (2 * inter, hidden), "proj": (hidden, inter)}
+    shapes = {
+        "qkv": (width, hidden),
+        "dense": (hidden, hidden),
+        "fc_gate": (2 * inter, hidden),
+        "proj": (hidden, inter),
+    }
     assert decode_layers.pack(layers, layers[0].qkv.dtype, shapes) is not None
     assert decode_layers.pack(layers, torch.float16, shapes) is None  # weights in another dtype than asked
     assert decode_layers.pack(layers, layers[0].qkv.dtype, {**shapes, "proj": (hidden, inter + 8)}) is None
