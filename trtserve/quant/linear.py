@@ -44,7 +44,8 @@ def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
 class Int8WeightOnly:
     """W8A16: int8 weights with per-output-channel scales: our decode kernel (trtserve/kernels/dense.py)
     for float32 decode rows, torch's int8 weight-pack GEMM for the rest (bf16 inputs, prefill) or
-    where the kernel cannot be built."""
+    where the kernel cannot be built. A decode step that runs whole in trtserve/kernels/decode_layers.c
+    reads `weight` and `scale_f32` there, for every activation dtype."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
         w = t["weight"].contiguous()  # (out, in) int8
