@@ -65,3 +65,20 @@ def test_int8_weights_with_per_output_scales(rows, n, k):
     ref = (x.double() @ q.double().T) * scale.double()
     err = (dense.gemm(x, q, scale).double() - ref).abs().max() / ref.abs().max()
     assert err < 1e-5, f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_wide_half_precision_batches_run_in_float32_without_native_instructions(monkeypatch, dtype):
+    """On a CPU without bf16/fp16 matmul instructions a prefill-sized batch runs as a float32 GEMM
+    over the upcast weight (torch emulates the half-precision one ~4x slower): the same values up to
+    summation order, with the bias added after rounding as on the other paths."""
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(dense.UPCAST_ROWS, 96, generator=g).to(dtype)
+    w, b = torch.randn(40, 96, generator=g).to(dtype), torch.randn(40, generator=g).to(dtype)
+    monkeypatch.setattr(dense.native, "cpu_flags", lambda: frozenset({"avx2", "fma", "f16c"}))
+    assert dense.upcast(x, w) and not dense.upcast(x[:-1], w)
+    want = (F.linear(x.float(), w.float()).to(dtype) + b).float()
+    torch.testing.assert_close(dense.linear(x, w, b).float(), want, rtol=0, atol=0)
+    torch.testing.assert_close(dense.linear(x, w, b).float(), F.linear(x, w, b).float(), rtol=2e-2, atol=2e-2)
+    monkeypatch.setattr(dense.native, "cpu_flags", lambda: frozenset(dense.NATIVE[dtype]))
+    assert not dense.upcast(x, w)  # native bf16 / fp16 GEMMs (AMX, AVX-512) stay torch's

@@ -67,9 +67,30 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None = Non
     return y if rc == 0 else None
 
 
+UPCAST_ROWS = 64  # from this many rows a float32 GEMM over upcast weights beats an emulated bf16/fp16 one
+NATIVE = {torch.bfloat16: {"avx512_bf16", "amx_bf16"}, torch.float16: {"avx512_fp16", "amx_fp16"}}
+
+
+def upcast(x: torch.Tensor, weight: torch.Tensor) -> bool:
+    """Whether to run x @ weight^T in float32: a bf16/fp16 prefill-sized batch on a CPU without that
+    dtype's matmul instructions, where torch's GEMM emulates it at ~7 GFLOPS (TinyLlama's fc_gate at
+    256 rows on 2 Zen 3 cores: 281 ms, against 73 ms converting the weight and running float32;
+    even at 64 rows 81 vs 48 ms; 32 rows break even). Outputs are the same up to float32 summation order."""
+    return (
+        x.device.type == "cpu"
+        and x.dtype in NATIVE
+        and weight.dtype == x.dtype
+        and x.shape[0] >= UPCAST_ROWS
+        and not native.cpu_flags() & NATIVE[x.dtype]
+    )
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias) for 2-D x; weight (out, in)."""
-    y = gemm(x, weight) if usable(x, weight) else None
+    if upcast(x, weight):
+        y = F.linear(x.float(), weight.float()).to(x.dtype)
+    else:
+        y = gemm(x, weight) if usable(x, weight) else None
     if y is None:
         return F.linear(x, weight, bias)
     return y if bias is None else y.add_(bias)
