@@ -115,8 +115,9 @@ class TorchEngine:
             while not self._stop.is_set():
                 self._drain_inbox()
                 if self.core.has_unfinished():
-                    self._deliver(self.core.step())
-                    self._stats = self.core.stats()
+                    deltas = self.core.step()
+                    self._stats = self.core.stats()  # before delivery: a caller who saw the step sees its stats
+                    self._deliver(deltas)
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()
