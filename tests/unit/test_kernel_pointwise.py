@@ -15,7 +15,7 @@ from trtserve.models.decoder import rms_norm
 from trtserve.models.rope import Rope
 
 needs_kernel = pytest.mark.skipif(
-    pointwise._fn("trtserve_rms_norm", "ppillpfpi") is None,
+    pointwise._fn("trtserve_rms_norm") is None,
     reason="the pointwise kernels need x86-64 with AVX2/FMA/F16C and a C compiler",
 )
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]

@@ -17,9 +17,13 @@ DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 MAX_ROWS = 64  # above this torch's vectorised ops win, and their dispatch cost is spread over the rows
 
 
+# each C function's arguments, by native.function's letters
+ARGS = {"trtserve_rms_norm": "ppillpfpi", "trtserve_rope_kv": "pillllpppppppi", "trtserve_silu_mul": "pillpi"}
+
+
 @cache
-def _fn(name: str, argtypes: str):
-    return native.function(SOURCE, name, argtypes)
+def _fn(name: str):
+    return native.function(SOURCE, name, ARGS[name])
 
 
 def usable(x: torch.Tensor) -> bool:
@@ -30,7 +34,7 @@ def usable(x: torch.Tensor) -> bool:
         and x.dim() == 2
         and x.shape[0] <= MAX_ROWS
         and x.is_contiguous()
-        and _fn("trtserve_rms_norm", "ppillpfpi") is not None
+        and _fn("trtserve_rms_norm") is not None
     )
 
 
@@ -39,7 +43,7 @@ def add_rms_norm(h: torch.Tensor, delta: torch.Tensor | None, weight: torch.Tens
     if delta is not None and not delta.is_contiguous():
         return None
     out = torch.empty_like(h)
-    rc = _fn("trtserve_rms_norm", "ppillpfpi")(
+    rc = _fn("trtserve_rms_norm")(
         h.data_ptr(), None if delta is None else delta.data_ptr(), DTYPES[h.dtype], h.shape[0], h.shape[1],
         weight.data_ptr(), eps, out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
@@ -63,7 +67,7 @@ def rope_kv(
         return None
     positions, slots = positions.contiguous(), slots.contiguous()
     q = qkv.new_empty(qkv.shape[0], n_h * hd)
-    rc = _fn("trtserve_rope_kv", "pillllpppppppi")(
+    rc = _fn("trtserve_rope_kv")(
         qkv.data_ptr(), DTYPES[qkv.dtype], qkv.shape[0], n_h, n_kv, hd, cos.data_ptr(), signed_sin.data_ptr(),
         positions.data_ptr(), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(),
         torch.get_num_threads(),
@@ -75,6 +79,6 @@ def silu_mul(fc_gate: torch.Tensor) -> torch.Tensor | None:
     """silu(fc) * gate for fc_gate (T, 2 I) = [fc | gate]; (T, I)."""
     t, i2 = fc_gate.shape
     out = fc_gate.new_empty(t, i2 // 2)
-    rc = _fn("trtserve_silu_mul", "pillpi")(fc_gate.data_ptr(), DTYPES[fc_gate.dtype], t, i2 // 2, out.data_ptr(),
+    rc = _fn("trtserve_silu_mul")(fc_gate.data_ptr(), DTYPES[fc_gate.dtype], t, i2 // 2, out.data_ptr(),
                                            torch.get_num_threads())  # fmt: skip
     return out if rc == 0 else None
