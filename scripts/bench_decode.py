@@ -25,11 +25,11 @@ from peers import roofline
 
 def decode_steps(llm, prompt: list[int], new_tokens: int) -> tuple[float, list[float]]:
     """(prefill seconds, per-step decode seconds) for one greedy request."""
-    from trtserve.backends.base import GenerateRequest
-    from trtserve.runtime.sampling_params import SamplingParams
+    from trtserve.engine.messages import GenerateRequest
+    from trtserve.engine.sampling import SamplingParams
 
     params = SamplingParams(max_tokens=new_tokens + 1, temperature=0.0, ignore_eos=True)
-    llm.core.add_request(GenerateRequest(f"decode-{time.monotonic_ns()}", prompt, params))
+    llm.core.add_request(GenerateRequest(prompt, params))
     steps, last = [], time.perf_counter()
     start, prefill = last, None
     while llm.core.has_unfinished():

@@ -89,7 +89,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     from pathlib import Path
 
-    from trtserve.build.layout import read_engine_config
+    from trtserve.engine.layout import read_engine_config
 
     cfg = read_engine_config(Path(args.engine)).pretrained_config
     work = workload(args.requests, cfg.vocab_size)

@@ -13,11 +13,11 @@ __all__ = ["LLM", "SamplingParams", "__version__"]
 def __getattr__(name: str):
     # Lazy: `import trtserve` stays cheap for the CLI; torch loads only when the engine is used.
     if name == "LLM":
-        from trtserve.runtime.llm import LLM
+        from trtserve.llm import LLM
 
         return LLM
     if name == "SamplingParams":
-        from trtserve.runtime.sampling_params import SamplingParams
+        from trtserve.engine.sampling import SamplingParams
 
         return SamplingParams
     raise AttributeError(name)

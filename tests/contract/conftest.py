@@ -29,11 +29,11 @@ def fake_trtllm(monkeypatch):
 
 @pytest.fixture(scope="session")
 def trtllm_engine_dir(tmp_path_factory, tiny_llama) -> Path:
-    from trtserve.build import trtllm_build
+    from trtserve.build.builder import build_engine
     from trtserve.build.config import BuildConfig
 
     out = tmp_path_factory.mktemp("engines") / "tiny-trtllm"
-    trtllm_build.build(BuildConfig(model=str(tiny_llama), backend="trtllm", max_batch_size=8), out)
+    build_engine(BuildConfig(model=str(tiny_llama), backend="trtllm", max_batch_size=8), out, quiet=True)
     return out
 
 

@@ -8,10 +8,10 @@ import time
 
 import pytest
 
-from trtserve.backends.base import GenerateRequest
-from trtserve.errors import UserError
-from trtserve.runtime.config import RuntimeConfig
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.errors import UserError
+from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.run_config import RuntimeConfig
+from trtserve.engine.sampling import SamplingParams
 
 VOCAB = 320
 PROMPT = [5, 17, 42, 99, 7]
@@ -44,7 +44,7 @@ def collect(engine, request, stop_after=None):
 
 
 def req(rid="r", prompt=PROMPT, **params):
-    return GenerateRequest(rid, list(prompt), SamplingParams(**params))
+    return GenerateRequest(list(prompt), SamplingParams(**params), client_id=rid)
 
 
 def test_llm_gets_the_options_yaml_with_runtime_overrides(engine, fake_trtllm, trtllm_engine_dir):
@@ -66,7 +66,7 @@ def test_greedy_stream_is_one_delta_per_step_and_ends_on_length(engine, fake_trt
     deltas = collect(engine, req(max_tokens=6, temperature=0.0))
     assert [d.token_ids for d in deltas] == [[t] for t in fake_trtllm.reference_greedy(PROMPT, 6, VOCAB)]
     assert [d.finish_reason for d in deltas] == [None] * 5 + ["length"]
-    assert all(d.request_id == "r" and d.num_prompt_tokens == len(PROMPT) for d in deltas)
+    assert len({d.request_id for d in deltas}) == 1 and all(d.num_prompt_tokens == len(PROMPT) for d in deltas)
 
 
 def test_stop_token_ends_with_its_id(engine, fake_trtllm):
@@ -91,10 +91,11 @@ def test_eos_ends_with_stop_and_no_stop_reason(engine, fake_trtllm):
 def test_abort_cancels_in_trtllm_and_finishes_with_abort(engine, fake_trtllm):
     async def run():
         out = []
-        async for d in engine.generate(req(max_tokens=200, temperature=0.0)):
+        r = req(max_tokens=200, temperature=0.0)
+        async for d in engine.generate(r):
             out.append(d)
             if len(out) == 2:
-                engine.abort("r")
+                engine.abort(r.request_id)
         return out
 
     deltas = asyncio.run(run())
@@ -149,7 +150,7 @@ def test_every_sampling_mapping_is_accepted_by_trtllm(engine, fake_trtllm):
     "request_, fragment",
     [
         (req(prompt_logprobs=1), "prompt_logprobs: prompt logprobs are not mapped"),
-        (GenerateRequest("r", PROMPT, SamplingParams(), priority=2.0), "priority: request priority"),
+        (GenerateRequest(PROMPT, SamplingParams(), priority=2.0), "priority: request priority"),
         (req(prompt=[], max_tokens=1), "the prompt is empty"),
         (req(prompt=[1] * 250, max_tokens=10), "exceeds the engine's max_seq_len (256)"),
         (req(prompt=[VOCAB], max_tokens=1), "prompt token ids must lie in [0, 320)"),

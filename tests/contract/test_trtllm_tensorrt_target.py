@@ -8,19 +8,19 @@ import json
 
 import pytest
 
-from trtserve.backends.base import GenerateRequest
 from trtserve.backends.tensorrt_llm import install
-from trtserve.build import trtllm_build
+from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
-from trtserve.build.manifest import verify_engine_dir
-from trtserve.errors import UserError
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.errors import UserError
+from trtserve.engine.manifest import verify_engine_dir
+from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.sampling import SamplingParams
 
 
 @pytest.fixture
 def trt_dir(fake_gpu, tiny_llama, tmp_path):
     cfg = BuildConfig(model=str(tiny_llama), backend="tensorrt", max_batch_size=8, tp_size=2, tokens_per_block=16)
-    return trtllm_build.build(cfg, tmp_path / "trt", quiet=True)
+    return build_engine(cfg, tmp_path / "trt", quiet=True).engine_dir
 
 
 def test_engine_dir_layout_and_manifest(trt_dir, fake_gpu):
@@ -46,7 +46,7 @@ def test_serves_through_the_tensorrt_engine_llm(trt_dir, fake_trtllm):
         assert llm.tensor_parallel_size == 2
 
         async def run():
-            req = GenerateRequest("t", [5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0))
+            req = GenerateRequest([5, 6, 7], SamplingParams(max_tokens=4, temperature=0.0))
             return [d async for d in engine.generate(req)]
 
         deltas = asyncio.run(run())
@@ -87,12 +87,12 @@ def _must_not_serve(*args, **kwargs):
 def test_trtllm_build_failure_leaves_nothing(fake_gpu, tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent-bin-only")
     with pytest.raises(UserError, match="trtllm-build is not on PATH"):
-        trtllm_build.build(BuildConfig(model=str(tiny_llama), backend="tensorrt"), tmp_path / "x", quiet=True)
+        build_engine(BuildConfig(model=str(tiny_llama), backend="tensorrt"), tmp_path / "x", quiet=True)
     assert not list(tmp_path.iterdir())
 
 
 def test_no_gpu_no_tensorrt_build(fake_gpu, tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setattr(install, "installed_target", lambda tllm=None: install.Target(tensorrt_llm="1.0.0"))
     with pytest.raises(UserError, match="no CUDA GPU is visible"):
-        trtllm_build.build(BuildConfig(model=str(tiny_llama), backend="tensorrt"), tmp_path / "x", quiet=True)
+        build_engine(BuildConfig(model=str(tiny_llama), backend="tensorrt"), tmp_path / "x", quiet=True)
     assert not list(tmp_path.iterdir())

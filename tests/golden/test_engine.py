@@ -9,7 +9,7 @@ import torch
 from helpers import random_prompts
 
 from trtserve import LLM, SamplingParams
-from trtserve.backends.base import GenerateRequest
+from trtserve.engine.messages import GenerateRequest
 
 GREEDY = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True)
 
@@ -84,12 +84,11 @@ def test_n_sequences_share_the_prompt_blocks(tiny_llama_engine):
     llm = LLM(tiny_llama_engine, kv_cache_memory=32 << 20, enable_prefix_caching=False)
     prompt = list(range(3, 3 + 40))  # 2 full blocks of 16 + 8 tokens
     core = llm.core
-    core.add_request(
-        GenerateRequest("g", prompt, SamplingParams(n=3, max_tokens=8, temperature=1.0, seed=5, ignore_eos=True))
-    )
+    req = GenerateRequest(prompt, SamplingParams(n=3, max_tokens=8, temperature=1.0, seed=5, ignore_eos=True))
+    core.add_request(req)
     deltas = core.step()  # prefill, then fork
     assert sorted(d.index for d in deltas) == [0, 1, 2]
-    tables = [core.blocks.block_table(r.request_id) for r in core.groups["g"]]
+    tables = [core.blocks.block_table(r.seq) for r in core.groups[req.request_id]]
     assert tables[0][:2] == tables[1][:2] == tables[2][:2]  # full prompt blocks shared
     assert len({t[2] for t in tables}) == 3  # the partial block is copied per sequence
     assert core.blocks.ref_count(tables[0][0]) == 3
@@ -176,17 +175,13 @@ def test_random_aborts_leave_every_block_free_or_cached(tiny_llama_engine):
     core = llm.core
     prompts = random_prompts(40, seed=21, lo=2, hi=90)
     live = []
-    for i, p in enumerate(prompts):
-        core.add_request(
-            GenerateRequest(
-                f"r{i}",
-                p,
-                SamplingParams(
-                    max_tokens=rng.randint(1, 30), n=rng.choice([1, 1, 2]), temperature=0.8, ignore_eos=True
-                ),
-            )
+    for p in prompts:
+        req = GenerateRequest(
+            p,
+            SamplingParams(max_tokens=rng.randint(1, 30), n=rng.choice([1, 1, 2]), temperature=0.8, ignore_eos=True),
         )
-        live.append(f"r{i}")
+        core.add_request(req)
+        live.append(req.request_id)
         if rng.random() < 0.5:
             core.step()
         if rng.random() < 0.3:
@@ -203,7 +198,7 @@ def test_random_aborts_leave_every_block_free_or_cached(tiny_llama_engine):
 
 
 def test_engine_rejects_what_can_never_run(tiny_llama_engine):
-    from trtserve.errors import UserError
+    from trtserve.engine.errors import UserError
 
     llm = LLM(tiny_llama_engine, kv_cache_memory=1 << 20)
     with pytest.raises(

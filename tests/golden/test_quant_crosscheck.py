@@ -21,11 +21,11 @@ from helpers import make_hf_model
 pytest.importorskip("modelopt")
 
 from trtserve.build.config import BuildConfig  # noqa: E402
+from trtserve.models.quant_formats import quant_names  # noqa: E402
 from trtserve.quant.build import quantization_config, read_export  # noqa: E402
 from trtserve.quant.convert import trtllm_tensors  # noqa: E402
-from trtserve.quant.formats import FORMATS  # noqa: E402
 
-CASES = [(q, None) for q in FORMATS] + [("w8a8_sq", "int8"), ("fp8", "fp8")]
+CASES = [(q, None) for q in quant_names()] + [("w8a8_sq", "int8"), ("fp8", "fp8")]
 AWQ = ("w4a16_awq", "w4a8_awq")
 # Formats whose smoothing scales depend on each projection's weights (AWQ; SmoothQuant with alpha <
 # 1), so both exporters re-smooth the projections that share an input, each its own way.
@@ -62,6 +62,7 @@ def both_exports(src, quant, kv, tmp_path):
         hf_quant["kv_cache_quant_algo"] = "INT8"
     ours = trtllm_tensors(
         read_export(tmp_path / "hf") | kv_scales,
+        reader.family,
         2,
         hf_quant["quant_algo"],
         hf_quant["kv_cache_quant_algo"],

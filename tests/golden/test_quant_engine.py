@@ -150,7 +150,7 @@ def resident_bytes(model) -> int:
             elif (
                 hasattr(v, "__dict__")
                 and not isinstance(v, torch.Tensor)
-                and type(v).__module__.startswith("trtserve.quant")
+                and type(v).__module__ == "trtserve.models.quantized"
             ):
                 add(v)
 

@@ -8,10 +8,10 @@ import pytest
 from helpers import random_prompts
 
 from trtserve import LLM, SamplingParams
-from trtserve.backends.base import GenerateRequest
 from trtserve.backends.torch_engine import TorchEngine
-from trtserve.errors import UserError
-from trtserve.runtime.config import RuntimeConfig
+from trtserve.engine.errors import UserError
+from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.run_config import RuntimeConfig
 
 P = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
 
@@ -25,7 +25,7 @@ def engine(tiny_llama_engine):
 
 async def _collect(engine, rid, prompt, params=P):
     tokens = []
-    async for d in engine.generate(GenerateRequest(rid, prompt, params)):
+    async for d in engine.generate(GenerateRequest(prompt, params, client_id=rid)):
         tokens += d.token_ids
         last = d
     return tokens, last
@@ -47,9 +47,7 @@ def test_concurrent_streams_equal_offline(engine, tiny_llama_engine):
 def test_leaving_a_stream_aborts_and_frees_blocks(engine):
     async def main():
         gen = engine.generate(
-            GenerateRequest(
-                "leaver", list(range(5, 60)), SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True)
-            )
+            GenerateRequest(list(range(5, 60)), SamplingParams(max_tokens=200, temperature=0.0, ignore_eos=True))
         )
         async for d in gen:
             if d.token_ids:

@@ -11,25 +11,25 @@ import pytest
 import torch
 from helpers import hf_greedy, random_prompts
 
-from trtserve.backends.base import GenerateRequest
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.sampling import SamplingParams
 
 MAX_NEW = 12
 
 
 def _build(src, out, backend):
-    from trtserve.build import trtllm_build
+    from trtserve.build.builder import build_engine
     from trtserve.build.config import BuildConfig
 
     cfg = BuildConfig(model=str(src), backend=backend, dtype="float16", max_batch_size=8, max_num_tokens=1024)
-    return trtllm_build.build(cfg, out, force=True, quiet=True)
+    return build_engine(cfg, out, force=True, quiet=True).engine_dir
 
 
 def _greedy(engine, prompts):
     async def one(i, p):
         toks = []
         params = SamplingParams(max_tokens=MAX_NEW, temperature=0.0, ignore_eos=True)
-        async for d in engine.generate(GenerateRequest(f"g{i}", p, params)):
+        async for d in engine.generate(GenerateRequest(p, params)):
             toks += d.token_ids
         return toks
 
@@ -52,7 +52,7 @@ def test_greedy_equals_hf(backend, gpu_llama, tmp_path):
     if backend == "tensorrt" and not _trt_engines_supported():
         pytest.skip("this TensorRT-LLM no longer builds TensorRT engines (> 1.2)")
     from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
-    from trtserve.build.manifest import read_manifest
+    from trtserve.engine.manifest import read_manifest
 
     out = _build(gpu_llama, tmp_path / backend, backend)
     manifest = read_manifest(out)

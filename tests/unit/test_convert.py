@@ -9,7 +9,7 @@ from safetensors.torch import load_file
 
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 
 def _build(src, out, **kw):
@@ -129,3 +129,17 @@ def test_unused_source_tensor_is_refused(tmp_path):
     save_file(sd, src / "model.safetensors")
     with pytest.raises(UserError, match="does not use, e.g. model.layers.0.self_attn.extra.weight"):
         _build(src, tmp_path / "e")
+
+
+def test_mlp_biases_follow_their_linears(tmp_path):
+    src = make_hf_model(tmp_path / "hf", "llama", mlp_bias=True)
+    eng = _build(src, tmp_path / "e", tp_size=2)
+    hf = load_file(src / "model.safetensors")
+    ranks = [load_file(eng / f"checkpoint/rank{r}.safetensors") for r in range(2)]
+    L, H = "transformer.layers.1.", "model.layers.1."
+    assert torch.equal(torch.cat([rk[L + "mlp.fc.bias"] for rk in ranks]), hf[H + "mlp.gate_proj.bias"])
+    assert torch.equal(torch.cat([rk[L + "mlp.gate.bias"] for rk in ranks]), hf[H + "mlp.up_proj.bias"])
+    assert all(torch.equal(rk[L + "mlp.proj.bias"], hf[H + "mlp.down_proj.bias"]) for rk in ranks)  # row parallel
+    w = load_file(eng / "model.safetensors")
+    fused = torch.cat([hf[H + "mlp.gate_proj.bias"], hf[H + "mlp.up_proj.bias"]])
+    assert torch.equal(w[L + "mlp.fc_gate.bias"], fused) and L + "mlp.fc.bias" not in w

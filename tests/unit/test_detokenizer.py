@@ -13,10 +13,10 @@ from helpers import write_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trtserve.backends.base import TokenDelta
-from trtserve.runtime.detokenizer import IncrementalDetokenizer, StopStringMatcher
-from trtserve.runtime.outputs import OutputProcessor
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.messages import RequestId, TokenDelta
+from trtserve.engine.sampling import SamplingParams
+from trtserve.text.detokenizer import IncrementalDetokenizer, StopStringMatcher
+from trtserve.text.outputs import OutputProcessor
 
 FFFD = "\ufffd"
 TEXTS = [
@@ -427,7 +427,7 @@ def _deltas(ids, chunk=1, finish_reason=None, index=0, stop_reason=None):
     parts = [ids[i : i + chunk] for i in range(0, len(ids), chunk)]
     return [
         TokenDelta(
-            "r1",
+            R1,
             index,
             list(p),
             finish_reason=finish_reason if i == len(parts) - 1 else None,
@@ -437,6 +437,7 @@ def _deltas(ids, chunk=1, finish_reason=None, index=0, stop_reason=None):
     ]
 
 
+R1 = RequestId.new()
 PROC_TEXT = "Héllo wörld, naïve café; 東京 and 北京 are cities. 🙂"
 
 
@@ -480,7 +481,7 @@ def test_output_processor_cuts_at_stop_string(tiny_tok, stop, include, want, chu
     assert proc.output.finished
     assert proc.stopped_by_string(0)
     assert out.token_ids == ids[: (stop_at + 1) * chunk]
-    assert proc.process(TokenDelta("r1", 0, ids[:1], finish_reason="length")) is None
+    assert proc.process(TokenDelta(R1, 0, ids[:1], finish_reason="length")) is None
     assert out.text == want
 
 
@@ -506,7 +507,7 @@ def test_output_processor_releases_held_text_at_finish(tiny_tok):
     results = [proc.process(d) for d in _deltas(ids)]
     assert "".join(r.text for r in results) == PROC_TEXT[:-1]
     assert proc.output.finish_reason is None
-    last = proc.process(TokenDelta("r1", 0, [], finish_reason="length"))
+    last = proc.process(TokenDelta(R1, 0, [], finish_reason="length"))
     assert last.text == "🙂" and last.finish_reason == "length"
     assert proc.output.text == PROC_TEXT
 
@@ -538,7 +539,7 @@ def test_output_processor_sequences_are_independent(tiny_tok):
     for d0, d1 in zip(_deltas(ids), _deltas(short, finish_reason="length") + [None] * len(ids), strict=False):
         proc.process(d0)
         if d1 is not None:
-            proc.process(TokenDelta("r1", 1, d1.token_ids, finish_reason=d1.finish_reason))
+            proc.process(TokenDelta(R1, 1, d1.token_ids, finish_reason=d1.finish_reason))
     a, b = proc.output.outputs
     assert a.text == "Héllo wörld, naïve café; " and a.finish_reason == "stop" and a.stop_reason == "東京"
     assert b.text == "naïve café" and b.finish_reason == "length" and b.stop_reason is None

@@ -13,12 +13,12 @@ import pytest
 from click.testing import CliRunner
 from helpers import make_hf_model, read_json
 
-from trtserve.build import builder
+from trtserve.build import tensors as build_tensors
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
-from trtserve.build.manifest import verify_engine_dir
 from trtserve.cli import main
-from trtserve.errors import EngineIntegrityError, UserError
+from trtserve.engine.errors import EngineIntegrityError, UserError
+from trtserve.engine.manifest import verify_engine_dir
 
 
 @pytest.fixture(scope="module")
@@ -111,8 +111,8 @@ def test_failure_midway_leaves_nothing(tmp_path, src, monkeypatch):
             raise KeyboardInterrupt
         return real(path, specs, on_tensor)
 
-    real = builder.write_safetensors
-    monkeypatch.setattr(builder, "write_safetensors", failing)
+    real = build_tensors.write_safetensors
+    monkeypatch.setattr(build_tensors, "write_safetensors", failing)
     with pytest.raises(KeyboardInterrupt):
         _build(src, tmp_path / "e")
     assert list(tmp_path.iterdir()) == []
@@ -122,7 +122,7 @@ def test_disk_error_is_a_clear_message(tmp_path, src, monkeypatch):
     def full(*a, **k):
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(builder, "write_safetensors", full)
+    monkeypatch.setattr(build_tensors, "write_safetensors", full)
     with pytest.raises(UserError, match="No space left on device"):
         _build(src, tmp_path / "e")
     assert list(tmp_path.iterdir()) == []

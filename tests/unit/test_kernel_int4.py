@@ -9,7 +9,7 @@ import torch
 
 from trtserve.kernels import int4 as int4_kernel
 from trtserve.kernels import native
-from trtserve.quant.linear import Int4Groupwise
+from trtserve.models.quantized import Int4Groupwise
 
 needs_kernel = pytest.mark.skipif(
     int4_kernel.load() is None, reason="the int4 kernel needs x86-64 with AVX2/FMA and a C compiler"

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from trtserve.models.quantized import make_linear, unpack_fp4, unpack_int4_rows
 from trtserve.quant.calibration import calibration_batches, read_text_file, stdlib_text
-from trtserve.quant.linear import make_linear, unpack_fp4, unpack_int4_rows
 
 OUT, IN = 64, 256
 

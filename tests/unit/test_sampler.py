@@ -11,8 +11,8 @@ from transformers.generation.logits_process import (
     TopPLogitsWarper,
 )
 
+from trtserve.engine.sampling import SamplingParams
 from trtserve.runtime.sampler import SampleRow, apply_min_tokens, apply_penalties, sample
-from trtserve.runtime.sampling_params import SamplingParams
 
 
 def _logits(seed=0, vocab=50):

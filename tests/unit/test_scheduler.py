@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from trtserve.engine.messages import RequestId, SequenceId
+from trtserve.engine.sampling import SamplingParams
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.request import Request, Status
-from trtserve.runtime.sampling_params import SamplingParams
 from trtserve.runtime.scheduler import Scheduler, SchedulerConfig
 
 BS = 4
@@ -15,19 +16,26 @@ def make(num_blocks=32, max_num_tokens=16, max_batch_size=8, policy="guaranteed_
     return Scheduler(SchedulerConfig(max_num_tokens, max_batch_size, max_seq_len, policy), bm), bm
 
 
+NAMES: dict[RequestId, str] = {}
+
+
 def req(rid, n_prompt, max_tokens=4, arrival=0, priority=0.0, n=1, base=0):
-    return Request(
-        rid, list(range(base, base + n_prompt)), SamplingParams(max_tokens=max_tokens, n=n), arrival, priority
-    )
+    request_id = RequestId.new()
+    NAMES[request_id] = rid
+    prompt = list(range(base, base + n_prompt))
+    return Request(SequenceId(request_id), prompt, SamplingParams(max_tokens=max_tokens, n=n), arrival, priority)
+
+
+def name(r: Request) -> str:
+    return NAMES[r.seq.request]
 
 
 def run_step(s: Scheduler):
     """Schedule, then pretend the model ran: advance computed tokens, sample token 7 when a chunk completes."""
     out = s.schedule()
+    s.update(out)
     for c in out.chunks:
         r = c.request
-        r.num_computed_tokens += c.num_new_tokens
-        s.blocks.commit(r.request_id, r.all_token_ids, r.num_computed_tokens)
         if r.num_computed_tokens == r.num_tokens:
             r.output_token_ids.append(7)
             if len(r.output_token_ids) >= r.params.max_tokens:
@@ -40,16 +48,16 @@ def test_chunked_prefill_mixes_with_decode_under_the_token_budget():
     a, b = req("a", 6, arrival=0), req("b", 20, arrival=1, base=100)
     s.add(a)
     out = run_step(s)
-    assert [(c.request.request_id, c.num_new_tokens) for c in out.chunks] == [("a", 6)]
+    assert [(name(c.request), c.num_new_tokens) for c in out.chunks] == [("a", 6)]
     s.add(b)
     out = run_step(s)  # a decodes 1 token, b prefills a 9-token chunk
-    assert [(c.request.request_id, c.num_new_tokens) for c in out.chunks] == [("a", 1), ("b", 9)]
+    assert [(name(c.request), c.num_new_tokens) for c in out.chunks] == [("a", 1), ("b", 9)]
     out = run_step(s)
-    assert [(c.request.request_id, c.num_new_tokens) for c in out.chunks] == [("a", 1), ("b", 9)]
+    assert [(name(c.request), c.num_new_tokens) for c in out.chunks] == [("a", 1), ("b", 9)]
     out = run_step(s)  # b's last 2 prompt tokens, then it samples
-    assert [(c.request.request_id, c.num_new_tokens) for c in out.chunks] == [("a", 1), ("b", 2)]
+    assert [(name(c.request), c.num_new_tokens) for c in out.chunks] == [("a", 1), ("b", 2)]
     assert b.num_computed_tokens == 20 and b.output_token_ids == [7]
-    assert bm.block_table("b") == [2, 3, 4, 5, 6]  # exact ids: a holds 0, 1
+    assert bm.block_table(b.seq) == [2, 3, 4, 5, 6]  # exact ids: a holds 0, 1
 
 
 def test_max_batch_size_limits_admission():
@@ -57,8 +65,8 @@ def test_max_batch_size_limits_admission():
     for i in range(3):
         s.add(req(f"r{i}", 3, arrival=i, base=10 * i))
     out = run_step(s)
-    assert [c.request.request_id for c in out.chunks] == ["r0", "r1"]
-    assert [r.request_id for r in s.waiting] == ["r2"]
+    assert [name(c.request) for c in out.chunks] == ["r0", "r1"]
+    assert [name(r) for r in s.waiting] == ["r2"]
 
 
 def test_guaranteed_no_evict_reserves_the_worst_case():
@@ -67,7 +75,7 @@ def test_guaranteed_no_evict_reserves_the_worst_case():
     for i in range(3):
         s.add(req(f"r{i}", 6, max_tokens=10, arrival=i, base=10 * i))
     out = run_step(s)
-    assert [c.request.request_id for c in out.chunks] == ["r0", "r1"]
+    assert [name(c.request) for c in out.chunks] == ["r0", "r1"]
     assert bm.stats().used == 4  # only 2 blocks each allocated so far; the rest is reserved
     for _ in range(40):
         out = run_step(s)
@@ -119,8 +127,8 @@ def test_priority_then_fcfs():
     s.add(req("low", 3, arrival=0, priority=0.0))
     s.add(req("high", 3, arrival=1, priority=1.0))
     s.add(req("low2", 3, arrival=2, priority=0.0))
-    assert [r.request_id for r in s.waiting] == ["high", "low", "low2"]
-    assert run_step(s).chunks[0].request.request_id == "high"
+    assert [name(r) for r in s.waiting] == ["high", "low", "low2"]
+    assert name(run_step(s).chunks[0].request) == "high"
 
 
 def test_prefix_hit_skips_cached_tokens():
@@ -131,6 +139,6 @@ def test_prefix_hit_skips_cached_tokens():
     b = req("b", 9, max_tokens=1, arrival=1)
     s.add(b)
     out = run_step(s)
-    assert [(c.request.request_id, c.num_new_tokens) for c in out.chunks] == [("b", 1)]
+    assert [(name(c.request), c.num_new_tokens) for c in out.chunks] == [("b", 1)]
     assert b.num_cached_tokens == 8
     assert bm.stats().prefix_hits == 8

@@ -12,9 +12,9 @@ from click.testing import CliRunner
 from helpers import make_hf_model, write_gguf
 
 from trtserve.backends.tensorrt_llm import build_plan, serve_plan
-from trtserve.build.layout import EngineBuildConfig, PluginConfig
-from trtserve.build.manifest import verify_engine_dir
 from trtserve.cli import main
+from trtserve.engine.layout import EngineBuildConfig, PluginConfig
+from trtserve.engine.manifest import verify_engine_dir
 
 
 @pytest.fixture(scope="module")
@@ -163,3 +163,18 @@ def test_inspect_counts_the_hf_weights(tmp_path, src, no_tensorrt_llm):
     assert result.exit_code == 0, result.output
     info = json.loads(result.output)
     assert info["backend"] == "trtllm" and info["weight_bytes"] == (src / "model.safetensors").stat().st_size
+
+
+@pytest.mark.parametrize("backend", ["torch", "tensorrt"])
+def test_one_planner_keeps_quantized_builds_in_16_bits(src, backend):
+    """The planner's dtype rule is the same for every backend, and it changes none of its inputs."""
+    from trtserve.build.builder import plan_build
+    from trtserve.build.config import BuildConfig
+
+    cfg = BuildConfig(model=str(src), backend=backend, quant="w8a16", kv_cache_quant="int8")
+    before = cfg.model_dump()
+    plan = plan_build(cfg)
+    assert cfg.model_dump() == before
+    assert (plan.config.dtype, plan.model.dtype, plan.model.quantization.quant_algo) == ("bfloat16", "bfloat16", None)
+    assert plan.quantization == {"quant_algo": "W8A16", "kv_cache_quant_algo": "INT8"}
+    assert plan_build(cfg.model_copy(update={"quant": None, "kv_cache_quant": None})).config.dtype == "float32"

@@ -9,14 +9,14 @@ from types import SimpleNamespace as NS
 import pytest
 from test_trtllm_plans import check_golden
 
-from trtserve.backends.base import GenerateRequest
 from trtserve.backends.tensorrt_llm.compat import check_compatible
 from trtserve.backends.tensorrt_llm.install import Target
 from trtserve.backends.tensorrt_llm.outputs import DeltaTracker, map_finish_reason
 from trtserve.backends.tensorrt_llm.sampling import check_supported, to_trtllm_sampling
 from trtserve.backends.tensorrt_llm.stats import engine_stats, latest
-from trtserve.errors import UserError
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.errors import UserError
+from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.sampling import SamplingParams
 
 SAMPLING_CASES = {
     "default": {},
@@ -71,13 +71,13 @@ def test_sampling_sets_only_trtllm_fields():
     ],
 )
 def test_unsupported_settings_are_refused(params, extra, field):
-    req = GenerateRequest("r", [1, 2], SamplingParams(**params), **extra)
+    req = GenerateRequest([1, 2], SamplingParams(**params), **extra)
     with pytest.raises(UserError, match=f"^{field}: .*tensorrt_llm|^{field}: TensorRT-LLM seeds"):
         check_supported(req)
 
 
 def test_supported_request_passes():
-    check_supported(GenerateRequest("r", [1], SamplingParams(**SAMPLING_CASES["full"])))
+    check_supported(GenerateRequest([1], SamplingParams(**SAMPLING_CASES["full"])))
 
 
 # ---- finish reasons and deltas ---------------------------------------------------------------

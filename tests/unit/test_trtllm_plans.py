@@ -14,8 +14,8 @@ import pytest
 
 from trtserve.backends.tensorrt_llm import build_plan, serve_plan
 from trtserve.backends.tensorrt_llm.quant import quant_algos
-from trtserve.build.layout import EngineBuildConfig, PluginConfig
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
+from trtserve.engine.layout import EngineBuildConfig, PluginConfig
 
 GOLDEN = Path(__file__).parent / "golden_trtllm"
 

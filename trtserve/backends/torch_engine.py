@@ -14,8 +14,8 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtserve.backends.base import EngineStats, GenerateRequest, TokenDelta
-from trtserve.runtime.config import RuntimeConfig
+from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
+from trtserve.engine.run_config import RuntimeConfig
 from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
 
@@ -34,10 +34,14 @@ class _Sink:
 
 
 class TorchEngine:
+    """The Engine interface (trtserve/engine/protocol.py) over the torch EngineCore."""
+
+    platform = "trtserve_torch"
+
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
         cfg = config or RuntimeConfig()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self._sinks: dict[str, _Sink] = {}
+        self._sinks: dict[RequestId, _Sink] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dead: BaseException | None = None
@@ -86,7 +90,7 @@ class TorchEngine:
             if done < request.params.n:
                 self.abort(request.request_id)
 
-    def abort(self, request_id: str, index: int | None = None) -> None:
+    def abort(self, request_id: RequestId, index: int | None = None) -> None:
         """Finish the request (or one of its sequences) by the next engine step."""
         self._inbox.put(("abort", request_id, index))
         self._wake.set()
@@ -138,16 +142,13 @@ class TorchEngine:
                 _, request, sink = msg
                 try:
                     self.core.add_request(request)
-                except Exception as err:  # e.g. a duplicate id; the caller sees it
+                except Exception as err:  # e.g. the KV cache changed size under it; the caller sees it
                     sink.put(err)
                     continue
                 self._sinks[request.request_id] = sink
             else:
                 _, request_id, index = msg
-                if index is None:
-                    self._deliver(self.core.abort(request_id))
-                else:
-                    self._deliver(self.core.abort_sequence(request_id, index))
+                self._deliver(self.core.abort(request_id, index))
             self._stats = self.core.stats()
 
     def _deliver(self, deltas: list[TokenDelta]) -> None:

@@ -23,7 +23,7 @@ from trtserve.bench import endpoints
 from trtserve.bench.arrivals import arrival_offsets
 from trtserve.bench.server_metrics import MetricsWatcher
 from trtserve.bench.workload import BenchRequest
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 
 @dataclass

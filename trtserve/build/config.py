@@ -5,14 +5,26 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic_core import PydanticCustomError
 
-from trtserve.errors import UserError
-from trtserve.quant.formats import GroupSize, KVQuantName, QuantName
+from trtserve.engine.backends import BACKENDS
+from trtserve.engine.config_file import describe_validation_error, read_yaml
+from trtserve.engine.errors import UserError
+from trtserve.models.quant_formats import GROUP_SIZES, kv_cache_names, quant_names
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
-Backend = Literal["torch", "tensorrt", "trtllm"]  # tensorrt: TRT engines (TRT-LLM <= 1.2); trtllm: its PyTorch backend
+GroupSize = Literal[tuple(sorted(GROUP_SIZES))]  # inputs per int4 scale
+
+
+def one_of(value, allowed: list) -> object:
+    """`value` if it is in `allowed` (read when validating, so formats registered at run time count);
+    else the error a Literal gives, which config_file.describe_validation_error words as one sentence."""
+    if value is None or value in allowed:
+        return value
+    *rest, last = allowed
+    expected = f"{', '.join(map(repr, rest))} or {last!r}" if rest else repr(last)
+    raise PydanticCustomError("literal_error", "Input should be {expected}", {"expected": expected})
 
 
 class BuildConfig(BaseModel):
@@ -27,15 +39,31 @@ class BuildConfig(BaseModel):
     max_seq_len: int | None = Field(None, ge=2)  # None: the model's max_position_embeddings
     max_num_tokens: int = Field(8192, ge=1)  # tokens one engine step may process
     tokens_per_block: int = Field(32, ge=1, le=1024)
-    backend: Backend = "torch"
-    # Quantization through NVIDIA ModelOpt (trtserve/quant/formats.py); None = unquantized.
-    quant: QuantName | None = None
-    kv_cache_quant: KVQuantName | None = None
+    backend: str = "torch"  # a name of trtserve/engine/backends.py
+    # Quantization through NVIDIA ModelOpt: a --quant / --kv-cache-quant value of
+    # trtserve/models/quant_formats.py; None = unquantized.
+    quant: str | None = None
+    kv_cache_quant: str | None = None
     calib_size: int = Field(32, ge=1)  # calibration windows
     calib_seq_len: int = Field(256, ge=8)  # tokens per window
     calib_data: Path | None = None  # TXT or JSONL; None = docstrings of the Python standard library
-    group_size: GroupSize = 128  # inputs per int4 scale (w4a16, w4a16_awq)
+    group_size: GroupSize = GROUP_SIZES[0]  # inputs per int4 scale (formats with int4 groups)
     smoothquant_alpha: float | None = Field(None, ge=0.0, le=1.0)  # w8a8_sq migration strength; None = 0.5
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, v: str) -> str:
+        return one_of(v, list(BACKENDS))
+
+    @field_validator("quant")
+    @classmethod
+    def _known_quant(cls, v: str | None) -> str | None:
+        return one_of(v, quant_names())
+
+    @field_validator("kv_cache_quant")
+    @classmethod
+    def _known_kv_cache_quant(cls, v: str | None) -> str | None:
+        return one_of(v, kv_cache_names())
 
     @field_validator("tokens_per_block")
     @classmethod
@@ -43,21 +71,6 @@ class BuildConfig(BaseModel):
         if v & (v - 1):
             raise ValueError(f"must be a power of two (e.g. 16, 32, 64), got {v}")
         return v
-
-
-def describe_validation_error(err: ValidationError, source: str, model: type[BaseModel] | None = None) -> str:
-    """One sentence naming each bad field and why, for a pydantic error."""
-    parts = []
-    for e in err.errors():
-        field = ".".join(str(p) for p in e["loc"]) or "config"
-        msg = e["msg"]
-        if e["type"] == "extra_forbidden":
-            allowed = ", ".join((model or BuildConfig).model_fields)
-            msg = f"unknown key (allowed: {allowed})"
-        elif e["type"] == "literal_error":
-            msg = f"got {e.get('input')!r}; {msg[0].lower()}{msg[1:]}"
-        parts.append(f"'{field}': {msg}")
-    return f"invalid {source}: " + "; ".join(parts)
 
 
 def load_build_config(path: Path | None, overrides: dict) -> BuildConfig:
@@ -69,24 +82,4 @@ def load_build_config(path: Path | None, overrides: dict) -> BuildConfig:
     try:
         return BuildConfig.model_validate(data)
     except ValidationError as err:
-        raise UserError(describe_validation_error(err, "build config")) from None
-
-
-def read_yaml(path: Path) -> dict:
-    """Read a YAML mapping, turning every failure into a UserError naming the file."""
-    try:
-        text = Path(path).read_text()
-    except OSError as err:
-        raise UserError(f"cannot read config file {path}: {err.strerror}; check the path") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or type(err).__name__
-        raise UserError(f"config file {path} is not valid YAML ({problem}{where}); fix its syntax") from None
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        raise UserError(f"config file {path} must hold a mapping of keys to values, got {type(data).__name__}")
-    return data
+        raise UserError(describe_validation_error(err, "build config", BuildConfig)) from None

@@ -1,64 +1,59 @@
 """HF-named checkpoint -> TensorRT-LLM unified checkpoint (per TP rank) and torch-engine weights.
 
-The conversion is a plan of `TensorSpec`s built from the model config alone: every source tensor
-is named, its shape asserted against config.json, and used by exactly one output (the tied
-embedding is the one named exception). Producing the tensors happens later, one at a time.
+The conversion is a plan of `TensorSpec`s built from the model config and the reader's family
+spec alone (models/layout.py: every name, shape, fusion and TP cut is the spec's): every source
+tensor is named, its shape asserted against config.json, and used by exactly one output (a tied
+lm_head, the embedding again, is the one named exception). Producing the tensors happens later,
+one at a time.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from functools import partial
 
 import torch
 
 from trtserve.build.reader import CheckpointReader
 from trtserve.build.safetensors_io import TensorSpec
-from trtserve.errors import UserError
-from trtserve.models.config import TORCH_DTYPES, ModelConfig
+from trtserve.engine.errors import UserError
+from trtserve.engine.model_config import ModelConfig
+from trtserve.models.dtypes import TORCH_DTYPES
+from trtserve.models.family import DecoderFamily
+from trtserve.models.layout import EMBED, LM_HEAD, Source, Split, Target
 
 # Source tensors that hold no weights (recomputed at load time by every runtime).
 _IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def expected_source_shapes(cfg: ModelConfig, has_lm_head: bool) -> dict[str, tuple[int, ...]]:
-    """Every HF tensor the config implies, with its shape ([out, in] for linears)."""
-    h, v, i_sz = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size
-    shapes = {"model.embed_tokens.weight": (v, h), "model.norm.weight": (h,)}
-    if has_lm_head or not cfg.tie_word_embeddings:
-        shapes["lm_head.weight"] = (v, h)
+def _source_modules(fam: DecoderFamily, cfg: ModelConfig, has_lm_head: bool) -> Iterator[tuple[str, Source]]:
+    """Every source module the config implies, by its family name."""
+    for role, src in fam.layout.model.items():
+        if role != LM_HEAD or has_lm_head or not cfg.tie_word_embeddings:
+            yield fam.hf.module(role), src
     for i in range(cfg.num_hidden_layers):
-        p = f"model.layers.{i}."
-        shapes |= {
-            p + "input_layernorm.weight": (h,),
-            p + "post_attention_layernorm.weight": (h,),
-            p + "self_attn.q_proj.weight": (cfg.q_size, h),
-            p + "self_attn.k_proj.weight": (cfg.kv_size, h),
-            p + "self_attn.v_proj.weight": (cfg.kv_size, h),
-            p + "self_attn.o_proj.weight": (h, cfg.q_size),
-            p + "mlp.gate_proj.weight": (i_sz, h),
-            p + "mlp.up_proj.weight": (i_sz, h),
-            p + "mlp.down_proj.weight": (h, i_sz),
-        }
-        if cfg.attn_bias:
-            shapes |= {
-                p + "self_attn.q_proj.bias": (cfg.q_size,),
-                p + "self_attn.k_proj.bias": (cfg.kv_size,),
-                p + "self_attn.v_proj.bias": (cfg.kv_size,),
-            }
-        if cfg.mlp_bias:
-            shapes |= {
-                p + "mlp.gate_proj.bias": (i_sz,),
-                p + "mlp.up_proj.bias": (i_sz,),
-                p + "mlp.down_proj.bias": (h,),
-            }
+        for role, src in fam.layout.layer.items():
+            yield fam.hf.module(role, i), src
+
+
+def expected_source_shapes(fam: DecoderFamily, cfg: ModelConfig, has_lm_head: bool) -> dict[str, tuple[int, ...]]:
+    """Every source tensor the config implies, with its shape ([out, in] for linears)."""
+    features = fam.features_of(cfg)
+    shapes = {}
+    for module, src in _source_modules(fam, cfg, has_lm_head):
+        shapes[module + ".weight"] = src.weight_shape(cfg)
+        if src.bias in features:
+            shapes[module + ".bias"] = src.weight_shape(cfg)[:1]
     return shapes
 
 
 def check_source(reader: CheckpointReader, cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Assert the checkpoint holds exactly the tensors the config implies, with those shapes."""
     names = [n for n in reader.names() if not n.endswith(_IGNORABLE_SUFFIXES)]
-    expected = expected_source_shapes(cfg, has_lm_head="lm_head.weight" in names)
+    has_lm_head = reader.family.hf.module(LM_HEAD) + ".weight" in names
+    expected = expected_source_shapes(reader.family, cfg, has_lm_head)
     missing = sorted(set(expected) - set(names))
     if missing:
         raise UserError(
@@ -93,10 +88,6 @@ def check_tp(cfg: ModelConfig, tp: int) -> None:
         raise UserError(f"--tp-size {tp} does not divide {', '.join(problems)}; choose a tp size that divides them")
 
 
-def _rows(t: torch.Tensor, rank: int, parts: int) -> torch.Tensor:
-    return t.chunk(parts, dim=0)[rank]
-
-
 def _kv_heads_for_rank(cfg: ModelConfig, rank: int, tp: int) -> slice:
     """KV head range of a rank; with fewer KV heads than ranks, each rank holds a duplicate."""
     kv = cfg.num_key_value_heads
@@ -107,122 +98,106 @@ def _kv_heads_for_rank(cfg: ModelConfig, rank: int, tp: int) -> slice:
     return slice(head, head + 1)
 
 
+def _pad_rows(t: torch.Tensor, rows: int) -> torch.Tensor:
+    return torch.nn.functional.pad(t, (0, 0) * (t.dim() - 1) + (0, rows))
+
+
+@dataclass(frozen=True)
+class _Shard:
+    """What one TP rank holds of a source tensor, by its target's split (models/layout.py `Split`)."""
+
+    cfg: ModelConfig
+    rank: int
+    tp: int
+
+    def piece(
+        self, split: Split, src: Source, bias: bool
+    ) -> tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]]:
+        """(the piece's shape, how to cut it from the full source tensor)."""
+        full = src.weight_shape(self.cfg)[:1] if bias else src.weight_shape(self.cfg)
+        rank, tp, rest = self.rank, self.tp, full[1:]
+        if split == "replicate" or (split == "cols" and bias):
+            return full, lambda t: t
+        if split == "cols":
+            return (full[0], full[1] // tp, *full[2:]), lambda t: t.chunk(tp, dim=1)[rank]
+        if split == "rows":
+            return (full[0] // tp, *rest), lambda t: t.chunk(tp)[rank]
+        if split == "vocab":  # zero rows up to a multiple of the ranks
+            pad = -(-full[0] // tp) * tp - full[0]
+            return ((full[0] + pad) // tp, *rest), lambda t: _pad_rows(t, pad).chunk(tp)[rank]
+        heads, hd = self._heads(src.shape[0]), self.cfg.head_size
+        return ((heads.stop - heads.start) * hd, *rest), lambda t: t.unflatten(0, (-1, hd))[heads].flatten(0, 1)
+
+    def _heads(self, rows: str) -> slice:
+        """This rank's heads of a q (rows "q_size") or k/v (rows "kv_size") projection."""
+        if rows == "kv_size":
+            return _kv_heads_for_rank(self.cfg, self.rank, self.tp)
+        assert rows == "q_size", f"a heads split cuts q_size or kv_size rows, not {rows}"
+        per = self.cfg.num_attention_heads // self.tp
+        return slice(self.rank * per, (self.rank + 1) * per)
+
+
+def _cut_and_cat(
+    reader: CheckpointReader, dt: torch.dtype, srcs: tuple[str, ...], cuts: tuple[Callable, ...]
+) -> torch.Tensor:
+    pieces = [cut(reader.load(n).to(dt)) for cut, n in zip(cuts, srcs, strict=True)]
+    return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+
+
 def checkpoint_specs(cfg: ModelConfig, reader: CheckpointReader, rank: int, tp: int) -> list[TensorSpec]:
-    """The TensorRT-LLM unified checkpoint tensors of one TP rank (fact sheet section 1)."""
-    dt = TORCH_DTYPES[cfg.dtype]
-
-    def src(name: str) -> torch.Tensor:
-        return reader.load(name).to(dt)
-
-    h, hd = cfg.hidden_size, cfg.head_size
-    q_local = cfg.num_attention_heads // tp
-    kv_sl = _kv_heads_for_rank(cfg, rank, tp)
-    kv_local = kv_sl.stop - kv_sl.start
-    i_local = cfg.intermediate_size // tp
-    vocab_pad = -(-cfg.vocab_size // tp) * tp
+    """The TensorRT-LLM unified checkpoint tensors of one TP rank (fact sheet section 1): every
+    target module of the family's layout, its source parts cut for the rank and concatenated."""
+    fam, dt = reader.family, TORCH_DTYPES[cfg.dtype]
+    lay, features, shard = fam.layout, fam.features_of(cfg), _Shard(cfg, rank, tp)
     specs: list[TensorSpec] = []
 
-    def add(name: str, shape: tuple[int, ...], make: Callable[[], torch.Tensor], *sources: str) -> None:
-        specs.append(TensorSpec(name, shape, dt, make, sources))
+    def add(name: str, target: Target, parts: list[tuple[str, Source]], tied: bool = False) -> None:
+        """name.weight, and name.bias where its parts have one (fused parts agree, see the
+        registry): the parts cut for this rank, concatenated. A tied copy names no source."""
+        for suffix in ("weight", "bias") if parts[0][1].bias in features else ("weight",):
+            srcs = tuple(f"{module}.{suffix}" for module, _ in parts)
+            shapes, cuts = zip(*(shard.piece(target.split, src, suffix == "bias") for _, src in parts), strict=True)
+            shape = (sum(s[0] for s in shapes), *shapes[0][1:])
+            make = partial(_cut_and_cat, reader, dt, srcs, cuts)
+            specs.append(TensorSpec(f"{name}.{suffix}", shape, dt, make, () if tied else srcs))
 
-    def heads(t: torch.Tensor, sl: slice) -> torch.Tensor:
-        return t.unflatten(0, (-1, hd))[sl].flatten(0, 1)
-
-    def lm_head() -> torch.Tensor:
-        has_head = "lm_head.weight" in reader.names()
-        w = src("lm_head.weight" if has_head else "model.embed_tokens.weight")
-        w = torch.nn.functional.pad(w, (0, 0, 0, vocab_pad - cfg.vocab_size))
-        return _rows(w, rank, tp)
-
-    add(
-        "transformer.vocab_embedding.weight",
-        (cfg.vocab_size, h),
-        lambda: src("model.embed_tokens.weight"),
-        "model.embed_tokens.weight",
-    )
+    has_lm_head = fam.hf.module(LM_HEAD) + ".weight" in reader.names()
+    for role, target in lay.trtllm_model.items():
+        tied = role == LM_HEAD and not has_lm_head  # the embedding serves as lm_head
+        parts = [(fam.hf.module(EMBED if tied else p), lay.model[p]) for p in target.parts]
+        add(target.name, target, parts, tied)
     for i in range(cfg.num_hidden_layers):
-        p, t = f"model.layers.{i}.", f"transformer.layers.{i}."
-        q_sl = slice(rank * q_local, (rank + 1) * q_local)
-        add(
-            t + "input_layernorm.weight",
-            (h,),
-            lambda p=p: src(p + "input_layernorm.weight"),
-            p + "input_layernorm.weight",
-        )
-        qkv = [p + f"self_attn.{x}_proj.weight" for x in "qkv"]
-        add(
-            t + "attention.qkv.weight",
-            ((q_local + 2 * kv_local) * hd, h),
-            lambda qkv=qkv, q_sl=q_sl: torch.cat(
-                [heads(src(qkv[0]), q_sl), heads(src(qkv[1]), kv_sl), heads(src(qkv[2]), kv_sl)]
-            ),
-            *qkv,
-        )
-        if cfg.attn_bias:
-            qkv_b = [p + f"self_attn.{x}_proj.bias" for x in "qkv"]
-            add(
-                t + "attention.qkv.bias",
-                ((q_local + 2 * kv_local) * hd,),
-                lambda b=qkv_b, q_sl=q_sl: torch.cat(
-                    [heads(src(b[0]), q_sl), heads(src(b[1]), kv_sl), heads(src(b[2]), kv_sl)]
-                ),
-                *qkv_b,
-            )
-        o = p + "self_attn.o_proj.weight"
-        add(t + "attention.dense.weight", (h, q_local * hd), lambda o=o: src(o).chunk(tp, dim=1)[rank], o)
-        add(
-            t + "post_layernorm.weight",
-            (h,),
-            lambda p=p: src(p + "post_attention_layernorm.weight"),
-            p + "post_attention_layernorm.weight",
-        )
-        # TensorRT-LLM's GatedMLP: proj(act(fc(x)) * gate(x)); fc is the activated branch.
-        for ours, theirs in (("fc", "gate_proj"), ("gate", "up_proj")):
-            n = p + f"mlp.{theirs}.weight"
-            add(t + f"mlp.{ours}.weight", (i_local, h), lambda n=n: _rows(src(n), rank, tp), n)
-            if cfg.mlp_bias:
-                b = p + f"mlp.{theirs}.bias"
-                add(t + f"mlp.{ours}.bias", (i_local,), lambda b=b: _rows(src(b), rank, tp), b)
-        d = p + "mlp.down_proj.weight"
-        add(t + "mlp.proj.weight", (h, i_local), lambda d=d: src(d).chunk(tp, dim=1)[rank], d)
-        if cfg.mlp_bias:
-            add(t + "mlp.proj.bias", (h,), lambda p=p: src(p + "mlp.down_proj.bias"), p + "mlp.down_proj.bias")
-    add("transformer.ln_f.weight", (h,), lambda: src("model.norm.weight"), "model.norm.weight")
-    head_src = "lm_head.weight" if "lm_head.weight" in reader.names() else "model.embed_tokens.weight"
-    add("lm_head.weight", (vocab_pad // tp, h), lm_head, head_src)
+        prefix = lay.trtllm_prefix.format(i=i)
+        for target in lay.trtllm_layer.values():
+            add(prefix + target.name, target, [(fam.hf.module(p, i), lay.layer[p]) for p in target.parts])
     return specs
 
 
 def assert_each_source_used_once(
     specs: list[TensorSpec], expected: dict[str, tuple[int, ...]], cfg: ModelConfig
 ) -> None:
-    """Every source tensor feeds exactly one output; a tied embedding also feeds lm_head."""
+    """Every source tensor feeds exactly one output; only a tied lm_head is fed by none of its own."""
     uses = Counter(s for spec in specs for s in spec.sources)
     allowed = Counter(expected.keys())
-    if cfg.tie_word_embeddings and "lm_head.weight" not in expected:
-        allowed["model.embed_tokens.weight"] += 1
     if uses != allowed:
         diff = (uses - allowed) + (allowed - uses)
         raise AssertionError(f"conversion plan uses source tensors wrongly: {dict(diff)}")
+    unsourced = [spec.name for spec in specs if not spec.sources]
+    if len(unsourced) > (1 if cfg.tie_word_embeddings else 0):
+        raise AssertionError(f"conversion plan has outputs without a source: {unsourced}")
 
 
 def engine_specs(cfg: ModelConfig, reader: CheckpointReader) -> list[TensorSpec]:
-    """The torch engine's weights: the rank-0 (tp=1) checkpoint with fc and gate fused into one
-    GEMM ([fc; gate] on the out dim) and no lm_head when it is tied to the embedding."""
-    specs = checkpoint_specs(cfg, reader, rank=0, tp=1)
-    by_name = {s.name: s for s in specs}
+    """The torch engine's weights: the rank-0 (tp=1) checkpoint with the layout's engine fusions
+    (fc and gate in one GEMM, [fc; gate] on the out dim) and no lm_head when it is tied."""
+    specs = {s.name: s for s in checkpoint_specs(cfg, reader, rank=0, tp=1)}
     out: list[TensorSpec] = []
-    for s in specs:
-        if ".mlp.gate." in s.name or (s.name == "lm_head.weight" and cfg.tie_word_embeddings):
-            continue  # fused into fc_gate below, or tied to the embedding
-        if ".mlp.fc." in s.name:
-            g = by_name[s.name.replace(".mlp.fc.", ".mlp.gate.")]
-            s = TensorSpec(
-                s.name.replace(".mlp.fc.", ".mlp.fc_gate."),
-                (2 * s.shape[0], *s.shape[1:]),
-                s.dtype,
-                lambda s=s, g=g: torch.cat([s.make(), g.make()]),
-                s.sources + g.sources,
-            )
-        out.append(s)
+    for name, parts in reader.family.layout.engine_tensors(specs, cfg).items():
+        ss = [specs[p] for p in parts]
+        if len(ss) == 1:
+            out.append(ss[0])
+            continue
+        shape = (sum(s.shape[0] for s in ss), *ss[0].shape[1:])
+        make = lambda ss=ss: torch.cat([s.make() for s in ss])  # noqa: E731
+        out.append(TensorSpec(name, shape, ss[0].dtype, make, tuple(n for s in ss for n in s.sources)))
     return out

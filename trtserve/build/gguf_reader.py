@@ -2,46 +2,32 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from trtserve.build.hashing import fingerprint
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
+from trtserve.engine.hashing import fingerprint
+from trtserve.models.family import DecoderFamily
+from trtserve.models.layout import EMBED, LM_HEAD
 from trtserve.models.registry import family_for_gguf
 
-# GGUF tensor name -> HF name ("{i}" is the layer index).
-_NAMES = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-    "blk.{i}.attn_norm.weight": "model.layers.{i}.input_layernorm.weight",
-    "blk.{i}.ffn_norm.weight": "model.layers.{i}.post_attention_layernorm.weight",
-    "blk.{i}.attn_q.weight": "model.layers.{i}.self_attn.q_proj.weight",
-    "blk.{i}.attn_k.weight": "model.layers.{i}.self_attn.k_proj.weight",
-    "blk.{i}.attn_v.weight": "model.layers.{i}.self_attn.v_proj.weight",
-    "blk.{i}.attn_q.bias": "model.layers.{i}.self_attn.q_proj.bias",
-    "blk.{i}.attn_k.bias": "model.layers.{i}.self_attn.k_proj.bias",
-    "blk.{i}.attn_v.bias": "model.layers.{i}.self_attn.v_proj.bias",
-    "blk.{i}.attn_output.weight": "model.layers.{i}.self_attn.o_proj.weight",
-    "blk.{i}.ffn_gate.weight": "model.layers.{i}.mlp.gate_proj.weight",
-    "blk.{i}.ffn_up.weight": "model.layers.{i}.mlp.up_proj.weight",
-    "blk.{i}.ffn_down.weight": "model.layers.{i}.mlp.down_proj.weight",
-}
-_LAYER = re.compile(r"^blk\.(\d+)\.(.+)$")
 # Precomputed RoPE factor tables (Llama 3.1 / LongRoPE GGUFs): they change the model, and the
 # HF config we derive cannot express them.
 _UNSUPPORTED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
 
 
-def _hf_name(gguf_name: str) -> str | None:
-    m = _LAYER.match(gguf_name)
-    if m:
-        template = _NAMES.get("blk.{i}." + m.group(2))
-        return template.format(i=m.group(1)) if template else None
-    return _NAMES.get(gguf_name)
+def _hf_names(fam: DecoderFamily, layers: int) -> dict[str, str]:
+    """GGUF tensor name -> the HF name it is read under, for every tensor a model of the family
+    with `layers` layers may hold (biases where its layout has them)."""
+    gguf, lay = fam.gguf.names, fam.layout
+    out = {}
+    modules = [(gguf.module(r), fam.hf.module(r), s) for r, s in lay.model.items()]
+    modules += [(gguf.module(r, i), fam.hf.module(r, i), s) for i in range(layers) for r, s in lay.layer.items()]
+    for g, hf, src in modules:
+        out |= {f"{g}.{x}": f"{hf}.{x}" for x in (("weight", "bias") if src.bias else ("weight",))}
+    return out
 
 
 def _unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
@@ -64,7 +50,9 @@ class GGUFReader:
         field = self._reader.fields.get("general.architecture")
         if field is None:
             raise UserError(f"{path} has no general.architecture key; it is not a model GGUF file")
-        self.family = family_for_gguf(field.contents())
+        self._arch = field.contents()
+        self.family = family_for_gguf(self._arch)
+        hf_names = _hf_names(self.family, int(self._need("block_count")))
         self.auto_dtype = "float32"  # GGUF weights are dequantized; float32 keeps them exact
         self._tensors = {}
         for t in self._reader.tensors:
@@ -72,17 +60,32 @@ class GGUFReader:
                 raise UserError(
                     f"{path} carries precomputed RoPE factors ({t.name}), which trtserve cannot convert; build from the HF checkpoint instead"
                 )
-            name = _hf_name(t.name)
+            name = hf_names.get(t.name)
             if name is None:
                 raise UserError(
                     f"GGUF tensor {t.name} in {path} is not part of a {self.family.name} model; the file does not match its architecture"
                 )
             self._tensors[name] = t
         self.hf_config = self._hf_config()
+        self._permuted = self._permuted_heads()
 
     def _meta(self, key: str, default=None):
         field = self._reader.fields.get(key)
         return field.contents() if field is not None else default
+
+    def _need(self, key: str):
+        value = self._meta(f"{self._arch}.{key}")
+        if value is None:
+            raise UserError(f"{self.path} lacks the metadata key {self._arch}.{key}; the GGUF file is incomplete")
+        return value
+
+    def _permuted_heads(self) -> dict[str, int]:
+        """HF weight name -> its head count, for the q/k rows llama.cpp permuted (to be undone)."""
+        if not self.family.gguf.permuted_qk:
+            return {}
+        cfg, hf = self.hf_config, self.family.hf
+        heads = {"q_proj": cfg.num_attention_heads, "k_proj": cfg.num_key_value_heads or cfg.num_attention_heads}
+        return {f"{hf.module(r, i)}.weight": n for i in range(cfg.num_hidden_layers) for r, n in heads.items()}
 
     def _hf_config(self):
         """The transformers config, from GGUF metadata.
@@ -92,14 +95,7 @@ class GGUFReader:
         """
         from transformers import AutoConfig
 
-        arch = self._meta("general.architecture")
-
-        def need(key: str):
-            value = self._meta(f"{arch}.{key}")
-            if value is None:
-                raise UserError(f"{self.path} lacks the metadata key {arch}.{key}; the GGUF file is incomplete")
-            return value
-
+        arch, need = self._arch, self._need
         heads = int(need("attention.head_count"))
         hidden = int(need("embedding_length"))
         rope = {"rope_type": "default", "rope_theta": float(self._meta(f"{arch}.rope.freq_base", 10000.0))}
@@ -108,12 +104,15 @@ class GGUFReader:
             rope |= {"rope_type": scaling, "factor": float(need("rope.scaling.factor"))}
             if scaling == "yarn":
                 rope["original_max_position_embeddings"] = int(need("rope.scaling.original_context_length"))
-        if "model.embed_tokens.weight" not in self._tensors:
-            raise UserError(f"{self.path} has no token_embd.weight tensor; the GGUF file is incomplete")
+        embed = self.family.hf.module(EMBED) + ".weight"
+        if embed not in self._tensors:
+            raise UserError(
+                f"{self.path} has no {self.family.gguf.names.module(EMBED)}.weight tensor; the GGUF file is incomplete"
+            )
         return AutoConfig.for_model(
             arch,
             architectures=list(self.family.hf_architectures),
-            vocab_size=self.shape("model.embed_tokens.weight")[0],
+            vocab_size=self.shape(embed)[0],
             hidden_size=hidden,
             intermediate_size=int(need("feed_forward_length")),
             num_hidden_layers=int(need("block_count")),
@@ -123,7 +122,7 @@ class GGUFReader:
             max_position_embeddings=int(need("context_length")),
             rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
             rope_parameters=rope,
-            tie_word_embeddings="lm_head.weight" not in self._tensors,
+            tie_word_embeddings=self.family.hf.module(LM_HEAD) + ".weight" not in self._tensors,
             bos_token_id=self._meta("tokenizer.ggml.bos_token_id"),
             eos_token_id=self._meta("tokenizer.ggml.eos_token_id"),
         )
@@ -147,13 +146,7 @@ class GGUFReader:
                 "re-quantize the file to F32, F16, BF16, Q8_0, Q4_0/Q4_1, Q5_0/Q5_1 or a K-quant"
             ) from None
         w = torch.from_numpy(np.array(data, dtype=np.float32)).reshape(self.shape(name))
-        if self.family.gguf_permuted_qk:
-            cfg = self.hf_config
-            if name.endswith("q_proj.weight"):
-                w = _unpermute(w, cfg.num_attention_heads)
-            elif name.endswith("k_proj.weight"):
-                w = _unpermute(w, cfg.num_key_value_heads or cfg.num_attention_heads)
-        return w
+        return _unpermute(w, self._permuted[name]) if name in self._permuted else w
 
     def save_tokenizer(self, dest: Path) -> None:
         from transformers import AutoTokenizer

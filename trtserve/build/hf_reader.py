@@ -8,9 +8,9 @@ from pathlib import Path
 
 import torch
 
-from trtserve.build.hashing import fingerprint
 from trtserve.build.safetensors_io import SafetensorsFile
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
+from trtserve.engine.hashing import fingerprint
 from trtserve.models.registry import family_for_hf
 
 TOKENIZER_FILES = (
@@ -34,7 +34,7 @@ class HFReader:
         self.description = f"HF directory {path}"
         raw = _read_json(path / "config.json", "the model's config")
         self.family = family_for_hf(raw.get("architectures"), raw.get("model_type"))
-        self.hf_config = _auto_config(path)
+        self.hf_config = _hf_config(path, raw)
         self._files = self._weight_files()
         self._where: dict[str, Path] = {}
         self._handles = {}
@@ -123,10 +123,15 @@ def _read_json(path: Path, what: str) -> dict:
     return data
 
 
-def _auto_config(path: Path):
-    from transformers import AutoConfig
+def _hf_config(path: Path, raw: dict):
+    """transformers' config class for the model type, or for a family transformers does not know
+    (one registered by a plugin or a test) the plain config holding config.json's keys."""
+    from transformers import AutoConfig, PretrainedConfig
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
 
     try:
+        if raw.get("model_type") is not None and raw["model_type"] not in CONFIG_MAPPING:
+            return PretrainedConfig(**raw)
         return AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as err:  # transformers raises many types for bad configs
         raise UserError(f"{path / 'config.json'} is not a valid transformers config ({err}); fix the file") from None

@@ -6,9 +6,11 @@ from pathlib import Path
 
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
-from trtserve.build.layout import ENGINE_WEIGHTS, read_engine_config
-from trtserve.build.manifest import verify_engine_dir
-from trtserve.errors import UserError
+from trtserve.build.strategies import STRATEGIES
+from trtserve.engine.backends import backend_spec
+from trtserve.engine.errors import UserError
+from trtserve.engine.layout import read_engine_config
+from trtserve.engine.manifest import verify_engine_dir
 
 
 def parse_memory(text: str) -> int:
@@ -18,20 +20,12 @@ def parse_memory(text: str) -> int:
         raise UserError(f"--memory {text!r} is not a size; write it like 8GiB, 512MiB or 2000000000") from None
 
 
-def _is_weights(rel: str, backend: str) -> bool:
-    """The files the backend loads as weights: torch's model.safetensors, the HF checkpoint, the TRT plans."""
-    if backend == "trtllm":
-        return rel.startswith("hf/") and rel.endswith(".safetensors")
-    if backend == "tensorrt":
-        return rel.startswith("engine/") and rel.endswith(".engine")
-    return rel == ENGINE_WEIGHTS
-
-
 def summarize(engine_dir: Path, memory: int | None = None) -> dict:
     manifest = verify_engine_dir(engine_dir)
     cfg = read_engine_config(engine_dir)
     m, b = cfg.pretrained_config, cfg.build_config
-    weight_bytes = sum(e.size for rel, e in manifest.files.items() if _is_weights(rel, manifest.backend))
+    is_weights = STRATEGIES[backend_spec(manifest.backend).name].is_weights
+    weight_bytes = sum(e.size for rel, e in manifest.files.items() if is_weights(rel))
     kv_per_token = m.kv_bytes_per_token()
     bs = b.plugin_config.tokens_per_block
     info = {

@@ -9,8 +9,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from trtserve.build.manifest import MANIFEST
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
+from trtserve.engine.manifest import MANIFEST
 
 
 def check_target(out: Path, force: bool) -> None:

@@ -6,7 +6,7 @@ import importlib.util
 from pathlib import Path
 
 from trtserve.build.reader import CheckpointReader
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 # alias -> (package that ships the file, file name, install command)
 ALIASES = {

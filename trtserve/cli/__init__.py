@@ -9,7 +9,7 @@ import sys
 import click
 
 from trtserve import __version__
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 
 class _Group(click.Group):

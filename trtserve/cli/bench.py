@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 DATASETS = ("random", "sharegpt", "shared-prefix")
 

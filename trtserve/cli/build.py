@@ -2,13 +2,38 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import click
 
 from trtserve.build.config import load_build_config
-from trtserve.errors import UserError
-from trtserve.quant.formats import FORMATS, KV_FORMATS, help_text
+from trtserve.engine.backends import BACKENDS
+from trtserve.models import quant_formats
+
+
+class RegistryChoice(click.Choice):
+    """A choice among names read from a registry when parsing, so a format registered at run time counts."""
+
+    def __init__(self, names: Callable[[], list[str]]):
+        self._names = names
+        super().__init__([])
+
+    @property
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._names())
+
+    @choices.setter
+    def choices(self, _value) -> None:
+        pass  # click.Choice.__init__ assigns it; the registry is the source
+
+
+def quant_help() -> str:
+    """The formats for --help: which ones run the calibration text."""
+    recipes = [r for s in quant_formats.QUANT_FORMATS.values() for r in s.recipes]
+    cal = ", ".join(r.name for r in recipes if r.calibrated)
+    plain = ", ".join(r.name for r in recipes if not r.calibrated)
+    return f"calibrated with --calib-data text: {cal} (and any --kv-cache-quant); weights only: {plain}"
 
 
 @click.command("build")
@@ -25,18 +50,22 @@ from trtserve.quant.formats import FORMATS, KV_FORMATS, help_text
 @click.option("--tokens-per-block", type=int, help="KV-cache block size in tokens, a power of two [32].")
 @click.option(
     "--backend",
-    type=click.Choice(["torch", "tensorrt", "trtllm"]),
-    help="torch (embedded engine), tensorrt (TensorRT engines, TensorRT-LLM <= 1.2) or trtllm "
-    "(TensorRT-LLM's PyTorch backend, >= 1.0) [torch].",
+    type=click.Choice(list(BACKENDS)),
+    help="; ".join(f"{b.name}: {b.summary}" for b in BACKENDS.values()) + " [torch].",
 )
 @click.option("--dry-run", is_flag=True, help="tensorrt/trtllm: print the plan and the trtllm-build/serve commands.")
-@click.option("--quant", type=click.Choice(list(FORMATS)), help=f"Quantize with NVIDIA ModelOpt; {help_text()}.")
-@click.option("--kv-cache-quant", type=click.Choice(list(KV_FORMATS)), help="8-bit KV cache (needs --quant).")
+@click.option(
+    "--quant", type=RegistryChoice(quant_formats.quant_names), help=f"Quantize with NVIDIA ModelOpt; {quant_help()}."
+)
+@click.option(
+    "--kv-cache-quant", type=RegistryChoice(quant_formats.kv_cache_names), help="8-bit KV cache (needs --quant)."
+)
 @click.option(
     "--group-size",
-    type=click.Choice(["64", "128"]),
+    type=click.Choice([str(g) for g in sorted(quant_formats.GROUP_SIZES)]),
     callback=lambda _ctx, _param, v: None if v is None else int(v),
-    help="Inputs per int4 scale for w4a16 / w4a16_awq; 64 fits models whose widths are not multiples of 128 [128].",
+    help=f"Inputs per int4 scale ({', '.join(quant_formats.grouped_names())}); 64 fits models whose widths "
+    f"are not multiples of 128 [{quant_formats.GROUP_SIZES[0]}].",
 )
 @click.option(
     "--smoothquant-alpha",
@@ -56,19 +85,11 @@ def command(
     model: str | None, output: Path, config_file: Path | None, force: bool, quiet: bool, dry_run: bool, **flags
 ) -> None:
     """Convert MODEL (a Hugging Face dir, a .gguf file, or `smollm2-135m`) into an engine dir."""
-    from trtserve.build.builder import build_engine
+    from trtserve.build import builder
 
     cfg = load_build_config(config_file, {"model": model, **flags})
-    if cfg.backend == "torch":
-        if dry_run:
-            raise UserError("--dry-run plans TensorRT-LLM builds; add --backend tensorrt or --backend trtllm")
-        build_engine(cfg, output, force=force, quiet=quiet)
-        return
-    from trtserve.build import trtllm_build
-
     if dry_run:
-        click.echo(trtllm_build.describe(trtllm_build.plan(cfg), output))
+        click.echo(builder.dry_run(cfg, output))
         click.echo("dry run: nothing was written")
         return
-    trtllm_build.build(cfg, output, force=force, quiet=quiet)
-    click.echo(f"{cfg.backend} engine dir written to {output}", err=True)
+    builder.build_engine(cfg, output, force=force, quiet=quiet)

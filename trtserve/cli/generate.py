@@ -18,8 +18,8 @@ import click
 @click.option("--chat/--no-chat", default=True, show_default=True, help="Apply the engine's chat template.")
 def command(engine_dir: Path, prompts: tuple[str, ...], chat: bool, **params) -> None:
     """Generate a reply to each PROMPT with the torch engine."""
-    from trtserve.runtime.llm import LLM
-    from trtserve.runtime.sampling_params import SamplingParams
+    from trtserve.engine.sampling import SamplingParams
+    from trtserve.llm import LLM
 
     llm = LLM(engine_dir)
     for prompt, out in zip(prompts, llm.generate(list(prompts), SamplingParams(**params), chat=chat), strict=True):

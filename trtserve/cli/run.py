@@ -20,25 +20,14 @@ import click
 @click.option("--request-timeout", type=float, help="Default per-request deadline in seconds [600].")
 def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | None, **flags) -> None:
     """Serve ENGINE_DIR: /v1 (OpenAI), /v2 (KServe, Triton generate), /metrics, /health."""
-    from trtserve.build.manifest import verify_engine_dir
+    from trtserve.engine.open import preflight
     from trtserve.serve.config import load_serve_config
     from trtserve.serve.server import serve
 
     flags["api_key"] = flags.get("api_key") or os.environ.get("TRTSERVE_API_KEY")
-    cfg = load_serve_config(config_file, flags)
     if kv_cache_memory:
-        cfg = cfg.model_copy(
-            update={"engine": cfg.engine.model_copy(update={"kv_cache_memory": _size(kv_cache_memory)})}
-        )
-    manifest = verify_engine_dir(engine_dir)  # a missing, foreign or damaged engine fails here, before serving
-    if manifest.backend in ("tensorrt", "trtllm"):
-        from trtserve.backends.tensorrt_llm.llm import preflight
-
-        preflight(engine_dir, manifest)  # TensorRT-LLM installed, and the engine fits its versions and GPU
+        flags["engine"] = {"kv_cache_memory": kv_cache_memory}
+    cfg = load_serve_config(config_file, flags)
+    # A missing, foreign or damaged engine, or a backend that cannot run here, fails now, before serving.
+    preflight(engine_dir)
     serve(engine_dir, cfg)
-
-
-def _size(text: str) -> int:
-    from trtserve.build.inspect import parse_memory
-
-    return parse_memory(text)

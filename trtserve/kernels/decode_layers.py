@@ -18,6 +18,22 @@ DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 LINEARS = ("qkv", "dense", "fc_gate", "proj")
 FIELDS = ("input_norm", "qkv", "qkv_bias", "dense", "post_norm", "fc_gate", "fc_gate_bias", "proj", "proj_bias")
 INT8 = 3  # decode_layers.c's weight dtype code for int8 (W8A16)
+# The layer features (trtserve/models/features.py) decode_layers.c implements; the decoder takes
+# this path only for models whose features are a subset. The kernel attends to every key up to
+# the position, so "sliding_window" holds only while positions are inside the window: the decoder
+# checks that per step. Embeddings and lm_head are outside the kernel, tied or not.
+FEATURES = frozenset(
+    {
+        "rms_norm",  # norm_row: x * rsqrt(mean(x^2) + eps) * w
+        "rope_neox",  # rope_head over the cos / signed-sin tables
+        "rope_scaling",  # in the tables the decoder passes
+        "silu_gated_mlp",  # silu_mul1 over [fc; gate]
+        "qkv_bias",  # qkv_b
+        "mlp_bias",  # fc_gate_b, proj_b
+        "sliding_window",
+        "tied_embeddings",
+    }
+)
 
 
 class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
@@ -43,16 +59,20 @@ def _cpu(t: object, dtype: torch.dtype) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype == dtype and t.device.type == "cpu" and t.is_contiguous()
 
 
+def _int8_weight_only(linear: object) -> bool:
+    """A W8A16 linear this kernel runs (models/quantized.py's Int8WeightOnly says so): `weight` (out, in)
+    int8 and `scale_f32` (out,) float32, nothing else applied to its input."""
+    return getattr(linear, "int8_weight_only", False) is True
+
+
 def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -> Packed | None:
     """The layers' weights for `run`, or None unless every weight is a contiguous CPU tensor in
     `dtype`, or every linear is W8A16 (int8 with float32 scales per output); other quantized
     linears take the per-op path. shapes: each linear's (out, in), as the kernel will read it."""
-    from trtserve.quant.linear import Int8WeightOnly
-
     if dtype not in DTYPES:
         return None
     first = layers[0].qkv if layers else None
-    int8 = isinstance(first, Int8WeightOnly)
+    int8 = _int8_weight_only(first)
     hidden = shapes["dense"][0]
     sizes = {"input_norm": hidden, "post_norm": hidden, **{f + "_bias": shapes[f][0] for f in LINEARS}}
     table = (_Layer * len(layers))()
@@ -61,7 +81,7 @@ def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -
             t = getattr(layer, f)
             if f in LINEARS:
                 if int8:
-                    if not (isinstance(t, Int8WeightOnly) and _cpu(t.scale_f32, torch.float32)):
+                    if not (_int8_weight_only(t) and _cpu(t.scale_f32, torch.float32)):
                         return None
                     setattr(row, f + "_s", t.scale_f32.data_ptr())
                     t = t.weight

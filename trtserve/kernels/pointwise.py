@@ -15,6 +15,20 @@ from trtserve.kernels import native
 SOURCE = Path(__file__).with_name("pointwise.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 MAX_ROWS = 64  # above this torch's vectorised ops win, and their dispatch cost is spread over the rows
+# The layer features (trtserve/models/features.py) these kernels compute or leave alone; the
+# decoder uses them only for models whose features are a subset.
+FEATURES = frozenset(
+    {
+        "rms_norm",  # add_rms_norm
+        "rope_neox",  # rope_kv, over the decoder's cos / signed-sin tables
+        "rope_scaling",  # in those tables
+        "silu_gated_mlp",  # silu_mul over [fc; gate]
+        "qkv_bias",  # the rest happen outside these kernels
+        "mlp_bias",
+        "sliding_window",
+        "tied_embeddings",
+    }
+)
 
 
 # each C function's arguments, by native.function's letters

@@ -1,12 +1,14 @@
 """The decoder forward pass over a flat batch and a paged KV cache, for every family.
 
-Weights come from the engine's model.safetensors (TensorRT-LLM names; fused qkv and fc_gate).
+Weights come from the engine's model.safetensors, named by the family's layout (models/layout.py:
+TensorRT-LLM's names; fused qkv and fc_gate).
 Numerics follow HF transformers (RMSNorm in float32, residuals in the model dtype, logits cast
 to float32) so greedy output matches it token for token.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,14 +17,19 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from trtserve.engine.model_config import ModelConfig
 from trtserve.kernels import attention, decode_layers, dense, pointwise
 from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
-from trtserve.models.config import TORCH_DTYPES, ModelConfig
+from trtserve.models.dtypes import TORCH_DTYPES
 from trtserve.models.kv_cache import PagedKVCache
+from trtserve.models.layout import EMBED, LM_HEAD
+from trtserve.models.registry import family_for_trtllm
 from trtserve.models.rope import Rope
 
-# A linear's weight: a (out, in) tensor, or a quantized kernel object (trtserve/quant/linear.py).
+log = logging.getLogger(__name__)
+
+# A linear's weight: a (out, in) tensor, or a quantized kernel object (trtserve/models/quantized.py).
 Linear = torch.Tensor | Callable[[torch.Tensor, torch.Tensor | None], torch.Tensor]
 
 
@@ -61,30 +68,33 @@ class DecoderModel:
         self.linear = det.linear if deterministic else dense.linear  # F.linear, our kernel at decode
         self.device = device
         self.dtype = TORCH_DTYPES[cfg.dtype]
+        family = family_for_trtllm(cfg.architecture)
+        names = family.layout.engine_names()
         w = {k: v.to(device) for k, v in weights.items()}
-        self.embed = w.pop("transformer.vocab_embedding.weight")  # (vocab, hidden)
-        self.final_norm = w.pop("transformer.ln_f.weight")
-        self.lm_head = w.pop("lm_head.weight", None)
+        self.embed = w.pop(names.module(EMBED) + ".weight")  # (vocab, hidden)
+        self.final_norm = w.pop(names.module("final_norm") + ".weight")
+        self.lm_head = w.pop(names.module(LM_HEAD) + ".weight", None)
         if self.lm_head is None:
             self.lm_head = self.embed
         else:
             self.lm_head = self.lm_head[: cfg.vocab_size]
         self.layers = []
         for i in range(cfg.num_hidden_layers):
-            p = f"transformer.layers.{i}."
+            p = names.layer_prefix.format(i=i)
+            m = {role: p + name for role, name in names.layer.items()}  # this layer's modules by role
             kv_scales = [w.pop(p + f"attention.{x}_cache_scaling_factor", None) for x in "kv"]
             w.pop(p + "attention.kv_cache_scaling_factor", None)  # TensorRT-LLM's max of the two
             self.layers.append(
                 Layer(
-                    input_norm=w.pop(p + "input_layernorm.weight"),
-                    qkv=self._take_linear(w, p + "attention.qkv"),
-                    qkv_bias=w.pop(p + "attention.qkv.bias", None),
-                    dense=self._take_linear(w, p + "attention.dense"),
-                    post_norm=w.pop(p + "post_layernorm.weight"),
-                    fc_gate=self._take_linear(w, p + "mlp.fc_gate"),
-                    fc_gate_bias=w.pop(p + "mlp.fc_gate.bias", None),
-                    proj=self._take_linear(w, p + "mlp.proj"),
-                    proj_bias=w.pop(p + "mlp.proj.bias", None),
+                    input_norm=w.pop(m["input_norm"] + ".weight"),
+                    qkv=self._take_linear(w, m["qkv"]),
+                    qkv_bias=w.pop(m["qkv"] + ".bias", None),
+                    dense=self._take_linear(w, m["dense"]),
+                    post_norm=w.pop(m["post_norm"] + ".weight"),
+                    fc_gate=self._take_linear(w, m["fc_gate"]),
+                    fc_gate_bias=w.pop(m["fc_gate"] + ".bias", None),
+                    proj=self._take_linear(w, m["proj"]),
+                    proj_bias=w.pop(m["proj"] + ".bias", None),
                     kv_scale=None if kv_scales[0] is None else torch.cat(kv_scales),
                 )
             )
@@ -92,7 +102,8 @@ class DecoderModel:
             raise ValueError(f"unused engine weights: {sorted(w)[:5]}")
         self.rope = Rope(cfg, max_positions, self.dtype, device)
         self.scale = cfg.head_size**-0.5
-        # Every layer of a decode step in one C call (plain or W8A16 weights on CPU), else None
+        # Every layer of a decode step in one C call (plain or W8A16 weights on CPU) where it
+        # implements each of the model's layer features, else None
         n_h, n_kv, hd, hidden, inter = (
             cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size, cfg.hidden_size, cfg.intermediate_size
         )  # fmt: skip
@@ -100,14 +111,26 @@ class DecoderModel:
             "qkv": ((n_h + 2 * n_kv) * hd, hidden), "dense": (hidden, n_h * hd), "fc_gate": (2 * inter, hidden),
             "proj": (hidden, inter),
         }  # fmt: skip
-        self.step_weights = None if deterministic else decode_layers.pack(self.layers, self.dtype, shapes)
+        features = family.features_of(cfg)
+        step = not deterministic and self._implements(decode_layers, "the one-call decode step", features)
+        self.step_weights = decode_layers.pack(self.layers, self.dtype, shapes) if step else None
+        # The per-token glue as our C kernels (decode-sized CPU batches) where they fit the model
+        self.use_pointwise = not deterministic and self._implements(pointwise, "the pointwise kernels", features)
+
+    @staticmethod
+    def _implements(kernels, what: str, features: frozenset[str]) -> bool:
+        """Whether a fast path implements every layer feature of the model (logged where not)."""
+        lacks = features - kernels.FEATURES
+        if lacks:
+            log.info("%s not used: no support for this model's %s", what, ", ".join(sorted(lacks)))
+        return not lacks
 
     def _take_linear(self, w: dict[str, torch.Tensor], prefix: str) -> Linear:
         """Pop one linear's tensors: the plain weight, or a quantized kernel built from them all."""
         quant = self.cfg.quantization
         if quant.quant_algo is None:
             return w.pop(prefix + ".weight")  # (out, in): F.linear's layout and the decode kernel's
-        from trtserve.quant.linear import make_linear
+        from trtserve.models.quantized import make_linear
 
         names = [n for n in w if n.startswith(prefix + ".") and not n.endswith(".bias")]
         parts = {n[len(prefix) + 1 :]: w.pop(n) for n in names}
@@ -180,7 +203,7 @@ class DecoderModel:
 
     def _fused(self, x: torch.Tensor) -> bool:
         """Whether the per-token glue runs as our C kernels (decode-sized CPU batches) or torch ops."""
-        return not self.deterministic and pointwise.usable(x)
+        return self.use_pointwise and pointwise.usable(x)
 
     def _add_norm(self, h: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor) -> torch.Tensor:
         """h += delta (in place, in the model dtype), then RMSNorm(h) * w."""

@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import torch
 
-from trtserve.models.config import ModelConfig
-
-# TensorRT-LLM kv_cache_quant_algo -> value dtype, its largest magnitude, and the storage dtype
-# (fp8 bytes are kept as uint8: CPU index_copy_ / index_select do not take float8).
-_KV_STORAGE = {"INT8": (torch.int8, 127.0, torch.int8), "FP8": (torch.float8_e4m3fn, 448.0, torch.uint8)}
+from trtserve.engine.model_config import ModelConfig
+from trtserve.models.quant_formats import KV_CACHE_FORMATS
 
 
 class PagedKVCache:
     """K and V for every layer, as `num_blocks * tokens_per_block` slots of (kv_heads, head_dim).
 
-    With `kv_quant` ("INT8" or "FP8") the slots hold 8-bit values x / scale (per layer, one for K
-    and one for V: the checkpoint's k_ and v_cache_scaling_factor); reads return `dtype` again.
+    With `kv_quant` (a kv_cache_quant_algo of models/quant_formats.py: "INT8", "FP8") the slots hold
+    8-bit values x / scale (per layer, one for K and one for V: the checkpoint's k_ and
+    v_cache_scaling_factor), stored as the format's storage dtype; reads return `dtype` again.
     """
 
     def __init__(
@@ -33,8 +31,12 @@ class PagedKVCache:
         self.dtype = dtype
         self.kv_quant = kv_quant
         self.scales = None if scales is None else scales.to(device)
+        self._format = None
+        if kv_quant:
+            spec = KV_CACHE_FORMATS[kv_quant]
+            self._format = (getattr(torch, spec.value_dtype), spec.limit, getattr(torch, spec.storage_dtype))
         slots = num_blocks * tokens_per_block
-        storage = _KV_STORAGE[kv_quant][2] if kv_quant else dtype
+        storage = self._format[2] if self._format else dtype
         # (layers, 2 [K, V], slots, kv_heads, head_dim)
         # Zeroed, not empty: attention reads whole blocks, and masked slots must hold finite
         # values (a masked NaN still poisons softmax(scores) @ V, since 0 * NaN = NaN).
@@ -48,16 +50,16 @@ class PagedKVCache:
         self.data[layer, 1].index_copy_(0, slots, self._quantize(v, layer, 1))
 
     def _quantize(self, x: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
-        if self.kv_quant is None:
+        if self._format is None:
             return x
-        value, limit, storage = _KV_STORAGE[self.kv_quant]
+        value, limit, storage = self._format  # (value dtype, its largest magnitude, storage dtype)
         x = (x.float() / self.scales[layer, kv]).clamp_(-limit, limit)
-        return (x.round_() if self.kv_quant == "INT8" else x).to(value).view(storage)
+        return (x if value.is_floating_point else x.round_()).to(value).view(storage)
 
     def _dequantize(self, x: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
-        if self.kv_quant is None:
+        if self._format is None:
             return x
-        return (x.view(_KV_STORAGE[self.kv_quant][0]).float() * self.scales[layer, kv]).to(self.dtype)
+        return (x.view(self._format[0]).float() * self.scales[layer, kv]).to(self.dtype)
 
     def gather_blocks(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of the given blocks, (len(block_ids), tokens_per_block, kv_heads, head_dim), in dtype."""

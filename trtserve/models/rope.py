@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from trtserve.models.config import ModelConfig
+from trtserve.engine.model_config import ModelConfig
 
 
 def inv_freq_and_scale(cfg: ModelConfig) -> tuple[torch.Tensor, float]:

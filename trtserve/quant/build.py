@@ -1,24 +1,29 @@
-"""The quantized part of `trtserve build`: ModelOpt quantizes and exports, then the export is
-converted into the engine dir's TensorRT-LLM checkpoint and torch-engine weights."""
+"""The quantized tensors step of `trtserve build`: ModelOpt quantizes and exports, then the export
+is converted into TensorRT-LLM checkpoint tensors, the torch engine's weights and the checkpoint's
+`quantization` section. Writes nothing into the engine dir and changes none of its inputs."""
 
 from __future__ import annotations
 
 import json
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from rich.console import Console
 
-from trtserve.build.config import BuildConfig
-from trtserve.build.layout import ENGINE_WEIGHTS, rank_file
-from trtserve.build.reader import CheckpointReader
-from trtserve.build.safetensors_io import SafetensorsFile, write_safetensors
-from trtserve.models.config import TORCH_DTYPES, ModelConfig, Quantization
-from trtserve.quant.convert import as_specs, engine_tensors, trtllm_tensors
-from trtserve.quant.formats import FORMATS, KV_FORMATS
+from trtserve.engine.model_config import ModelConfig, Quantization
+from trtserve.models.dtypes import TORCH_DTYPES
+from trtserve.models.quant_formats import by_name, kv_by_name
+from trtserve.quant.convert import engine_tensors, trtllm_tensors
+from trtserve.quant.request import QuantRequest, TensorSource
 
-_EXPORT_DIR = ".modelopt-export"  # inside the staged engine dir, removed before it is published
+
+@dataclass
+class QuantizedTensors:
+    quantization: Quantization  # checkpoint/config.json's `quantization`
+    checkpoint: dict[str, torch.Tensor]  # TensorRT-LLM rank 0 (tp=1), fused parts requantized
+    engine_weights: dict[str, torch.Tensor] | None  # the torch engine's model.safetensors; None: not asked for
 
 
 def quantization_config(hf_quant: dict) -> Quantization:
@@ -27,57 +32,64 @@ def quantization_config(hf_quant: dict) -> Quantization:
     return Quantization(**q, exclude_modules=["lm_head"])
 
 
-def build_quantized(
-    reader: CheckpointReader,
+def quantize(
+    reader: TensorSource,
     model: ModelConfig,
-    cfg: BuildConfig,
-    tmp: Path,
+    cfg: QuantRequest,
+    scratch: Path,
     tokenizer_dir: Path,
     console: Console,
-    quiet: bool,
-) -> tuple[int, int]:
-    """Writes checkpoint/rank0.safetensors and model.safetensors into `tmp`; sets
-    `model.quantization`. Returns (checkpoint bytes, engine weight bytes)."""
+    *,
+    engine_weights: bool,
+) -> QuantizedTensors:
+    """Calibrate and quantize the source as `cfg` asks (scratch: a dir for ModelOpt's export,
+    removed again); the torch engine's weights only with `engine_weights`."""
+    spec, _ = by_name(cfg.quant)
+    kv_algo = kv_by_name(cfg.kv_cache_quant).kv_cache_quant_algo if cfg.kv_cache_quant else None
+    hf_quant, hf = _export(reader, model, cfg, scratch, tokenizer_dir, console)
+    expected = (spec.exported_as, kv_algo)
+    got = (hf_quant.get("quant_algo"), hf_quant.get("kv_cache_quant_algo"))
+    if got != expected:
+        raise AssertionError(f"ModelOpt exported {got}, expected {expected}")
+    layers = model.num_hidden_layers
+    ckpt = trtllm_tensors(hf, reader.family, layers, spec.quant_algo, kv_algo)
+    weights = None
+    if engine_weights:
+        unfused = trtllm_tensors(hf, reader.family, layers, spec.quant_algo, kv_algo, requant=False)
+        weights = engine_tensors(unfused, reader.family, model)
+    return QuantizedTensors(quantization_config(hf_quant | {"quant_algo": spec.quant_algo}), ckpt, weights)
+
+
+def _export(
+    reader: TensorSource, model: ModelConfig, cfg: QuantRequest, scratch: Path, tokenizer_dir: Path, console
+) -> tuple[dict, dict[str, torch.Tensor]]:
+    """ModelOpt's hf_quant_config `quantization` and every tensor of its HF export (KV scales included)."""
     from transformers import AutoTokenizer
 
     from trtserve.quant import modelopt_driver as mo
 
-    quant, kv_cache_quant = cfg.quant, cfg.kv_cache_quant
-
     dtype = TORCH_DTYPES[model.dtype]
     hf_model = mo.load_hf_model(reader, model.architecture, dtype)
     tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
-    console.print(f"[bold]Quantizing[/] to {quant}" + (f" with a {kv_cache_quant} KV cache" if kv_cache_quant else ""))
-    mo.quantize(hf_model, tokenizer, cfg, console, quiet)
-    export_dir = tmp / _EXPORT_DIR
-    kv_scales = mo.export(hf_model, dtype, export_dir)
+    kv = cfg.kv_cache_quant
+    console.print(f"[bold]Quantizing[/] to {cfg.quant}" + (f" with a {kv} KV cache" if kv else ""))
+    mo.quantize(hf_model, tokenizer, cfg, console, console.quiet)
+    kv_scales = mo.export(hf_model, dtype, scratch)
     del hf_model
-    hf_quant = json.loads((export_dir / "hf_quant_config.json").read_text())["quantization"]
-    if kv_scales:
-        hf_quant["kv_cache_quant_algo"] = "INT8"
-    expected = (FORMATS[quant].quant_algo, KV_FORMATS[kv_cache_quant][0] if kv_cache_quant else None)
-    got = (hf_quant.get("quant_algo"), hf_quant.get("kv_cache_quant_algo"))
-    if got != expected:
-        raise AssertionError(f"ModelOpt exported {got}, expected {expected}")
-    model.quantization = quantization_config(hf_quant)
-    hf = read_export(export_dir) | kv_scales
-    shutil.rmtree(export_dir)
-    layers = model.num_hidden_layers
-    ckpt = trtllm_tensors(hf, layers, got[0], got[1])
-    if "lm_head.weight" not in ckpt:  # tied: TensorRT-LLM still wants its own copy
-        ckpt["lm_head.weight"] = ckpt["transformer.vocab_embedding.weight"]
-    weights = engine_tensors(trtllm_tensors(hf, layers, got[0], got[1], requant=False))
-    if model.tie_word_embeddings:
-        weights.pop("lm_head.weight", None)
-    ckpt_bytes = write_safetensors(tmp / rank_file(0), as_specs(ckpt))
-    weight_bytes = write_safetensors(tmp / ENGINE_WEIGHTS, as_specs(weights))
-    return ckpt_bytes, weight_bytes
+    try:
+        hf_quant = json.loads((scratch / "hf_quant_config.json").read_text())["quantization"]
+        if kv_scales:  # ModelOpt's export refuses INT8 KV caches, so the driver returned their scales
+            hf_quant["kv_cache_quant_algo"] = kv_by_name(kv).kv_cache_quant_algo
+        return hf_quant, read_export(scratch) | kv_scales
+    finally:
+        shutil.rmtree(scratch)
 
 
 def read_export(export_dir: Path) -> dict[str, torch.Tensor]:
     """Every tensor of a ModelOpt HF export (one file or shards)."""
+    from safetensors.torch import load_file
+
     out: dict[str, torch.Tensor] = {}
     for path in sorted(export_dir.glob("*.safetensors")):
-        f = SafetensorsFile(path)
-        out |= {n: f.load(n) for n in f.keys()}
+        out |= load_file(str(path))
     return out

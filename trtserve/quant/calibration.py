@@ -9,7 +9,7 @@ from pathlib import Path
 
 import torch
 
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 # Fixed order, so the default text (and every build) is reproducible on one Python version.
 _STDLIB_MODULES = (

@@ -3,11 +3,11 @@ build fails in one sentence before minutes of calibration (ModelOpt itself only 
 
 from __future__ import annotations
 
-from trtserve.build.config import BuildConfig
-from trtserve.errors import UserError
-from trtserve.models.config import ModelConfig
+from trtserve.engine.errors import UserError
+from trtserve.engine.model_config import ModelConfig
+from trtserve.models.quant_formats import GROUP_SIZES, QUANT_FORMATS, by_name, grouped_names, quant_names
 from trtserve.quant.calibration import read_text_file
-from trtserve.quant.formats import FORMATS, GROUPED
+from trtserve.quant.request import QuantRequest
 
 
 def in_features(cfg: ModelConfig) -> dict[str, int]:
@@ -20,52 +20,67 @@ def in_features(cfg: ModelConfig) -> dict[str, int]:
 
 
 def formats_that_fit(cfg: ModelConfig) -> list[str]:
-    """Format names (int4 ones with the --group-size they need, where 128 does not fit)."""
+    """--quant values (int4 ones with the --group-size they need, where the default does not fit)."""
     widths = in_features(cfg).values()
     fits = []
-    for name, fmt in FORMATS.items():
-        for group in (128, 64) if name in GROUPED else (fmt.block,):
-            if all(w % fmt.with_group_size(group).block == 0 for w in widths):
-                fits.append(name if group == fmt.block else f"{name} --group-size {group}")
-                break
+    for spec in QUANT_FORMATS.values():
+        for recipe in spec.recipes:
+            for block in spec.group_sizes or (spec.block,):
+                if all(w % block == 0 for w in widths):
+                    fits.append(recipe.name if block == spec.block else f"{recipe.name} --group-size {block}")
+                    break
     return fits
 
 
-def check_quant(cfg: ModelConfig, build: BuildConfig) -> None:
+def smoothquant_names() -> list[str]:
+    return [r.name for s in QUANT_FORMATS.values() for r in s.recipes if r.smoothquant]
+
+
+def check_quant(cfg: ModelConfig, build: QuantRequest) -> None:
     """Raise a UserError naming what cannot work and what can; reads --calib-data once to check it."""
-    quant, kv_cache_quant, tp_size, calib_data = build.quant, build.kv_cache_quant, build.tp_size, build.calib_data
-    group_size = build.group_size
-    if build.smoothquant_alpha is not None and quant != "w8a8_sq":
-        raise UserError(
-            f"--smoothquant-alpha applies to --quant w8a8_sq only, not to "
-            f"{f'--quant {quant}' if quant else 'an unquantized build'}; drop it or use --quant w8a8_sq"
-        )
-    if group_size != 128 and quant not in GROUPED:
-        raise UserError(
-            f"--group-size {group_size} applies to int4 groups ({', '.join(GROUPED)}), not to "
-            f"{f'--quant {quant}' if quant else 'an unquantized build'}; "
-            "drop --group-size or pick one of those formats"
-        )
+    _check_format_flags(build)
+    quant = build.quant
     if quant is None:
-        if calib_data is not None:
+        if build.calib_data is not None:
             raise UserError("--calib-data is only used with --quant; add --quant or drop --calib-data")
-        if kv_cache_quant is not None:
+        if build.kv_cache_quant is not None:
             raise UserError(
-                f"--kv-cache-quant {kv_cache_quant} needs a weight format too; add --quant (one of {', '.join(FORMATS)})"
+                f"--kv-cache-quant {build.kv_cache_quant} needs a weight format too; "
+                f"add --quant (one of {', '.join(quant_names())})"
             )
         return
-    fmt = FORMATS[quant].with_group_size(group_size)
-    bad = {k: v for k, v in in_features(cfg).items() if v % fmt.block}
+    block = by_name(quant)[0].block_for(build.group_size)
+    bad = {k: v for k, v in in_features(cfg).items() if v % block}
     if bad:
         what = ", ".join(f"{k} = {v}" for k, v in bad.items())
         fits = ", ".join(formats_that_fit(cfg)) or "none"
         raise UserError(
-            f"--quant {quant} needs every linear's in-features divisible by {fmt.block}, but {what}; "
+            f"--quant {quant} needs every linear's in-features divisible by {block}, but {what}; "
             f"formats that work for this model: {fits}"
         )
-    if tp_size != 1:
-        raise UserError(f"--quant {quant} builds tp-size 1 checkpoints only; drop --tp-size {tp_size}")
-    if calib_data is not None:
-        text = read_text_file(calib_data)
+    if build.tp_size != 1:
+        raise UserError(f"--quant {quant} builds tp-size 1 checkpoints only; drop --tp-size {build.tp_size}")
+    if build.calib_data is not None:
+        text = read_text_file(build.calib_data)
         if not text.strip():
-            raise UserError(f"--calib-data {calib_data} holds no text; give a .txt file or .jsonl with 'text' fields")
+            raise UserError(
+                f"--calib-data {build.calib_data} holds no text; give a .txt file or .jsonl with 'text' fields"
+            )
+
+
+def _check_format_flags(build: QuantRequest) -> None:
+    """--smoothquant-alpha and --group-size only with the formats that take them."""
+    quant = build.quant
+    what = f"--quant {quant}" if quant else "an unquantized build"
+    smooth = smoothquant_names()
+    if build.smoothquant_alpha is not None and quant not in smooth:
+        raise UserError(
+            f"--smoothquant-alpha applies to --quant {' / '.join(smooth)} only, not to {what}; "
+            f"drop it or use --quant {' / '.join(smooth)}"
+        )
+    grouped = grouped_names()
+    if build.group_size != GROUP_SIZES[0] and quant not in grouped:
+        raise UserError(
+            f"--group-size {build.group_size} applies to int4 groups ({', '.join(grouped)}), not to {what}; "
+            "drop --group-size or pick one of those formats"
+        )

@@ -15,15 +15,14 @@ import torch
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from trtserve.build.config import BuildConfig
-from trtserve.build.reader import CheckpointReader
+from trtserve.models.quant_formats import by_name, kv_by_name
 from trtserve.quant.calibration import calibration_batches
-from trtserve.quant.formats import FORMATS, modelopt_config
+from trtserve.quant.request import QuantRequest, TensorSource
 
 _IGNORABLE_SUFFIXES = ("rotary_emb.inv_freq",)
 
 
-def load_hf_model(reader: CheckpointReader, architecture: str, dtype: torch.dtype) -> torch.nn.Module:
+def load_hf_model(reader: TensorSource, architecture: str, dtype: torch.dtype) -> torch.nn.Module:
     """The source as a transformers model (HF dir or GGUF alike: tensors come from the reader)."""
     from transformers import AutoModelForCausalLM
 
@@ -38,13 +37,13 @@ def load_hf_model(reader: CheckpointReader, architecture: str, dtype: torch.dtyp
     return model.eval()
 
 
-def quantize(model: torch.nn.Module, tokenizer, cfg: BuildConfig, console: Console, quiet: bool) -> torch.nn.Module:
+def quantize(model: torch.nn.Module, tokenizer, cfg: QuantRequest, console: Console, quiet: bool) -> torch.nn.Module:
     """Calibrate and fake-quantize `model` in place with ModelOpt as `cfg` (its quant, KV-cache,
     calibration, group-size and SmoothQuant settings) says; returns it."""
     with _quiet_modelopt():  # it warns on import about untested transformers versions
         import modelopt.torch.quantization as mtq
 
-    calibrated = FORMATS[cfg.quant].calibrated or cfg.kv_cache_quant is not None
+    calibrated = by_name(cfg.quant)[1].calibrated or cfg.kv_cache_quant is not None
     loop: Callable | None = None
     if calibrated:
         batches = calibration_batches(tokenizer, cfg.calib_data, cfg.calib_size, cfg.calib_seq_len)
@@ -53,6 +52,29 @@ def quantize(model: torch.nn.Module, tokenizer, cfg: BuildConfig, console: Conso
     with _quiet_modelopt(), torch.inference_mode(False), torch.no_grad():
         mtq.quantize(model, recipe, loop)
     return model
+
+
+def modelopt_config(
+    quant: str, kv_cache_quant: str | None, group_size: int = 128, smoothquant_alpha: float | None = None
+) -> dict:
+    """The `mtq.quantize` config for a --quant value (its recipe's ModelOpt config), with the int4
+    group size and the KV-cache quantizers applied. smoothquant_alpha None: 0.5, TensorRT-LLM's
+    smoothquant_val (ModelOpt's own default is 1.0)."""
+    import modelopt.torch.quantization as mtq
+
+    spec, recipe = by_name(quant)
+    cfg = copy.deepcopy(getattr(mtq, recipe.modelopt_cfg))
+    if spec.group_sizes:
+        for entry in cfg["quant_cfg"]:
+            if entry["quantizer_name"] == "*weight_quantizer":
+                entry["cfg"]["block_sizes"][-1] = group_size
+    if recipe.smoothquant:
+        alpha = 0.5 if smoothquant_alpha is None else smoothquant_alpha
+        cfg["algorithm"] = {"method": "smoothquant", "alpha": alpha}
+    if kv_cache_quant:
+        kv = {"quantizer_name": "*[kv]_bmm_quantizer", "cfg": dict(kv_by_name(kv_cache_quant).modelopt_quantizer)}
+        cfg["quant_cfg"] = [*cfg["quant_cfg"], kv]
+    return cfg
 
 
 def export(model: torch.nn.Module, dtype: torch.dtype, dest: Path) -> dict[str, torch.Tensor]:

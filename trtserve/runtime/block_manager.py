@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 from array import array
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 
@@ -51,10 +51,10 @@ class BlockManager:
         self._key: list[bytes | None] = [None] * num_blocks  # prefix key a block holds, if any
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self._cached: dict[bytes, int] = {}  # prefix key -> block id
-        self._tables: dict[str, list[int]] = {}  # request id -> block ids
-        self._num_tokens: dict[str, int] = {}  # request id -> token slots in use
-        self._chain: dict[str, list[bytes]] = {}  # request id -> keys of its full, hashed blocks
-        self._salt: dict[str, str | None] = {}
+        self._tables: dict[Hashable, list[int]] = {}  # sequence -> block ids
+        self._num_tokens: dict[Hashable, int] = {}  # sequence -> token slots in use
+        self._chain: dict[Hashable, list[bytes]] = {}  # sequence -> keys of its full, hashed blocks
+        self._salt: dict[Hashable, str | None] = {}
         self.prefix_queries = 0
         self.prefix_hits = 0
         self._cached_free = 0  # free blocks holding a prefix key, kept in step so stats() is O(requests)
@@ -68,11 +68,11 @@ class BlockManager:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
-    def block_table(self, request_id: str) -> list[int]:
-        return self._tables[request_id]
+    def block_table(self, seq: Hashable) -> list[int]:
+        return self._tables[seq]
 
-    def has(self, request_id: str) -> bool:
-        return request_id in self._tables
+    def has(self, seq: Hashable) -> bool:
+        return seq in self._tables
 
     def ref_count(self, block: int) -> int:
         return self._ref[block]
@@ -95,9 +95,9 @@ class BlockManager:
         return hits
 
     # ---- allocation ----------------------------------------------------------------------
-    def allocate(self, request_id: str, cached_blocks: list[int], num_tokens: int, salt: str | None = None) -> bool:
+    def allocate(self, seq: Hashable, cached_blocks: list[int], num_tokens: int, salt: str | None = None) -> bool:
         """Give a new request the cached prefix blocks plus new ones for `num_tokens` slots in all."""
-        assert request_id not in self._tables, request_id
+        assert seq not in self._tables, seq
         need = self.blocks_for(num_tokens) - len(cached_blocks)
         # Cached blocks that are free leave the free pool when taken.
         reclaimed = sum(1 for b in cached_blocks if self._ref[b] == 0)
@@ -106,28 +106,28 @@ class BlockManager:
         for b in cached_blocks:
             self._take(b)
         table = list(cached_blocks) + [self._pop_free() for _ in range(max(need, 0))]
-        self._tables[request_id] = table
-        self._num_tokens[request_id] = num_tokens
-        self._salt[request_id] = salt
-        self._chain[request_id] = [self._key[b] for b in cached_blocks]  # type: ignore[misc]
+        self._tables[seq] = table
+        self._num_tokens[seq] = num_tokens
+        self._salt[seq] = salt
+        self._chain[seq] = [self._key[b] for b in cached_blocks]  # type: ignore[misc]
         return True
 
-    def append_slots(self, request_id: str, num_tokens: int) -> bool:
+    def append_slots(self, seq: Hashable, num_tokens: int) -> bool:
         """Grow a request's table to hold `num_tokens` slots; False (and no change) if blocks ran out."""
-        table = self._tables[request_id]
+        table = self._tables[seq]
         need = self.blocks_for(num_tokens) - len(table)
         if need > len(self._free):
             return False
         table.extend(self._pop_free() for _ in range(max(need, 0)))
-        self._num_tokens[request_id] = max(num_tokens, self._num_tokens[request_id])
+        self._num_tokens[seq] = max(num_tokens, self._num_tokens[seq])
         return True
 
-    def commit(self, request_id: str, token_ids: Sequence[int], num_computed: int) -> None:
+    def commit(self, seq: Hashable, token_ids: Sequence[int], num_computed: int) -> None:
         """Register the request's blocks that became full (num_computed tokens are in the cache)."""
         if not self.enable_prefix_caching:
             return
-        chain, table = self._chain[request_id], self._tables[request_id]
-        key = chain[-1] if chain else chain_root(self.namespace, self._salt[request_id])
+        chain, table = self._chain[seq], self._tables[seq]
+        key = chain[-1] if chain else chain_root(self.namespace, self._salt[seq])
         for i in range(len(chain), num_computed // self.block_size):
             key = block_key(key, token_ids[i * self.block_size : (i + 1) * self.block_size])
             chain.append(key)
@@ -136,19 +136,19 @@ class BlockManager:
                 self._cached[key] = block
                 self._key[block] = key
 
-    def fork(self, parent_id: str, child_id: str, num_tokens: int) -> list[tuple[int, int]]:
+    def fork(self, parent: Hashable, child: Hashable, num_tokens: int) -> list[tuple[int, int]]:
         """Share the parent's full blocks with a child; copy its partial last block.
 
         Returns (src, dst) block copies the runner must perform; raises MemoryError if no block
         is free for the copy (the caller reserved enough before forking).
         """
-        table = self._tables[parent_id]
+        table = self._tables[parent]
         full = num_tokens // self.block_size
         shared = table[:full]
         copies = []
         for b in shared:
             self._take(b)
-        child = list(shared)
+        table_child = list(shared)
         if num_tokens % self.block_size:
             if not self._free:
                 for b in shared:
@@ -156,21 +156,21 @@ class BlockManager:
                 raise MemoryError("no free KV block to fork into")
             dst = self._pop_free()
             copies.append((table[full], dst))
-            child.append(dst)
-        self._tables[child_id] = child
-        self._num_tokens[child_id] = num_tokens
-        self._salt[child_id] = self._salt[parent_id]
-        self._chain[child_id] = list(self._chain[parent_id][:full])
+            table_child.append(dst)
+        self._tables[child] = table_child
+        self._num_tokens[child] = num_tokens
+        self._salt[child] = self._salt[parent]
+        self._chain[child] = list(self._chain[parent][:full])
         return copies
 
-    def free(self, request_id: str) -> None:
+    def free(self, seq: Hashable) -> None:
         """Release a request's blocks, tail first, so the LRU evicts a prefix's tail before its head."""
-        table = self._tables.pop(request_id, None)
+        table = self._tables.pop(seq, None)
         if table is None:
             return
         for b in reversed(table):
             self._release(b)
-        del self._num_tokens[request_id], self._chain[request_id], self._salt[request_id]
+        del self._num_tokens[seq], self._chain[seq], self._salt[seq]
 
     # ---- internals -----------------------------------------------------------------------
     def _take(self, block: int) -> None:
@@ -207,7 +207,7 @@ class BlockManager:
         used = self.num_blocks - len(self._free)
         cached = self._cached_free
         slots = used * self.block_size
-        unfilled = sum(max(len(t) * self.block_size - self._num_tokens[rid], 0) for rid, t in self._tables.items())
+        unfilled = sum(max(len(t) * self.block_size - self._num_tokens[seq], 0) for seq, t in self._tables.items())
         return BlockStats(
             num_blocks=self.num_blocks,
             used=used,
@@ -233,8 +233,8 @@ class BlockManager:
         assert sum(k is not None for k in self._key) == len(self._cached)
         assert self._cached_free == sum(1 for b in self._free if self._key[b] is not None)
         filled: dict[int, int] = {}  # the waste, recounted per block over every table holding it
-        for rid, table in self._tables.items():
-            n = self._num_tokens[rid]
+        for seq, table in self._tables.items():
+            n = self._num_tokens[seq]
             for i, b in enumerate(table):
                 filled[b] = max(filled.get(b, 0), min(self.block_size, max(n - i * self.block_size, 0)))
         slots = (self.num_blocks - len(self._free)) * self.block_size

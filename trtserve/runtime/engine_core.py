@@ -1,7 +1,8 @@
 """The torch engine's step loop, synchronous: schedule -> run -> sample -> update.
 
 Single-threaded by design; the async backend (backends/torch_engine.py) drives it from its own
-thread. A request of n sequences is tracked as a group keyed by the caller's request id.
+thread. A request of n sequences is tracked as a group keyed by its RequestId; each sequence is a
+Request keyed by its SequenceId.
 """
 
 from __future__ import annotations
@@ -14,15 +15,16 @@ import time
 import psutil
 import torch
 
-from trtserve.backends.base import EngineStats, GenerateRequest, TokenDelta
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
+from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, TokenDelta
+from trtserve.engine.rules import check_request, finish_reason
+from trtserve.engine.run_config import RuntimeConfig
 from trtserve.runtime.block_manager import BlockManager
-from trtserve.runtime.config import RuntimeConfig
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.runner import ModelRunner, StepLogits
 from trtserve.runtime.sampler import SampleRow, logprobs_of, sample
-from trtserve.runtime.scheduler import Scheduler, SchedulerConfig
+from trtserve.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
 
 log = logging.getLogger(__name__)
 
@@ -76,66 +78,52 @@ class EngineCore:
         self.blocks = BlockManager(num_blocks, bs, engine_fingerprint(engine), cfg.enable_prefix_caching)
         self.scheduler = Scheduler(self.sched_config, self.blocks)
         self.runner = ModelRunner(engine.model, engine.model.new_kv_cache(num_blocks, bs), self.blocks)
-        self.groups: dict[str, list[Request]] = {}
+        self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
-        self._pending_copies: list[tuple[int, int]] = []  # KV block copies owed to forked sequences
-        self._prompt_acc: dict[str, list] = {}  # request id -> prompt logprobs gathered so far
         self.steps = self.prompt_tokens = self.generated_tokens = 0
 
     # ---- requests --------------------------------------------------------------------------
     def check(self, req: GenerateRequest) -> None:
         """Raise UserError if the request can never run on this engine."""
-        n = len(req.prompt_token_ids)
-        if n == 0:
-            raise UserError("the prompt is empty; send at least one token")
-        if n + req.params.max_tokens > self.max_seq_len:
-            raise UserError(
-                f"the prompt ({n} tokens) plus max_tokens ({req.params.max_tokens}) exceeds the engine's max_seq_len "
-                f"({self.max_seq_len}); shorten the prompt or lower max_tokens"
-            )
         vocab = self.engine.config.pretrained_config.vocab_size
-        if any(t < 0 or t >= vocab for t in req.prompt_token_ids):
-            raise UserError(f"prompt token ids must lie in [0, {vocab})")
+        check_request(
+            req, max_seq_len=self.max_seq_len, vocab_size=vocab, max_batch_size=self.sched_config.max_batch_size
+        )
+        n = len(req.prompt_token_ids)
         blocks_needed = req.params.n * self.blocks.blocks_for(n + req.params.max_tokens)
         if blocks_needed > self.blocks.num_blocks:
             raise UserError(
                 f"the request needs {blocks_needed} KV blocks but the cache has {self.blocks.num_blocks}; "
                 "lower max_tokens or n, or give the server a larger kv_cache_memory"
             )
-        if req.params.n > self.sched_config.max_batch_size:
-            raise UserError(
-                f"n ({req.params.n}) exceeds the engine's max_batch_size ({self.sched_config.max_batch_size})"
-            )
 
     def add_request(self, req: GenerateRequest) -> None:
         self.check(req)
         if req.request_id in self.groups:
-            raise UserError(f"request id {req.request_id!r} is already in use")
+            raise ValueError(f"{req.request_id} was added twice")  # RequestIds are unique: a bug if seen
         r = Request(
-            req.request_id, list(req.prompt_token_ids), req.params, next(self._arrival), req.priority, req.cache_salt
+            SequenceId(req.request_id),
+            list(req.prompt_token_ids),
+            req.params,
+            next(self._arrival),
+            req.priority,
+            req.cache_salt,
+            prompt_logprobs=[None] * len(req.prompt_token_ids) if req.params.prompt_logprobs is not None else None,
         )
         r.arrival_time = time.monotonic()
         r.make_generator()
         self.groups[req.request_id] = [r]
         self.scheduler.add(r)
 
-    def abort(self, request_id: str) -> list[TokenDelta]:
-        """Finish every sequence of the request now; its blocks are free when this returns."""
+    def abort(self, request_id: RequestId, index: int | None = None) -> list[TokenDelta]:
+        """Finish every sequence of the request (or only sequence `index`) now; their blocks are
+        free when this returns."""
         deltas = []
-        for r in self.groups.pop(request_id, []):
-            if not r.is_finished:
+        for r in list(self.groups.get(request_id, [])):
+            if (index is None or r.index == index) and not r.is_finished:
                 self.scheduler.finish(r, "abort")
                 deltas.append(self._delta(r, [], None))
-        return deltas
-
-    def abort_sequence(self, request_id: str, index: int) -> list[TokenDelta]:
-        """Finish one sequence of a request (its stop string matched); the others go on."""
-        deltas = []
-        for r in self.groups.get(request_id, []):
-            if r.index == index and not r.is_finished:
-                self.scheduler.finish(r, "abort")
-                self._drop_if_done(r)
-                deltas.append(self._delta(r, [], None))
+        self._drop_if_done(request_id)
         return deltas
 
     def has_unfinished(self) -> bool:
@@ -148,88 +136,70 @@ class EngineCore:
             return []
         self.steps += 1
         try:
-            self.runner.kv.copy_blocks(self._pending_copies)
-            self._pending_copies = []
             logits = self.runner.execute(out)
         except Exception as err:  # a failed step fails the requests it touched, not the engine
             log.exception("engine step failed")
             return [d for c in out.chunks for d in self._fail(c.request, err)]
-        deltas: list[TokenDelta] = []
-        sampling = []
-        for c in out.chunks:
-            r = c.request
-            if r.num_computed_tokens < r.num_prompt_tokens:
-                self.prompt_tokens += min(c.num_new_tokens, r.num_prompt_tokens - r.num_computed_tokens)
-            r.num_computed_tokens += c.num_new_tokens
-            self.blocks.commit(r.request_id, r.all_token_ids, r.num_computed_tokens)
-            if r.request_id in logits.sample_row:
-                sampling.append(r)
+        self.prompt_tokens += self.scheduler.update(out)
         prompt_lps = self._prompt_logprobs(out, logits)
+        sampling = [(c.request, row) for c, row in zip(out.chunks, logits.sample_row, strict=True) if row is not None]
         try:
-            tokens, lps = self._sample(sampling, logits)
+            tokens, lps = self._sample([r for r, _ in sampling], logits.logits[[row for _, row in sampling]])
         except Exception as err:
             log.exception("sampling failed")
-            return [d for r in sampling for d in self._fail(r, err)]
-        for r, tok, lp in zip(sampling, tokens, lps, strict=True):
-            children = self._fork(r, logits) if r.params.n > 1 and not r.forked else []
-            deltas.append(self._emit(r, tok, lp, prompt_lps.get(r.request_id)))
+            return [d for r, _ in sampling for d in self._fail(r, err)]
+        deltas: list[TokenDelta] = []
+        for (r, row), tok, lp in zip(sampling, tokens, lps, strict=True):
+            children = self._fork(r, logits.logits[[row]]) if r.params.n > 1 and not r.forked else []
+            deltas.append(self._emit(r, tok, lp, prompt_lps.get(r.seq)))
             for child, (ctok, clp) in children:
                 deltas.append(self._emit(child, ctok, clp, None))
         return deltas
 
-    def _sample(self, reqs: list[Request], logits: StepLogits):
+    def _sample(self, reqs: list[Request], rows):
+        """rows: (len(reqs), vocab) logits, one row per request."""
         if not reqs:
             return [], []
-        rows = logits.logits[[logits.sample_row[r.request_id] for r in reqs]]  # (S, vocab)
         return sample(rows, [self._row(r) for r in reqs])
 
     def _row(self, r: Request) -> SampleRow:
         banned = list(r.params.stop_token_ids) + ([] if r.params.ignore_eos else sorted(self.engine.eos_token_ids))
         return SampleRow(r.params, r.prompt_token_ids, r.output_token_ids, r.generator, banned)
 
-    def _prompt_logprobs(self, out, logits: StepLogits) -> dict[str, list]:
-        """Accumulate prompt logprobs across chunks; returns those completed this step."""
+    def _prompt_logprobs(self, out: SchedulerOutput, logits: StepLogits) -> dict[SequenceId, list]:
+        """Record the prompt logprobs each chunk computed; returns the lists completed this step."""
         done = {}
-        for c in out.chunks:
+        for c, first in zip(out.chunks, logits.prompt_rows, strict=True):
             r = c.request
-            if r.request_id in logits.prompt_rows:
-                first, pos = logits.prompt_rows[r.request_id]
-                last = min(r.num_computed_tokens - 1, r.num_prompt_tokens - 2)
-                logp = torch.log_softmax(logits.logits[first : first + last - pos + 1], dim=-1)
-                acc = self._prompt_acc.setdefault(r.request_id, [None])
-                for j, p in enumerate(range(pos, last + 1)):
-                    acc.append(logprobs_of(logp[j], r.prompt_token_ids[p + 1], r.params.prompt_logprobs or 0))
-            if (
-                r.params.prompt_logprobs is not None
-                and not r.prompt_logprobs_done
-                and r.num_computed_tokens >= r.num_prompt_tokens
-            ):
-                r.prompt_logprobs_done = True
-                done[r.request_id] = self._prompt_acc.pop(r.request_id, [None])
+            if r.prompt_logprobs is None:
+                continue
+            positions = c.prompt_logprob_positions
+            if first is not None:
+                logp = torch.log_softmax(logits.logits[first : first + len(positions)], dim=-1)
+                for j, pos in enumerate(positions):
+                    r.prompt_logprobs[pos + 1] = logprobs_of(
+                        logp[j], r.prompt_token_ids[pos + 1], r.params.prompt_logprobs or 0
+                    )
+            if c.completes_prompt:
+                done[r.seq], r.prompt_logprobs = r.prompt_logprobs, None
         return done
 
-    def _fork(self, parent: Request, logits: StepLogits) -> list[tuple[Request, tuple[int, object]]]:
-        """Split a request of n sequences after its prompt: children share the prompt's blocks."""
-        parent.forked = True
+    def _fork(self, parent: Request, row: torch.Tensor) -> list[tuple[Request, tuple[int, object]]]:
+        """Split a request of n sequences after its prompt: children share the prompt's blocks.
+        row: (1, vocab) the parent's sampling logits, which each child samples on its own."""
         children = []
         for i in range(1, parent.params.n):
             child = Request(
-                f"{parent.request_id}#{i}",
+                SequenceId(parent.seq.request, i),
                 parent.prompt_token_ids,
                 parent.params.model_copy(update={"n": 1}),
                 parent.arrival,
                 parent.priority,
                 parent.cache_salt,
-                index=i,
-                num_computed_tokens=parent.num_computed_tokens,
-                num_cached_tokens=parent.num_cached_tokens,
-                prompt_logprobs_done=True,
             )
             child.make_generator()
-            self._pending_copies += self.blocks.fork(parent.request_id, child.request_id, parent.num_computed_tokens)
-            self.scheduler.add_running(child)
-            self.groups[parent.request_id].append(child)
-            row = logits.logits[[logits.sample_row[parent.request_id]]]
+            self.scheduler.fork(parent, child)
+            self.groups[parent.seq.request].append(child)
             tok, lp = sample(row, [self._row(child)])
             children.append((child, (tok[0], lp[0])))
         return children
@@ -237,38 +207,32 @@ class EngineCore:
     def _emit(self, r: Request, token: int, lp, prompt_lps) -> TokenDelta:
         r.output_token_ids.append(token)
         self.generated_tokens += 1
-        p = r.params
-        finish = None
-        if token in p.stop_token_ids:
-            finish, r.stop_reason = "stop", token
-        elif not p.ignore_eos and token in self.engine.eos_token_ids:
-            finish = "stop"
-        elif len(r.output_token_ids) >= p.max_tokens or r.num_tokens >= self.max_seq_len:
-            finish = "length"
+        finish, r.stop_reason = finish_reason(
+            token, len(r.output_token_ids), r.num_tokens, r.params, self.engine.eos_token_ids, self.max_seq_len
+        )
         if finish:
             self.scheduler.finish(r, finish)
-            self._drop_if_done(r)
+            self._drop_if_done(r.seq.request)
         return self._delta(r, [token], [lp] if lp is not None else None, prompt_lps)
 
     def _fail(self, r: Request, err: Exception) -> list[TokenDelta]:
         self.scheduler.finish(r, "error")
-        self._drop_if_done(r)
+        self._drop_if_done(r.seq.request)
         d = self._delta(r, [], None)
         d.error = f"{type(err).__name__}: {err}"
         return [d]
 
-    def _drop_if_done(self, r: Request) -> None:
+    def _drop_if_done(self, request_id: RequestId) -> None:
         # A parent forks before its first token is emitted, so a group whose members have all
         # finished will never grow again.
-        group_id = r.request_id.split("#", 1)[0]
-        if all(x.is_finished for x in self.groups.get(group_id, [])):
-            self.groups.pop(group_id, None)
+        if all(x.is_finished for x in self.groups.get(request_id, [])):
+            self.groups.pop(request_id, None)
 
     def _delta(self, r: Request, tokens, lps, prompt_lps=None) -> TokenDelta:
         first = len(r.output_token_ids) == len(tokens)
         queued = (r.scheduled_time or time.monotonic()) - r.arrival_time if first else None
         return TokenDelta(
-            request_id=r.request_id.split("#", 1)[0],
+            request_id=r.seq.request,
             index=r.index,
             token_ids=tokens,
             logprobs=lps,

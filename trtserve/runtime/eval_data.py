@@ -6,7 +6,7 @@ import json
 from importlib import resources
 from pathlib import Path
 
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 DEFAULT_TEXT = "eval_text.txt"  # package data of trtserve.runtime: self-written prose and some code
 DOC_SEPARATOR = "\n\n"  # joins the documents of a JSONL file into one stream

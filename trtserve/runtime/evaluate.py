@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 from trtserve.runtime import eval_data
 from trtserve.runtime.loader import LoadedEngine, load_engine
 from trtserve.runtime.scorer import WindowScorer

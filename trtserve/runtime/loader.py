@@ -8,9 +8,10 @@ from pathlib import Path
 
 import torch
 
-from trtserve.build.layout import ENGINE_WEIGHTS, TOKENIZER_DIR, EngineConfig, read_engine_config
-from trtserve.build.manifest import Manifest, verify_engine_dir
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
+from trtserve.engine.layout import ENGINE_WEIGHTS, TOKENIZER_DIR, EngineConfig, read_engine_config
+from trtserve.engine.manifest import Manifest, verify_engine_dir
+from trtserve.engine.rules import load_tokenizer
 from trtserve.models.decoder import DecoderModel
 
 log = logging.getLogger(__name__)
@@ -27,8 +28,6 @@ class LoadedEngine:
 
 
 def load_engine(engine_dir: str | Path, device: str | None = None, deterministic: bool = False) -> LoadedEngine:
-    from transformers import AutoTokenizer, GenerationConfig
-
     path = Path(engine_dir)
     manifest = verify_engine_dir(path)
     if manifest.backend != "torch":
@@ -41,13 +40,5 @@ def load_engine(engine_dir: str | Path, device: str | None = None, deterministic
     model = DecoderModel.load(
         path / ENGINE_WEIGHTS, config.pretrained_config, config.build_config.max_seq_len, dev, deterministic
     )
-    tokenizer = AutoTokenizer.from_pretrained(str(path / TOKENIZER_DIR))
-    eos = set()
-    if tokenizer.eos_token_id is not None:
-        eos.add(tokenizer.eos_token_id)
-    try:
-        gen_eos = GenerationConfig.from_pretrained(str(path / TOKENIZER_DIR)).eos_token_id
-        eos.update(gen_eos if isinstance(gen_eos, list) else [gen_eos] if gen_eos is not None else [])
-    except OSError:
-        pass  # no generation_config.json
+    tokenizer, eos = load_tokenizer(path / TOKENIZER_DIR)
     return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos))

@@ -1,4 +1,9 @@
-"""A request's state inside the torch engine. The scheduler and engine core own it."""
+"""One sequence's state inside the torch engine.
+
+Owners: the scheduler writes the scheduling state (status, num_computed_tokens, num_cached_tokens,
+scheduled_time, forked); the engine core writes the output (output_token_ids, prompt_logprobs,
+finish_reason via the scheduler's `finish`). Nothing else writes a Request.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.messages import SequenceId
+from trtserve.engine.sampling import SamplingParams, TokenLogprob
 
 
 class Status(enum.Enum):
@@ -18,13 +24,12 @@ class Status(enum.Enum):
 
 @dataclass
 class Request:
-    request_id: str  # unique in the engine; a forked sequence is "<parent>#<index>"
+    seq: SequenceId  # (engine request, index among its n sequences); the key of its KV blocks
     prompt_token_ids: list[int]
     params: SamplingParams
     arrival: int  # admission order (monotonic counter), for FCFS
     priority: float = 0.0  # higher is served first
     cache_salt: str | None = None
-    index: int = 0  # which of the n sequences of its prompt
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at first admission
@@ -34,9 +39,18 @@ class Request:
     stop_reason: int | None = None  # the stop token id that ended it
     generator: torch.Generator | None = None
     forked: bool = False  # n > 1 children have been created
-    prompt_logprobs_done: bool = False
+    prompt_logprobs: list[TokenLogprob | None] | None = None  # gathered chunk by chunk; None: not wanted or sent
     arrival_time: float = 0.0  # time.monotonic() when added
     scheduled_time: float | None = None  # time.monotonic() when first admitted to the batch
+
+    @property
+    def index(self) -> int:
+        return self.seq.index
+
+    @property
+    def wants_prompt_logprobs(self) -> bool:
+        """Prompt logprobs are still being gathered (they need every prompt position computed)."""
+        return self.prompt_logprobs is not None
 
     @property
     def num_tokens(self) -> int:

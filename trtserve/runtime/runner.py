@@ -16,8 +16,8 @@ from trtserve.runtime.scheduler import SchedulerOutput
 @dataclass
 class StepLogits:
     logits: torch.Tensor  # (N, vocab) float32
-    sample_row: dict[str, int]  # request id -> row of the logits it samples from
-    prompt_rows: dict[str, tuple[int, int]]  # request id -> (first row, prompt position of that row)
+    sample_row: list[int | None]  # per chunk of the step: the row it samples from, if it samples
+    prompt_rows: list[int | None]  # per chunk: the row of its first prompt-logprob position, if any
 
 
 class ModelRunner:
@@ -25,25 +25,19 @@ class ModelRunner:
         self.model, self.kv, self.blocks = model, kv, blocks
 
     def execute(self, step: SchedulerOutput) -> StepLogits:
+        self.kv.copy_blocks(step.block_copies)
         seqs, rows_per_seq = [], []
-        sample_row: dict[str, int] = {}
-        prompt_rows: dict[str, tuple[int, int]] = {}
+        sample_row: list[int | None] = []
+        prompt_rows: list[int | None] = []
         n_rows = 0
         for c in step.chunks:
             r = c.request
-            start = r.num_computed_tokens
-            end = start + c.num_new_tokens
-            seqs.append(SeqChunk(r.all_token_ids[start:end], start, self.blocks.block_table(r.request_id)))
-            rows: list[int] = []
-            if r.params.prompt_logprobs is not None and not r.prompt_logprobs_done and start < r.num_prompt_tokens:
-                # the logits at position p score prompt token p + 1, for p in [start, min(end - 1, P - 2)]
-                last = min(end - 1, r.num_prompt_tokens - 2)
-                rows = list(range(0, last - start + 1))
-                if rows:
-                    prompt_rows[r.request_id] = (n_rows, start)
-            if end == r.num_tokens:
+            seqs.append(SeqChunk(r.all_token_ids[c.start : c.end], c.start, self.blocks.block_table(r.seq)))
+            rows = [p - c.start for p in c.prompt_logprob_positions]
+            prompt_rows.append(n_rows if rows else None)
+            if c.samples:
                 rows.append(c.num_new_tokens - 1)
-                sample_row[r.request_id] = n_rows + len(rows) - 1
+            sample_row.append(n_rows + len(rows) - 1 if c.samples else None)
             rows_per_seq.append(rows)
             n_rows += len(rows)
         cfg = self.model.cfg

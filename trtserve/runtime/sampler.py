@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.sampling import SamplingParams, TokenLogprob
 
 
 @dataclass
@@ -21,14 +21,6 @@ class SampleRow:
     output_ids: Sequence[int]
     generator: torch.Generator | None
     banned_until_min: Sequence[int] = ()  # EOS and stop ids, masked while output < min_tokens
-
-
-@dataclass
-class TokenLogprob:
-    token_id: int
-    logprob: float
-    rank: int  # 1 = the most likely token
-    top: list[tuple[int, float]]  # top-N (token id, logprob), most likely first
 
 
 def apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:

@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Literal
 
+from trtserve.engine.run_config import CapacityPolicy
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.request import Request, Status
-
-CapacityPolicy = Literal["guaranteed_no_evict", "max_utilization"]
 
 
 @dataclass
@@ -34,13 +32,36 @@ class SchedulerConfig:
 @dataclass
 class ScheduledChunk:
     request: Request
-    num_new_tokens: int  # tokens computed this step, from request.num_computed_tokens
+    start: int  # first token position computed this step (the request's num_computed_tokens)
+    num_new_tokens: int  # tokens computed this step: positions [start, start + num_new_tokens)
+
+    @property
+    def end(self) -> int:
+        return self.start + self.num_new_tokens
+
+    @property
+    def samples(self) -> bool:
+        """The chunk reaches the sequence's last token, so its last row's logits pick the next token."""
+        return self.end == self.request.num_tokens
+
+    @property
+    def prompt_logprob_positions(self) -> range:
+        """Positions p whose logits score prompt token p + 1 (empty unless prompt logprobs are wanted)."""
+        r = self.request
+        if not r.wants_prompt_logprobs:
+            return range(0)
+        return range(self.start, min(self.end, r.num_prompt_tokens - 1))
+
+    @property
+    def completes_prompt(self) -> bool:
+        return self.start < self.request.num_prompt_tokens <= self.end
 
 
 @dataclass
 class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
+    block_copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) KV blocks to copy first
 
     @property
     def num_tokens(self) -> int:
@@ -54,6 +75,7 @@ class Scheduler:
         self.waiting: list[Request] = []  # ordered: higher priority first, then arrival
         self.running: list[Request] = []  # admission order
         self.num_preemptions = 0
+        self._copies: list[tuple[int, int]] = []  # KV block copies owed to forked sequences, for the next step
 
     # ---- membership ----------------------------------------------------------------------
     def add(self, request: Request) -> None:
@@ -62,10 +84,15 @@ class Scheduler:
         i = next((i for i, r in enumerate(self.waiting) if self._order(r) > key), len(self.waiting))
         self.waiting.insert(i, request)
 
-    def add_running(self, request: Request) -> None:
-        """A forked sequence joins the batch with blocks already allocated."""
-        request.status = Status.RUNNING
-        self.running.append(request)
+    def fork(self, parent: Request, child: Request) -> None:
+        """Sequence `child` joins the batch sharing the parent's computed tokens: full blocks are
+        shared, the partial last one is copied before the next step runs."""
+        parent.forked = True
+        child.num_computed_tokens = parent.num_computed_tokens
+        child.num_cached_tokens = parent.num_cached_tokens
+        self._copies += self.blocks.fork(parent.seq, child.seq, parent.num_computed_tokens)
+        child.status = Status.RUNNING
+        self.running.append(child)
 
     def finish(self, request: Request, reason: str) -> None:
         """Remove a request wherever it is and free its blocks."""
@@ -73,7 +100,7 @@ class Scheduler:
             self.running.remove(request)
         elif request in self.waiting:
             self.waiting.remove(request)
-        self.blocks.free(request.request_id)
+        self.blocks.free(request.seq)
         request.status = Status.FINISHED
         request.finish_reason = request.finish_reason or reason
 
@@ -87,7 +114,8 @@ class Scheduler:
 
     # ---- the step ------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
-        out = SchedulerOutput()
+        out = SchedulerOutput(block_copies=self._copies)
+        self._copies = []
         budget = self.config.max_num_tokens
         for req in list(self.running):
             if req not in self.running:  # preempted by an earlier request this step
@@ -95,13 +123,13 @@ class Scheduler:
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if n <= 0:
                 continue
-            while not self.blocks.append_slots(req.request_id, req.num_computed_tokens + n):
+            while not self.blocks.append_slots(req.seq, req.num_computed_tokens + n):
                 victim = self._newest_running()
                 self._preempt(victim, out)
                 if victim is req:
                     break
             else:
-                out.chunks.append(ScheduledChunk(req, n))
+                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n))
                 budget -= n
         if not out.preempted:
             self._admit(out, budget)
@@ -113,14 +141,13 @@ class Scheduler:
             if len(self.running) + self._num_seqs(req) > self.config.max_batch_size:
                 return
             # Prompt logprobs need every prompt position computed, so they bypass the prefix cache.
-            wants_all = req.params.prompt_logprobs is not None and not req.prompt_logprobs_done
-            cached = [] if wants_all else self.blocks.lookup_prefix(req.all_token_ids, req.cache_salt)
+            cached = [] if req.wants_prompt_logprobs else self.blocks.lookup_prefix(req.all_token_ids, req.cache_salt)
             num_cached = len(cached) * self.blocks.block_size
             n = min(req.num_tokens - num_cached, budget)
             no_evict = self.config.policy == "guaranteed_no_evict"
             if no_evict and self._worst_case(req) - len(cached) > self.blocks.num_free_blocks - self._reserved():
                 return
-            if not self.blocks.allocate(req.request_id, cached, num_cached + n, req.cache_salt):
+            if not self.blocks.allocate(req.seq, cached, num_cached + n, req.cache_salt):
                 return  # FCFS: nothing behind the head of the queue jumps it
             self.waiting.pop(0)
             if req.num_computed_tokens == 0 and not req.output_token_ids:
@@ -129,8 +156,19 @@ class Scheduler:
             req.scheduled_time = req.scheduled_time or time.monotonic()
             req.status = Status.RUNNING
             self.running.append(req)
-            out.chunks.append(ScheduledChunk(req, n))
+            out.chunks.append(ScheduledChunk(req, num_cached, n))
             budget -= n
+
+    def update(self, out: SchedulerOutput) -> int:
+        """After the step ran: each chunk's tokens are in the KV cache. Registers the blocks that
+        became full for prefix reuse; returns how many prompt tokens were computed."""
+        prompt_tokens = 0
+        for c in out.chunks:
+            r = c.request
+            prompt_tokens += max(min(c.end, r.num_prompt_tokens) - c.start, 0)
+            r.num_computed_tokens = c.end
+            self.blocks.commit(r.seq, r.all_token_ids, r.num_computed_tokens)
+        return prompt_tokens
 
     def _worst_case(self, req: Request) -> int:
         """Blocks the request can ever hold: prompt + max_tokens, for each of its n sequences."""
@@ -146,7 +184,7 @@ class Scheduler:
         """Blocks running requests may still claim under guaranteed_no_evict."""
         held = 0
         for r in self.running:
-            table = len(self.blocks.block_table(r.request_id))
+            table = len(self.blocks.block_table(r.seq))
             held += max(self._worst_case(r) - table, 0)
         return held
 
@@ -155,7 +193,7 @@ class Scheduler:
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.running.remove(req)
-        self.blocks.free(req.request_id)
+        self.blocks.free(req.seq)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
         self.num_preemptions += 1

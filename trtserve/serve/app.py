@@ -12,7 +12,9 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.open import open_engine
+from trtserve.engine.protocol import Engine
+from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import install_handlers
 from trtserve.serve.generation import GenerationService
@@ -22,121 +24,98 @@ from trtserve.serve.metrics import Metrics
 from trtserve.serve.middleware import ServerMiddleware
 from trtserve.serve.openai.routes import router as openai_router
 from trtserve.serve.openai.serving import OpenAIServing
+from trtserve.serve.state import ServerState
 
 log = logging.getLogger(__name__)
 
 
-def default_engine_factory(engine_dir: Path, config: ServeConfig):
-    """The engine the manifest's backend asks for: torch, or TensorRT-LLM for tensorrt / trtllm."""
-    from trtserve.build.manifest import read_manifest
-
-    if read_manifest(Path(engine_dir)).backend in ("tensorrt", "trtllm"):
-        from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
-
-        return lambda: TrtllmEngine(engine_dir, config.engine)
-    from trtserve.backends.torch_engine import TorchEngine
-
-    return lambda: TorchEngine(engine_dir, config.engine)
+def default_engine_factory(engine_dir: Path, config: ServeConfig) -> Callable[[], Engine]:
+    """The engine the manifest's backend names (engine/backends.py), loaded when called."""
+    return lambda: open_engine(engine_dir, config.engine)
 
 
-def create_app(engine_dir: Path, config: ServeConfig, engine_factory: Callable | None = None) -> FastAPI:
-    """engine_factory() -> an object implementing the Engine interface, plus `.tokenizer`,
-    `.shutdown()`; it is called in a worker thread so health checks answer while it loads."""
-    model_name = config.model_name or Path(engine_dir).resolve().name
+def create_app(engine_dir: Path, config: ServeConfig, engine_factory: Callable[[], Engine] | None = None) -> FastAPI:
+    """engine_factory() -> an Engine (trtserve/engine/protocol.py); it is called in a worker
+    thread so health checks answer while it loads."""
+    server = ServerState(config, config.model_name or Path(engine_dir).resolve().name)
     factory = engine_factory or default_engine_factory(engine_dir, config)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
-        task = asyncio.create_task(_load(app, factory, model_name, config))
+        task = asyncio.create_task(_load(server, factory))
         try:
             yield
         finally:
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-            engine = app.state.engine
-            if engine is not None:
-                await asyncio.to_thread(engine.shutdown)
+            if server.engine is not None:
+                await asyncio.to_thread(server.engine.shutdown)
 
     app = FastAPI(title="trtserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
-    app.state.config = config
-    app.state.engine = None
-    app.state.loaded = app.state.ready = app.state.draining = False
-    app.state.load_error = None
-    app.state.metrics = None
+    app.state.server = server
     install_handlers(app)
     app.include_router(openai_router)
     app.include_router(kserve_router)
-    _health_routes(app)
+    _health_routes(app, server)
     if config.cors_allow_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=config.cors_allow_origins, allow_methods=["*"], allow_headers=["*"]
         )
-    app.add_middleware(ServerMiddleware, state=app.state)
+    app.add_middleware(ServerMiddleware, server=server)
     return app
 
 
-async def _load(app: FastAPI, factory: Callable, model_name: str, config: ServeConfig) -> None:
+async def _load(server: ServerState, factory: Callable[[], Engine]) -> None:
+    name, config = server.model_name, server.config
     try:
-        log.info("loading engine for model %r", model_name)
+        log.info("loading engine for model %r", name)
         engine = await asyncio.to_thread(factory)
-        app.state.engine = engine
-        metrics = Metrics(model_name, engine.stats)
-        service = GenerationService(engine, engine.tokenizer, model_name, config, metrics)
-        app.state.metrics = metrics
-        app.state.service = service
-        app.state.openai = OpenAIServing(service)
-        app.state.kserve = KServeServing(service, platform=getattr(engine, "platform", "trtserve_torch"))
-        app.state.loaded = True
+        server.engine = engine
+        metrics = Metrics(name, engine.stats)
+        service = GenerationService(engine, engine.tokenizer, name, config, metrics)
+        server.metrics = metrics
+        server.openai = OpenAIServing(service)
+        server.kserve = KServeServing(service, platform=engine.platform)
+        server.service = service  # loaded: requests are routed from here on
         if config.warmup:
             log.info("warming up")
             ids = list(engine.tokenizer.encode("Hello")) or [0]
             run = service.start("warmup", ids, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
             await run.collect()
-        app.state.ready = True
-        log.info("ready: serving %r", model_name)
+        server.ready = True
+        log.info("ready: serving %r", name)
     except Exception as err:  # the server stays up, unready, and says why
-        app.state.load_error = f"{type(err).__name__}: {err}"
+        server.load_error = f"{type(err).__name__}: {err}"
         log.exception("loading the engine failed")
 
 
-def _health_routes(app: FastAPI) -> None:
-    def alive(request: Request) -> bool:
-        engine = request.app.state.engine
-        return engine is not None and engine.health()
-
-    def ready(request: Request) -> bool:
-        s = request.app.state
-        return s.ready and not s.draining and alive(request)
-
+def _health_routes(app: FastAPI, server: ServerState) -> None:
     @app.get("/health")
     async def health(request: Request):
         if "ready" in request.query_params:
-            return await health_ready(request)
-        s = request.app.state
-        if s.load_error:
-            return JSONResponse({"status": "error", "error": s.load_error}, status_code=503)
-        if s.engine is None:
+            return await health_ready()
+        if server.load_error:
+            return JSONResponse({"status": "error", "error": server.load_error}, status_code=503)
+        if server.engine is None:
             return JSONResponse({"status": "loading"}, status_code=503)
-        return JSONResponse(
-            {"status": "ok"} if alive(request) else {"status": "dead"}, status_code=200 if alive(request) else 503
-        )
+        alive = server.alive
+        return JSONResponse({"status": "ok" if alive else "dead"}, status_code=200 if alive else 503)
 
     @app.get("/health/ready")
-    async def health_ready(request: Request):
-        ok = ready(request)
+    async def health_ready():
+        ok = server.is_ready
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
     @app.get("/v2/health/live")
-    async def live(request: Request):
-        return Response(status_code=200 if alive(request) else 400)
+    async def live():
+        return Response(status_code=200 if server.alive else 400)
 
     @app.get("/v2/health/ready")
-    async def v2_ready(request: Request):
-        return Response(status_code=200 if ready(request) else 400)
+    async def v2_ready():
+        return Response(status_code=200 if server.is_ready else 400)
 
     @app.get("/metrics")
-    async def metrics(request: Request):
-        m = request.app.state.metrics
-        body = m.render() if m is not None else b""
+    async def metrics():
+        body = server.metrics.render() if server.metrics is not None else b""
         return Response(body, media_type="text/plain; version=0.0.4; charset=utf-8")

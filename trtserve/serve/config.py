@@ -6,9 +6,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trtserve.build.config import describe_validation_error, read_yaml
-from trtserve.errors import UserError
-from trtserve.runtime.config import RuntimeConfig
+from trtserve.engine.config_file import describe_validation_error, read_yaml
+from trtserve.engine.errors import UserError
+from trtserve.engine.run_config import RuntimeConfig
+
+MAX_CLIENT_ID = 1024  # characters of a client-chosen request id (X-Request-Id, KServe `id`); only echoed
 
 
 class ServeConfig(BaseModel):
@@ -29,8 +31,14 @@ class ServeConfig(BaseModel):
 
 
 def load_serve_config(path: Path | None, overrides: dict) -> ServeConfig:
+    """The YAML file (if any) with flags on top; `engine` overrides merge into its engine section."""
     data = read_yaml(path) if path is not None else {}
-    data.update({k: v for k, v in overrides.items() if v is not None})
+    for key, value in overrides.items():
+        if value is None:
+            continue
+        if key == "engine" and isinstance(data.get("engine"), dict):
+            value = {**data["engine"], **value}
+        data[key] = value
     try:
         return ServeConfig.model_validate(data)
     except ValidationError as err:

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 log = logging.getLogger(__name__)
 _TYPES = {

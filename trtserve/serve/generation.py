@@ -12,13 +12,14 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request as HTTPRequest
 
-from trtserve.backends.base import Engine, GenerateRequest
-from trtserve.runtime.outputs import OutputProcessor, RequestOutput, TextDelta
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.protocol import Engine
+from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.admission import Admission
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import APIError
 from trtserve.serve.metrics import Metrics
+from trtserve.text.outputs import OutputProcessor, RequestOutput, TextDelta
 
 
 class GenerationService:
@@ -45,7 +46,7 @@ class GenerationService:
 
     def start(
         self,
-        request_id: str,
+        client_id: str,
         prompt_ids: list[int],
         params: SamplingParams,
         *,
@@ -54,8 +55,9 @@ class GenerationService:
         cache_salt: str | None = None,
         log: dict | None = None,
     ) -> GenerationRun:
-        """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated."""
-        req = GenerateRequest(request_id, prompt_ids, params, priority, cache_salt)
+        """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated.
+        client_id is only logged and echoed: the engine names the request itself."""
+        req = GenerateRequest(prompt_ids, params, priority, cache_salt, client_id=client_id)
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
         return GenerationRun(self, req, ticket, self.deadline(timeout), log)
@@ -68,7 +70,7 @@ class GenerationRun:
         self, service: GenerationService, req: GenerateRequest, ticket, deadline: float | None, log: dict | None
     ):
         self.service, self.req, self.ticket, self.deadline, self.log = service, req, ticket, deadline, log
-        self.proc = OutputProcessor(service.tokenizer, req.request_id, req.prompt_token_ids, req.params)
+        self.proc = OutputProcessor(service.tokenizer, client_id_or(req), req.prompt_token_ids, req.params)
 
     @property
     def output(self) -> RequestOutput:
@@ -123,6 +125,10 @@ class GenerationRun:
                 self.log["prompt_tokens"] = self.log.get("prompt_tokens", 0) + len(req.prompt_token_ids)
                 done = sum(len(o.token_ids) for o in self.output.outputs)
                 self.log["completion_tokens"] = self.log.get("completion_tokens", 0) + done
+
+
+def client_id_or(req: GenerateRequest) -> str:
+    return req.client_id if req.client_id is not None else str(req.request_id)
 
 
 async def until_disconnected(http: HTTPRequest) -> None:

@@ -10,23 +10,25 @@ import logging
 import time
 import uuid
 
+from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError, error_body
+from trtserve.serve.state import ServerState
 
 access_log = logging.getLogger("trtserve.access")
 HEALTH_PATHS = ("/health", "/health/ready", "/v2/health/live", "/v2/health/ready")
 
 
 class ServerMiddleware:
-    def __init__(self, app, state):
+    def __init__(self, app, server: ServerState):
         self.app = app
-        self.state = state  # the FastAPI app.state: config, ready, draining, metrics, loaded
+        self.server = server
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        rid = headers.get("x-request-id") or uuid.uuid4().hex
+        rid = headers.get("x-request-id") or uuid.uuid4().hex  # echoed and logged, never a key
         log: dict = scope.setdefault("trtserve_log", {})
         start = time.monotonic()
         status = {"code": 500}
@@ -48,7 +50,9 @@ class ServerMiddleware:
             self._log(scope, rid, status["code"], start, log)
 
     def _refuse(self, path: str, headers: dict) -> tuple[int, str, dict] | None:
-        cfg = self.state.config
+        cfg = self.server.config
+        if len(headers.get("x-request-id", "")) > MAX_CLIENT_ID:
+            return 400, f"X-Request-Id is longer than {MAX_CLIENT_ID} characters; send a shorter id", {}
         if path in HEALTH_PATHS:
             return None
         if cfg.api_key:
@@ -60,9 +64,9 @@ class ServerMiddleware:
                     "missing or wrong API key; send the header `Authorization: Bearer <key>`",
                     {"WWW-Authenticate": "Bearer"},
                 )
-        if self.state.draining:
+        if self.server.draining:
             return 503, "the server is shutting down; retry on another replica", {"Retry-After": "5"}
-        if not self.state.loaded and path != "/metrics":
+        if not self.server.loaded and path != "/metrics":
             return 503, "the model is still loading; retry when /v2/health/ready returns 200", {"Retry-After": "2"}
         length = headers.get("content-length")
         if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
@@ -70,7 +74,7 @@ class ServerMiddleware:
         return None
 
     def _limited(self, receive, path: str):
-        limit, seen = self.state.config.max_body_bytes, 0
+        limit, seen = self.server.config.max_body_bytes, 0
 
         async def wrapped():
             nonlocal seen
@@ -92,7 +96,7 @@ class ServerMiddleware:
         await send({"type": "http.response.body", "body": body})
 
     def _log(self, scope, rid: str, status: int, start: float, log: dict) -> None:
-        metrics = getattr(self.state, "metrics", None)
+        metrics = self.server.metrics
         if metrics is not None:
             metrics.http.labels(metrics.model, str(status)).inc()
         line = {

@@ -11,6 +11,7 @@ import uvicorn
 
 from trtserve.serve.app import create_app
 from trtserve.serve.config import ServeConfig
+from trtserve.serve.state import ServerState
 
 log = logging.getLogger(__name__)
 
@@ -19,26 +20,24 @@ class DrainingServer(uvicorn.Server):
     """On SIGTERM: readiness false and new requests 503 at once; exit when in-flight requests
     finish or the drain deadline passes. A second signal exits immediately."""
 
-    def __init__(self, config: uvicorn.Config, app_state, drain_timeout: float):
+    def __init__(self, config: uvicorn.Config, server: ServerState, drain_timeout: float):
         super().__init__(config)
-        self.app_state = app_state
+        self.server = server
         self.drain_timeout = drain_timeout
         self.drain_deadline: float | None = None
 
     def handle_exit(self, sig, frame) -> None:
         if sig == signal.SIGTERM and self.drain_deadline is None:
             log.info("SIGTERM: draining for up to %.0f s", self.drain_timeout)
-            self.app_state.draining = True
+            self.server.draining = True
             self.drain_deadline = time.monotonic() + self.drain_timeout
             return
         super().handle_exit(sig, frame)
 
     async def on_tick(self, counter: int) -> bool:
-        if self.drain_deadline is not None and not self.should_exit:
-            service = getattr(self.app_state, "service", None)
-            idle = service is None or service.admission.in_flight == 0
-            if idle or time.monotonic() > self.drain_deadline:
-                self.should_exit = True
+        draining = self.drain_deadline is not None and not self.should_exit
+        if draining and (self.server.in_flight == 0 or time.monotonic() > self.drain_deadline):
+            self.should_exit = True
         return await super().on_tick(counter)
 
 
@@ -47,4 +46,4 @@ def serve(engine_dir: Path, config: ServeConfig) -> None:
     uv = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="info", timeout_graceful_shutdown=1, access_log=False
     )
-    DrainingServer(uv, app.state, config.drain_timeout).run()
+    DrainingServer(uv, app.state.server, config.drain_timeout).run()

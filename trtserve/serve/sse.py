@@ -6,8 +6,8 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 
-from trtserve.runtime.outputs import TextDelta
 from trtserve.serve.generation import GenerationRun
+from trtserve.text.outputs import TextDelta
 
 DONE = "data: [DONE]\n\n"
 

@@ -7,26 +7,24 @@ Pure functions: nothing here imports tensorrt_llm.
 
 from __future__ import annotations
 
-from trtserve.backends.tensorrt_llm.quant import FP8_CONTEXT_FMHA, FUSED_MLP_ALLOWED, quant_algos
-from trtserve.build.layout import EngineBuildConfig
-
-# gemm_plugin by quantization: FP8 / NVFP4 have their own gemm plugins; otherwise the model dtype ("auto").
-_GEMM_PLUGIN = {"FP8": "fp8", "NVFP4": "nvfp4"}
+from trtserve.backends.tensorrt_llm.quant import plan_flags, quant_algos
+from trtserve.engine.layout import EngineBuildConfig
 
 
 def plugin_config(limits: EngineBuildConfig, quantization: dict | None) -> dict:
     """BuildConfig.plugin_config as `trtllm-build` writes it into the engine's config.json."""
     algo, _ = quant_algos(quantization)
+    flags = plan_flags(algo)
     return {
         "gpt_attention_plugin": "auto",  # the model dtype
-        "gemm_plugin": _GEMM_PLUGIN.get(algo, "auto"),
+        "gemm_plugin": flags.gemm_plugin,  # FP8 / NVFP4 have their own; otherwise the model dtype ("auto")
         "context_fmha": True,
         "paged_kv_cache": True,
         "remove_input_padding": True,
         "tokens_per_block": limits.plugin_config.tokens_per_block,
         "use_paged_context_fmha": True,  # needed for KV-cache reuse and chunked context
-        "use_fp8_context_fmha": algo in FP8_CONTEXT_FMHA,
-        "use_fused_mlp": algo in FUSED_MLP_ALLOWED,
+        "use_fp8_context_fmha": flags.fp8_context_fmha,
+        "use_fused_mlp": flags.fused_mlp,
     }
 
 

@@ -8,7 +8,7 @@ TensorRT-LLM plugin library that built it (fact sheet section 7), so all three m
 from __future__ import annotations
 
 from trtserve.backends.tensorrt_llm.install import INSTALL_COMMAND, Target
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 PYTORCH_BACKEND_SINCE = (1, 0)
 TRT_ENGINES_UNTIL = (1, 2)  # the last releases that build and run TensorRT engines

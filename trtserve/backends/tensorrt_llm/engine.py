@@ -18,16 +18,17 @@ import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from trtserve.backends.base import EngineStats, GenerateRequest, TokenDelta
 from trtserve.backends.tensorrt_llm.llm import create_llm, preflight, read_options
 from trtserve.backends.tensorrt_llm.outputs import DeltaTracker
 from trtserve.backends.tensorrt_llm.sampling import check_supported, to_trtllm_sampling
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
 from trtserve.backends.tensorrt_llm.stats import engine_stats, latest
-from trtserve.build.layout import TOKENIZER_DIR, read_engine_config
-from trtserve.build.manifest import verify_engine_dir
-from trtserve.errors import UserError
-from trtserve.runtime.config import RuntimeConfig
+from trtserve.engine.errors import UserError
+from trtserve.engine.layout import TOKENIZER_DIR, read_engine_config
+from trtserve.engine.manifest import verify_engine_dir
+from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
+from trtserve.engine.rules import check_request, load_tokenizer
+from trtserve.engine.run_config import RuntimeConfig
 
 log = logging.getLogger(__name__)
 STATS_POLL_S = 1.0  # get_stats waits this long for new iterations
@@ -37,8 +38,6 @@ class TrtllmEngine:
     platform = "tensorrt_llm"
 
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
-        from transformers import AutoTokenizer
-
         cfg = config or RuntimeConfig()
         path = Path(engine_dir)
         manifest = verify_engine_dir(path)
@@ -47,8 +46,7 @@ class TrtllmEngine:
         self.max_seq_len = ecfg.build_config.max_seq_len
         self.max_batch_size = min(ecfg.build_config.max_batch_size, cfg.max_batch_size or 1 << 30)
         self.vocab_size = ecfg.pretrained_config.vocab_size
-        self.tokenizer = AutoTokenizer.from_pretrained(str(path / TOKENIZER_DIR))
-        self.eos_token_ids = _eos_ids(self.tokenizer, path / TOKENIZER_DIR)
+        self.tokenizer, self.eos_token_ids = load_tokenizer(path / TOKENIZER_DIR)
         kv_tokens = None
         if cfg.kv_cache_memory:
             kv_tokens = int(cfg.kv_cache_memory) // ecfg.pretrained_config.kv_bytes_per_token()
@@ -62,7 +60,7 @@ class TrtllmEngine:
         log.info("starting TensorRT-LLM %s (%s) on %s", self._tllm.__version__, manifest.backend, path)
         tp = int(manifest.build_config.get("tp_size", 1))
         self.llm = create_llm(self._tllm, manifest.backend, path, options, path / TOKENIZER_DIR, tp)
-        self._results: dict[str, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
+        self._results: dict[RequestId, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
         self._prompt_tokens = self._generated_tokens = 0
         self._latest: dict | None = None
         self._closed = threading.Event()
@@ -71,18 +69,9 @@ class TrtllmEngine:
 
     # ---- the Engine interface ---------------------------------------------------------------
     def check(self, request: GenerateRequest) -> None:
-        n, p = len(request.prompt_token_ids), request.params
-        if n == 0:
-            raise UserError("the prompt is empty; send at least one token")
-        if n + p.max_tokens > self.max_seq_len:
-            raise UserError(
-                f"the prompt ({n} tokens) plus max_tokens ({p.max_tokens}) exceeds the engine's max_seq_len "
-                f"({self.max_seq_len}); shorten the prompt or lower max_tokens"
-            )
-        if any(t < 0 or t >= self.vocab_size for t in request.prompt_token_ids):
-            raise UserError(f"prompt token ids must lie in [0, {self.vocab_size})")
-        if p.n > self.max_batch_size:
-            raise UserError(f"n ({p.n}) exceeds the engine's max_batch_size ({self.max_batch_size})")
+        check_request(
+            request, max_seq_len=self.max_seq_len, vocab_size=self.vocab_size, max_batch_size=self.max_batch_size
+        )
         check_supported(request)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
@@ -91,8 +80,6 @@ class TrtllmEngine:
             raise RuntimeError("the TensorRT-LLM engine is shut down")
         self.check(request)
         rid, p = request.request_id, request.params
-        if rid in self._results:
-            raise UserError(f"request id {rid} is already running; use a unique id")
         sp = self._tllm.SamplingParams(**to_trtllm_sampling(p, self.eos_token_ids))
         try:
             result = self.llm.generate_async(list(request.prompt_token_ids), sampling_params=sp, streaming=True)
@@ -120,7 +107,7 @@ class TrtllmEngine:
             if len(tracker.finished) < p.n:
                 _abort(result)
 
-    def abort(self, request_id: str, index: int | None = None) -> None:
+    def abort(self, request_id: RequestId, index: int | None = None) -> None:
         """Cancel the request; for one sequence of n > 1, once all its sequences were asked to stop."""
         entry = self._results.get(request_id)
         if entry is None:
@@ -161,18 +148,3 @@ def _abort(result) -> None:
         result.abort()
     except Exception as err:  # already finished or the executor is gone
         log.debug("abort failed: %s", err)
-
-
-def _eos_ids(tokenizer, tokenizer_dir: Path) -> list[int]:
-    """The tokenizer's EOS first, then generation_config.json's others (the torch loader's rule)."""
-    from transformers import GenerationConfig
-
-    ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    try:
-        gen = GenerationConfig.from_pretrained(str(tokenizer_dir)).eos_token_id
-    except OSError:
-        gen = None
-    for t in gen if isinstance(gen, list) else [gen] if gen is not None else []:
-        if t not in ids:
-            ids.append(t)
-    return ids

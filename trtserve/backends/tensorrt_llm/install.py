@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from types import ModuleType
 
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
 
 # TensorRT-LLM's wheels and TensorRT's libraries come from NVIDIA's index (README "GPU: TensorRT-LLM").
 INSTALL_COMMAND = 'pip install "trtserve[tensorrt]" --extra-index-url https://pypi.nvidia.com'

@@ -16,9 +16,9 @@ import yaml
 
 from trtserve.backends.tensorrt_llm import BACKENDS, install
 from trtserve.backends.tensorrt_llm.compat import check_compatible
-from trtserve.build.manifest import Manifest, read_manifest
-from trtserve.build.trtllm_build import HF_DIR, OPTIONS_FILE, TRT_ENGINE_DIR
-from trtserve.errors import EngineIntegrityError, UserError
+from trtserve.engine.errors import EngineIntegrityError, UserError
+from trtserve.engine.layout import HF_DIR, OPTIONS_FILE, TRT_ENGINE_DIR
+from trtserve.engine.manifest import Manifest, read_manifest
 
 
 def preflight(engine_dir: Path, manifest: Manifest | None = None) -> ModuleType:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trtserve.backends.base import TokenDelta
-from trtserve.runtime.sampler import TokenLogprob
+from trtserve.engine.messages import RequestId, TokenDelta
+from trtserve.engine.sampling import TokenLogprob
 
 # TensorRT-LLM finish reason (executor enum name or LLM-API string) -> ours ("stop" | "length" | "abort")
 FINISH_REASONS: dict[str, str | None] = {
@@ -68,7 +68,7 @@ def _rank(v) -> int:
 class DeltaTracker:
     """Turns one request's successive RequestOutput snapshots into TokenDeltas (new tokens only)."""
 
-    request_id: str
+    request_id: RequestId
     num_prompt_tokens: int
     stop_token_ids: frozenset[int] = frozenset()  # the user's: only these are reported as stop_reason
     top_logprobs: int | None = None  # ours: None = no logprobs

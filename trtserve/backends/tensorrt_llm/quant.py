@@ -1,8 +1,11 @@
-"""The unified checkpoint's `quantization` section (fact sheet section 1), checked for TensorRT-LLM."""
+"""The unified checkpoint's `quantization` section (fact sheet section 1), checked for TensorRT-LLM,
+and what trtllm-build does with it: from our format registry (models/quant_formats.py) for the
+formats trtserve produces, from TensorRT-LLM's own rules for the others it may be given."""
 
 from __future__ import annotations
 
-from trtserve.errors import UserError
+from trtserve.engine.errors import UserError
+from trtserve.models.quant_formats import KV_CACHE_FORMATS, QUANT_FORMATS, TrtllmFlags
 
 # QuantAlgo members (a StrEnum built with auto(), so each value is its name), TensorRT-LLM ~0.17-1.x.
 QUANT_ALGOS = frozenset(
@@ -32,8 +35,22 @@ QUANT_ALGOS = frozenset(
     ]
 )
 KV_CACHE_QUANT_ALGOS = frozenset({"FP8", "INT8", "NVFP4"})
-FUSED_MLP_ALLOWED = frozenset({None, "FP8", "MIXED_PRECISION"})  # trtllm-build forces use_fused_mlp off otherwise
-FP8_CONTEXT_FMHA = frozenset({"FP8", "W4A8_AWQ", "NVFP4"})  # where use_fp8_context_fmha applies
+# trtllm-build's flags for QuantAlgos trtserve does not produce (a checkpoint brought as MODEL);
+# the rest default to TrtllmFlags() (trtllm-build forces use_fused_mlp off for them).
+_OTHER_FLAGS = {None: TrtllmFlags(fused_mlp=True), "MIXED_PRECISION": TrtllmFlags(fused_mlp=True)}
+_OTHER_KV_DTYPES = {"NVFP4": "nvfp4"}  # llmapi KvCacheConfig.dtype of KV formats trtserve does not produce
+
+
+def plan_flags(quant_algo: str | None) -> TrtllmFlags:
+    """What trtllm-build does for a checkpoint of `quant_algo` (None: unquantized)."""
+    spec = QUANT_FORMATS.get(quant_algo) if quant_algo else None
+    return spec.trtllm if spec else _OTHER_FLAGS.get(quant_algo, TrtllmFlags())
+
+
+def llmapi_kv_dtype(kv_cache_quant_algo: str) -> str | None:
+    """KvCacheConfig.dtype for an 8-bit KV cache on the PyTorch backend; None: not available there."""
+    spec = KV_CACHE_FORMATS.get(kv_cache_quant_algo)
+    return spec.llmapi_dtype if spec else _OTHER_KV_DTYPES.get(kv_cache_quant_algo)
 
 
 def quant_algos(quantization: dict | None) -> tuple[str | None, str | None]:

@@ -8,9 +8,9 @@ we define it is refused with a UserError (HTTP 400) naming the field, before any
 
 from __future__ import annotations
 
-from trtserve.backends.base import GenerateRequest
-from trtserve.errors import UserError
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.errors import UserError
+from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.sampling import SamplingParams
 
 # ours -> why the tensorrt_llm backend refuses it when set to anything but its default
 UNSUPPORTED = {

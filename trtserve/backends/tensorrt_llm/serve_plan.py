@@ -7,12 +7,11 @@ enable_iter_perf_stats) and the trtllm-serve options of the 1.0 docs. Pure funct
 
 from __future__ import annotations
 
-from trtserve.backends.tensorrt_llm.quant import quant_algos
-from trtserve.build.layout import EngineBuildConfig
-from trtserve.errors import UserError
+from trtserve.backends.tensorrt_llm.quant import llmapi_kv_dtype, quant_algos
+from trtserve.engine.errors import UserError
+from trtserve.engine.layout import EngineBuildConfig
 
 KV_FRACTION = 0.9  # TensorRT-LLM's default share of free GPU memory for the KV cache (must be < 1)
-_KV_DTYPE = {"FP8": "fp8", "NVFP4": "nvfp4"}  # llmapi KvCacheConfig.dtype (PyTorch backend) has no int8
 
 
 def llm_api_options(limits: EngineBuildConfig, quantization: dict | None) -> dict:
@@ -20,12 +19,13 @@ def llm_api_options(limits: EngineBuildConfig, quantization: dict | None) -> dic
     _, kv_algo = quant_algos(quantization)
     kv = {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}
     if kv_algo is not None:
-        if kv_algo not in _KV_DTYPE:
+        dtype = llmapi_kv_dtype(kv_algo)  # KvCacheConfig.dtype (PyTorch backend) has no int8
+        if dtype is None:
             raise UserError(
                 f"a {kv_algo} KV cache is not available on TensorRT-LLM's PyTorch backend; "
                 "use an FP8 KV cache or build with --backend tensorrt"
             )
-        kv["dtype"] = _KV_DTYPE[kv_algo]
+        kv["dtype"] = dtype
     return {
         "max_batch_size": limits.max_batch_size,
         "max_num_tokens": limits.max_num_tokens,

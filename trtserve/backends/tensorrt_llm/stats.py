@@ -10,7 +10,7 @@ blocks x tokensPerBlock: block-granular, unlike the torch engine's exact token c
 
 from __future__ import annotations
 
-from trtserve.backends.base import EngineStats
+from trtserve.engine.messages import EngineStats
 
 
 def engine_stats(iteration: dict | None, *, prompt_tokens: int, generated_tokens: int) -> EngineStats:

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
 
 DTYPES = {
@@ -47,7 +48,7 @@ class InferOutputSpec(BaseModel):
 
 class InferRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    id: str | None = None
+    id: str | None = Field(None, max_length=MAX_CLIENT_ID)  # the client's; echoed back, never a key
     parameters: dict[str, Any] | None = None
     inputs: list[InferInput] = Field(min_length=1)
     outputs: list[InferOutputSpec] | None = None

@@ -12,7 +12,7 @@ router = APIRouter()
 
 
 def _serving(request: Request):
-    return request.app.state.kserve
+    return request.app.state.server.kserve
 
 
 def _log(request: Request) -> dict:
@@ -42,7 +42,7 @@ async def model_metadata(request: Request, model: str, version: str | None = Non
 @router.get("/v2/models/{model}/versions/{version}/ready")
 async def model_ready(request: Request, model: str, version: str | None = None):
     _serving(request).check_model(model, version)
-    return Response(status_code=200 if request.app.state.ready else 400)
+    return Response(status_code=200 if request.app.state.server.is_ready else 400)
 
 
 @router.get("/v2/models/{model}/config")

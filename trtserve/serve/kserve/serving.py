@@ -10,13 +10,14 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.requests import Request as HTTPRequest
 
 import trtserve
-from trtserve.errors import UserError
-from trtserve.runtime.outputs import RequestOutput
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.errors import UserError
+from trtserve.engine.sampling import SamplingParams
+from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationService, run_or_abort_on_disconnect
 from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
 from trtserve.serve.sse import event
+from trtserve.text.outputs import RequestOutput
 
 VERSION = "1"
 OPTIONAL_INPUTS = {
@@ -146,7 +147,7 @@ class KServeServing:
         for name in wanted:
             if name not in OUTPUTS:
                 raise APIError(400, f"unknown output {name!r}; this model has {', '.join(OUTPUTS)}")
-        rid = req.id or self.svc.new_id("infer")
+        rid = req.id if req.id is not None else self.svc.new_id("infer")
         runs = []
         try:
             for i, prompt in enumerate(prompts):
@@ -197,7 +198,7 @@ class KServeServing:
         )
 
     # ---- generate ----------------------------------------------------------------------------------
-    def _generate_args(self, body: dict) -> tuple[str, GenerateInputs]:
+    def _generate_args(self, body: dict) -> tuple[str, str | None, GenerateInputs]:
         if not isinstance(body, dict):
             raise APIError(400, "the generate body must be a JSON object")
         body = dict(body)
@@ -209,19 +210,22 @@ class KServeServing:
         params = body.pop("parameters", None) or {}
         if not isinstance(params, dict):
             raise APIError(400, "parameters must be a JSON object")
-        body.pop("id", None)
-        return text, generate_inputs({**params, **body})
+        client_id = body.pop("id", None)
+        if client_id is not None and (not isinstance(client_id, str) or len(client_id) > MAX_CLIENT_ID):
+            raise APIError(400, f"id must be a string of at most {MAX_CLIENT_ID} characters")
+        return text, client_id, generate_inputs({**params, **body})
 
     async def generate(self, body: dict, http: HTTPRequest, log: dict) -> JSONResponse:
-        text, g = self._generate_args(body)
+        text, client_id, g = self._generate_args(body)
         if g.stream:
             raise APIError(400, "stream: true needs the generate_stream endpoint")
-        run = self._start(text, g, self.svc.new_id("gen"), log)
+        run = self._start(text, g, client_id if client_id is not None else self.svc.new_id("gen"), log)
         out = await run_or_abort_on_disconnect(http, run.collect())
         texts = self._text(text, out, g)
         resp = {
             "model_name": self.svc.model_name,
             "model_version": VERSION,
+            **({"id": client_id} if client_id is not None else {}),
             "text_output": texts[0] if len(texts) == 1 else texts,
             "finish_reason": [c.finish_reason for c in out.outputs] if len(texts) > 1 else out.outputs[0].finish_reason,
         }
@@ -232,8 +236,8 @@ class KServeServing:
         return JSONResponse(resp)
 
     def generate_stream(self, body: dict, log: dict) -> StreamingResponse:
-        text, g = self._generate_args(body)
-        run = self._start(text, g, self.svc.new_id("gen"), log)
+        text, client_id, g = self._generate_args(body)
+        run = self._start(text, g, client_id if client_id is not None else self.svc.new_id("gen"), log)
         prefix = "" if g.exclude_input_in_output else text
 
         async def events():
@@ -245,6 +249,8 @@ class KServeServing:
                         sent_prefix.add(d.index)
                         piece = prefix + piece
                     ev = {"model_name": self.svc.model_name, "model_version": VERSION, "text_output": piece}
+                    if client_id is not None:
+                        ev["id"] = client_id
                     if g.num_return_sequences > 1:
                         ev["sequence_index"] = d.index
                     if d.finish_reason:

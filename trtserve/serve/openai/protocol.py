@@ -7,9 +7,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trtserve.runtime.outputs import CompletionOutput, RequestOutput
-from trtserve.runtime.sampler import TokenLogprob
-from trtserve.runtime.sampling_params import MAX_LOGPROBS, SamplingParams
+from trtserve.engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprob
+from trtserve.text.outputs import CompletionOutput, RequestOutput
 
 
 class StreamOptions(BaseModel):

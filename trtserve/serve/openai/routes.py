@@ -11,7 +11,7 @@ router = APIRouter()
 
 
 def _serving(request: Request):
-    return request.app.state.openai
+    return request.app.state.server.openai
 
 
 def _log(request: Request) -> dict:

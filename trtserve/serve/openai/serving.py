@@ -7,12 +7,12 @@ import asyncio
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import Request as HTTPRequest
 
-from trtserve.errors import UserError
-from trtserve.runtime.outputs import RequestOutput
+from trtserve.engine.errors import UserError
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.generation import GenerationRun, GenerationService, run_or_abort_on_disconnect
 from trtserve.serve.openai import protocol as p
 from trtserve.serve.sse import DONE, event, merged
+from trtserve.text.outputs import RequestOutput
 
 
 class OpenAIServing:

@@ -7,6 +7,9 @@ ENGINE_DIR/
   model.safetensors           torch-engine weights: fused, cast, rank 0 of tp=1
   tokenizer/                  tokenizer files and chat template
   manifest.json               sha256 of every file, source fingerprint, toolchain, build config
+  engine/                     backend tensorrt: what `trtllm-build` writes (config.json, rank{r}.engine)
+  hf/                         backend trtllm: the Hugging Face checkpoint TensorRT-LLM's PyTorch backend loads
+  llm_api_options.yaml        tensorrt / trtllm: the LLM-API options (`trtllm-serve --extra_llm_api_options`)
 """
 
 from __future__ import annotations
@@ -16,13 +19,16 @@ from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from trtserve.errors import EngineIntegrityError
-from trtserve.models.config import ModelConfig
+from trtserve.engine.errors import EngineIntegrityError
+from trtserve.engine.model_config import ModelConfig
 
 ENGINE_CONFIG = "config.json"
 CHECKPOINT_DIR = "checkpoint"
 ENGINE_WEIGHTS = "model.safetensors"
 TOKENIZER_DIR = "tokenizer"
+TRT_ENGINE_DIR = "engine"
+HF_DIR = "hf"
+OPTIONS_FILE = "llm_api_options.yaml"
 
 
 def rank_file(rank: int) -> str:

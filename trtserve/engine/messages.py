@@ -1,35 +1,61 @@
-"""The engine interface every backend implements, and the typed messages that cross it.
+"""The typed messages that cross the engine interface (see protocol.py).
 
-    Engine: generate(request) -> async iterator of TokenDelta; abort(request_id); stats(); health()
-
-Everything above it (tokenizing, chat templates, detokenization, stop strings, admission,
-timeouts, metrics, HTTP) is shared by the torch and TensorRT-LLM backends.
+Identity is typed: an engine request is named by a `RequestId` that the contract generates
+(never parsed from, nor equal to, anything a client sent), and one of its n sequences by a
+`SequenceId`. Whatever id a client sent travels as `client_id`, for logs and echoing only: two
+requests may carry the same client id, or any characters in it.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import itertools
 from dataclasses import dataclass, field
-from typing import Protocol
 
-from trtserve.runtime.sampler import TokenLogprob
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.sampling import SamplingParams, TokenLogprob
+
+_next_id = itertools.count(1)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestId:
+    """One engine request, unique in this process. Create with `RequestId.new()`."""
+
+    value: int
+
+    @classmethod
+    def new(cls) -> RequestId:
+        return cls(next(_next_id))  # itertools.count is atomic under the GIL
+
+    def __str__(self) -> str:
+        return f"req-{self.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class SequenceId:
+    """Sequence `index` (0 <= index < n) of a request."""
+
+    request: RequestId
+    index: int = 0
+
+    def __str__(self) -> str:
+        return f"{self.request}/{self.index}"
 
 
 @dataclass
 class GenerateRequest:
-    request_id: str
     prompt_token_ids: list[int]
     params: SamplingParams
     priority: float = 0.0  # higher is served first
     cache_salt: str | None = None  # isolates this request's prefix-cache entries
+    client_id: str | None = None  # what the client called it (logs only; never a key)
+    request_id: RequestId = field(default_factory=RequestId.new)
 
 
 @dataclass
 class TokenDelta:
     """New output of one sequence (index) of a request since its previous delta."""
 
-    request_id: str
+    request_id: RequestId
     index: int = 0  # which of the request's n sequences
     token_ids: list[int] = field(default_factory=list)  # new tokens
     logprobs: list[TokenLogprob] | None = None  # one per new token, when asked for
@@ -40,6 +66,10 @@ class TokenDelta:
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
     queue_time: float | None = None  # seconds from arrival to first scheduling (first delta only)
     error: str | None = None
+
+    @property
+    def sequence(self) -> SequenceId:
+        return SequenceId(self.request_id, self.index)
 
 
 @dataclass
@@ -58,18 +88,3 @@ class EngineStats:
     prompt_tokens: int  # prompt tokens computed (not cached)
     generated_tokens: int
     steps: int
-
-
-class Engine(Protocol):
-    max_seq_len: int  # prompt + output limit the engine was built for
-
-    def check(self, request: GenerateRequest) -> None:
-        """Raise UserError if the request can never run on this engine (e.g. too long)."""
-
-    def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]: ...
-
-    def abort(self, request_id: str) -> None: ...
-
-    def stats(self) -> EngineStats: ...
-
-    def health(self) -> bool: ...

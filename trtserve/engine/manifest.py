@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import platform
 from datetime import UTC, datetime
 from pathlib import Path
 
 from pydantic import BaseModel, ValidationError
 
-from trtserve.build.hashing import sha256_file
-from trtserve.errors import EngineIntegrityError, UserError
+from trtserve.engine.errors import EngineIntegrityError, UserError
+from trtserve.engine.hashing import sha256_file
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -34,32 +33,18 @@ class Manifest(BaseModel):
     target: dict[str, str | None] | None = None
 
 
-def toolchain_versions() -> dict[str, str]:
-    from importlib.metadata import version
-
-    import torch
-    import transformers
-
-    import trtserve
-
-    return {
-        "trtserve": trtserve.__version__,
-        "torch": torch.__version__,
-        "transformers": transformers.__version__,
-        "safetensors": version("safetensors"),
-        "python": platform.python_version(),
-    }
-
-
 def write_manifest(
     engine_dir: Path,
     *,
     backend: str,
     target_device: str,
     source: dict,
+    toolchain: dict[str, str],
     build_config: dict,
     target: dict | None = None,
 ) -> Manifest:
+    """Hash every file of the (staged) engine dir into manifest.json. toolchain: package -> version
+    of what built it (the build side knows; this package imports none of it)."""
     files = {}
     for p in sorted(engine_dir.rglob("*")):
         if p.is_file() and p.name != MANIFEST:
@@ -69,7 +54,7 @@ def write_manifest(
         backend=backend,
         target_device=target_device,
         source=source,
-        toolchain=toolchain_versions(),
+        toolchain=toolchain,
         build_config=build_config,
         files=files,
         target=target,

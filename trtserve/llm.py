@@ -5,15 +5,14 @@ Drives the same engine core and output processing as the server, synchronously.
 
 from __future__ import annotations
 
-import itertools
 from pathlib import Path
 
-from trtserve.backends.base import GenerateRequest
-from trtserve.runtime.config import RuntimeConfig
+from trtserve.engine.messages import GenerateRequest, RequestId
+from trtserve.engine.run_config import RuntimeConfig
+from trtserve.engine.sampling import SamplingParams
 from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
-from trtserve.runtime.outputs import OutputProcessor, RequestOutput
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.text.outputs import OutputProcessor, RequestOutput
 
 
 class LLM:
@@ -22,7 +21,6 @@ class LLM:
         self.engine = load_engine(engine_dir, cfg.device, cfg.deterministic)
         self.tokenizer = self.engine.tokenizer
         self.core = EngineCore(self.engine, cfg)
-        self._ids = itertools.count()
 
     def encode(self, prompt: str | list[int], chat: bool = False) -> list[int]:
         if isinstance(prompt, list):
@@ -44,17 +42,17 @@ class LLM:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
-        procs: dict[str, OutputProcessor] = {}
+        procs: dict[RequestId, OutputProcessor] = {}
         for prompt, p in zip(prompts, plist, strict=True):
-            rid = f"offline-{next(self._ids)}"
             ids = self.encode(prompt, chat)
-            self.core.add_request(GenerateRequest(rid, ids, p))
-            procs[rid] = OutputProcessor(self.tokenizer, rid, ids, p)
+            req = GenerateRequest(ids, p)
+            self.core.add_request(req)
+            procs[req.request_id] = OutputProcessor(self.tokenizer, str(req.request_id), ids, p)
         order = list(procs)
         while self.core.has_unfinished():
             for d in self.core.step():
                 proc = procs[d.request_id]
                 proc.process(d)
                 if proc.stopped_by_string(d.index) and d.finish_reason is None:
-                    self.core.abort_sequence(d.request_id, d.index)
+                    self.core.abort(d.request_id, d.index)
         return [procs[r].output for r in order]

@@ -1,5 +1,7 @@
-"""Quantized linears of the torch engine. Weights stay in their 8- or 4-bit storage; each
-`__call__(x, bias)` maps (tokens, in) -> (tokens, out) in the activation dtype.
+"""Quantized linears of the torch engine, one class per run-time kernel, named by the format specs
+(models/quant_formats.py). Weights stay in their 8- or 4-bit storage; each is built as
+`Class(tensors, dtype, group_size)` and its `__call__(x, bias)` maps (tokens, in) -> (tokens, out)
+in the activation dtype.
 
 Tensor names and layouts are the engine's (TensorRT-LLM suffixes, see trtserve/quant/convert.py):
 weight [out, in] (int8 / fp8), [out/2, in] packed int4, or [out, in/2] packed fp4.
@@ -12,6 +14,7 @@ import torch.nn.functional as F
 
 from trtserve.kernels import dense
 from trtserve.kernels import int4 as int4_kernel
+from trtserve.models.quant_formats import quant_format
 
 _FP8_MAX = 448.0
 # E2M1 code -> value (bit 3 is the sign).
@@ -47,7 +50,9 @@ class Int8WeightOnly:
     where the kernel cannot be built. A decode step that runs whole in trtserve/kernels/decode_layers.c
     reads `weight` and `scale_f32` there, for every activation dtype."""
 
-    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
+    int8_weight_only = True  # what trtserve/kernels/decode_layers.py looks for (it imports no model code)
+
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         w = t["weight"].contiguous()  # (out, in) int8
         # torch's AVX-512 kernel reads the weight with aligned loads at prefill sizes: a tensor at
         # an arbitrary offset of the safetensors buffer crashed it (SIGSEGV), so copy it to a
@@ -70,7 +75,7 @@ class Int4Groupwise:
     `preferred`); the rest, or everything where that kernel cannot be built, to torch's int4 GEMM. AWQ's pre-quant scale (where the export did
     not fold it into the norm) is applied to the input."""
 
-    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         w = unpack_int4_rows(t["weight"])  # (out, in) in [-8, 7]
         self.out_features = w.shape[0]
         self.group_size = group_size
@@ -101,7 +106,7 @@ class Int4Fp8Awq:
     the int4 GEMM cannot run them: the packed weights are decoded per call. Activations: pre-quant
     scale, then e4m3 rounding with the calibrated scale."""
 
-    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int):
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         self.packed = t["weight"]  # (out / 2, in) int4 pairs
         self.scale = t["weights_scaling_factor"].float()  # (out, in / group)
         self.scale_2 = t["weights_scaling_factor_2"].float()  # (1,)
@@ -130,7 +135,7 @@ class Int8SmoothQuant:
     integers to 2**24): torch 2.13's CPU `torch._int_mm` measured 0.5-1 GOP/s here, against 5-22
     GFLOP/s for fp32, single-threaded. Weights stay int8 in memory."""
 
-    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         self.weight = t["weight"].contiguous()  # (out, in) int8
         self.w_scale = t["weights_scaling_factor"].float()  # (out,)
         pqs = t.get("prequant_scaling_factor")
@@ -150,7 +155,7 @@ class Fp8Linear:
     """FP8 (per-tensor weight and activation scales) and FP8_PER_CHANNEL_PER_TOKEN (per-channel
     weight scales, dynamic per-token activation scales): e4m3 storage, dequantized in the GEMM."""
 
-    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         self.weight = t["weight"]  # (out, in) float8_e4m3fn
         # (out,) for FP8_PER_CHANNEL_PER_TOKEN, and for FP8 where fused q/k/v (gate/up) keep their
         # own per-tensor scales; (1,) otherwise.
@@ -176,7 +181,7 @@ class Nvfp4Linear:
     """NVFP4: E2M1 weights with fp8 scales per 16 inputs and a global scale, dequantized per
     call. Activations stay in the model dtype (no fp4 compute on CPU)."""
 
-    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype):
+    def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         self.weight = t["weight"]  # (out, in / 2) uint8
         self.block_scale = t["weights_scaling_factor"]  # (out, in / 16) float8_e4m3fn
         self.global_scale = t["weights_scaling_factor_2"].float()  # (1,)
@@ -191,17 +196,6 @@ class Nvfp4Linear:
 
 
 def make_linear(t: dict[str, torch.Tensor], algo: str, dtype: torch.dtype, group_size: int = 128):
-    """The kernel object for one quantized linear (`t`: its tensors by TensorRT-LLM suffix)."""
-    if algo == "W8A16":
-        return Int8WeightOnly(t, dtype)
-    if algo == "W4A16_AWQ":
-        return Int4Groupwise(t, dtype, group_size)
-    if algo == "W4A8_AWQ":
-        return Int4Fp8Awq(t, dtype, group_size)
-    if algo == "W8A8_SQ_PER_CHANNEL":
-        return Int8SmoothQuant(t, dtype)
-    if algo in ("FP8", "FP8_PER_CHANNEL_PER_TOKEN"):
-        return Fp8Linear(t, dtype)
-    if algo == "NVFP4":
-        return Nvfp4Linear(t, dtype)
-    raise ValueError(f"the torch engine has no kernel for quant_algo {algo}")
+    """The kernel object for one quantized linear (`t`: its tensors by TensorRT-LLM suffix), as the
+    format's spec names it; ValueError for a quant_algo no spec is registered for."""
+    return quant_format(algo).kernel()(t, dtype, group_size)

@@ -1,6 +1,9 @@
-"""Per-request generation settings (names follow TensorRT-LLM's and vLLM's SamplingParams)."""
+"""Per-request generation settings (names follow TensorRT-LLM's and vLLM's SamplingParams), and the
+logprob record every backend returns for a token."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -45,3 +48,11 @@ class SamplingParams(BaseModel):
     @property
     def needs_penalties(self) -> bool:
         return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    rank: int  # 1 = the most likely token
+    top: list[tuple[int, float]]  # top-N (token id, logprob), most likely first

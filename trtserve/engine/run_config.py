@@ -1,10 +1,13 @@
-"""Runtime settings of the torch engine (the `run` YAML's engine section)."""
+"""Engine settings chosen at run time (the `run` YAML's engine section), for every backend."""
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ByteSize, ConfigDict, Field
 
-from trtserve.runtime.scheduler import CapacityPolicy
+# TensorRT-LLM's capacity scheduler policies (runtime/scheduler.py says what each does).
+CapacityPolicy = Literal["guaranteed_no_evict", "max_utilization"]
 
 
 class RuntimeConfig(BaseModel):

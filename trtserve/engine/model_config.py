@@ -6,11 +6,9 @@ Field names follow TensorRT-LLM's unified checkpoint `config.json` (fact sheet s
 
 from __future__ import annotations
 
-import torch
 from pydantic import BaseModel, ConfigDict
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
 class Mapping(BaseModel):

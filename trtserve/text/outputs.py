@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trtserve.backends.base import TokenDelta
-from trtserve.runtime.detokenizer import IncrementalDetokenizer, StopStringMatcher
-from trtserve.runtime.sampler import TokenLogprob
-from trtserve.runtime.sampling_params import SamplingParams
+from trtserve.engine.messages import RequestId, TokenDelta
+from trtserve.engine.sampling import SamplingParams, TokenLogprob
+from trtserve.text.detokenizer import IncrementalDetokenizer, StopStringMatcher
 
 
 @dataclass
@@ -26,7 +25,7 @@ class CompletionOutput:
 class TextDelta:
     """What one engine delta adds to a sequence, as text."""
 
-    request_id: str
+    request_id: RequestId  # the engine request it belongs to
     index: int
     text: str
     token_ids: list[int]
@@ -38,7 +37,7 @@ class TextDelta:
 
 @dataclass
 class RequestOutput:
-    request_id: str
+    request_id: str  # what the caller named it (a client id, or the engine id as text)
     prompt_token_ids: list[int]
     outputs: list[CompletionOutput]
     num_cached_tokens: int = 0

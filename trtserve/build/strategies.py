@@ -1,0 +1,205 @@
+"""One build strategy per backend, keyed by the names of trtserve/engine/backends.py:
+
+    torch     checkpoint/ (the TensorRT-LLM unified checkpoint, rank files) and model.safetensors
+    tensorrt  checkpoint/, then engine/ (what `trtllm-build` writes: config.json + rank{r}.engine) and
+              llm_api_options.yaml; no torch weights
+    trtllm    hf/ (the Hugging Face checkpoint, with ModelOpt's hf_quant_config.json if quantized)
+              and llm_api_options.yaml (`trtllm-serve --extra_llm_api_options`); needs no TensorRT-LLM
+
+Every engine dir also holds tokenizer/, config.json and manifest.json (build/builder.py writes those).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+
+from trtserve.backends.tensorrt_llm import build_plan, serve_plan
+from trtserve.build.config import BuildConfig
+from trtserve.build.planner import BuildPlan
+from trtserve.build.reader import CheckpointReader
+from trtserve.build.tensors import Written, tensors_for
+from trtserve.engine.backends import BACKENDS
+from trtserve.engine.errors import UserError
+from trtserve.engine.layout import CHECKPOINT_DIR, ENGINE_WEIGHTS, HF_DIR, OPTIONS_FILE, TOKENIZER_DIR, TRT_ENGINE_DIR
+
+HF_QUANT_CONFIG = "hf_quant_config.json"  # written by ModelOpt's unified HF export
+_HF_FILES = ("config.json", "generation_config.json", HF_QUANT_CONFIG, "model.safetensors.index.json")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A prepared build: everything that can fail before writing was checked."""
+
+    write: Callable[[Path, Console], Written]  # (staged dir, console): the backend's files
+    target: dict | None = None  # manifest.json's `target` (the TensorRT-LLM host), None: torch
+
+
+class _Strategy:
+    """The defaults of planner.Strategy: accept everything, keep no source quantization, no dry run."""
+
+    name: str
+    has_dry_run = False  # --dry-run prints its plan and the equivalent TensorRT-LLM commands
+
+    def accept(self, cfg: BuildConfig, reader: CheckpointReader) -> None:
+        pass
+
+    def source_quantization(self, reader: CheckpointReader) -> dict | None:
+        return None
+
+    def check_plan(self, plan: BuildPlan) -> None:
+        pass
+
+    def describe(self, plan: BuildPlan, out: Path) -> list[str] | None:
+        return None
+
+    def is_weights(self, rel: str) -> bool:
+        """Whether the engine dir's file `rel` is one the backend loads as weights (`trtserve inspect`)."""
+        return rel == ENGINE_WEIGHTS
+
+
+class TorchStrategy(_Strategy):
+    name = "torch"
+
+    def prepare(self, plan: BuildPlan) -> Job:
+        step = tensors_for(plan)
+        return Job(lambda tmp, console: step.write(tmp, console, engine_weights=True))
+
+
+class TensorrtStrategy(_Strategy):
+    name = "tensorrt"
+    has_dry_run = True
+
+    def check_plan(self, plan: BuildPlan) -> None:
+        build_plan.build_config(plan.limits, plan.quantization)  # refuses what trtllm-build cannot take
+
+    def prepare(self, plan: BuildPlan) -> Job:
+        from trtserve.backends.tensorrt_llm import install
+
+        tllm = install.import_tensorrt_llm()  # before anything is written
+        if shutil.which("trtllm-build") is None:
+            raise UserError(
+                f"trtllm-build is not on PATH although tensorrt_llm imports; reinstall with `{install.INSTALL_COMMAND}`"
+            )
+        target = install.installed_target(tllm)
+        if target.sm is None:
+            raise UserError("--backend tensorrt builds on the GPU it will run on, and no CUDA GPU is visible")
+        step = tensors_for(plan)
+
+        def write(tmp: Path, console: Console) -> Written:
+            written = step.write(tmp, console, engine_weights=False)
+            argv = self._argv(plan, tmp)
+            result = subprocess.run(argv, stdout=subprocess.DEVNULL if console.quiet else None)
+            if result.returncode != 0:
+                raise UserError(f"trtllm-build failed with exit code {result.returncode} (its output is above)")
+            _write_options(tmp, serve_plan.tensorrt_runtime_options(plan.limits))
+            return written
+
+        return Job(write, target.to_dict())
+
+    def is_weights(self, rel: str) -> bool:
+        return rel.startswith(TRT_ENGINE_DIR + "/") and rel.endswith(".engine")  # the TensorRT plans
+
+    def _argv(self, plan: BuildPlan, out: Path) -> list[str]:
+        ckpt, engine = str(out / CHECKPOINT_DIR), str(out / TRT_ENGINE_DIR)
+        return build_plan.trtllm_build_argv(plan.limits, plan.quantization, ckpt, engine, plan.config.tp_size)
+
+    def describe(self, plan: BuildPlan, out: Path) -> list[str]:
+        bc = json.dumps(build_plan.build_config(plan.limits, plan.quantization), indent=2, sort_keys=True)
+        options = serve_plan.tensorrt_runtime_options(plan.limits)
+        tok, engine, tp = str(out / TOKENIZER_DIR), str(out / TRT_ENGINE_DIR), plan.config.tp_size
+        serve = serve_plan.trtllm_serve_argv("tensorrt", engine, tok, str(out / OPTIONS_FILE), tp)
+        return [
+            "TensorRT-LLM BuildConfig (engine/config.json build_config):",
+            bc,
+            *_options_lines(options),
+            "equivalent commands:",
+            "  # after trtserve writes checkpoint/ (the unified checkpoint) and tokenizer/:",
+            "  " + shlex.join(self._argv(plan, out)),
+            "  " + shlex.join(serve),
+        ]
+
+
+class TrtllmStrategy(_Strategy):
+    name = "trtllm"
+    has_dry_run = True
+
+    def accept(self, cfg: BuildConfig, reader: CheckpointReader) -> None:
+        if not Path(reader.path).is_dir():
+            raise UserError(
+                f"--backend trtllm serves a Hugging Face checkpoint with TensorRT-LLM's PyTorch backend, but MODEL "
+                f"{reader.path} is not a Hugging Face directory; give one, or use --backend tensorrt or torch"
+            )
+        if cfg.quant:
+            raise UserError(
+                "--quant with --backend trtllm is not supported: that backend serves a Hugging Face checkpoint, so "
+                "quantize it with ModelOpt's export_hf_checkpoint and pass that directory as MODEL, or use "
+                "--backend tensorrt or torch with --quant"
+            )
+
+    def source_quantization(self, reader: CheckpointReader) -> dict | None:
+        qfile = Path(reader.path) / HF_QUANT_CONFIG
+        if not qfile.is_file():
+            return None
+        try:
+            return json.loads(qfile.read_text()).get("quantization") or None
+        except (OSError, json.JSONDecodeError, AttributeError) as err:
+            raise UserError(f"{qfile} is not valid JSON ({type(err).__name__}); re-export the checkpoint") from None
+
+    def check_plan(self, plan: BuildPlan) -> None:
+        build_plan.build_config(plan.limits, plan.quantization)  # validates the quantization section
+        serve_plan.llm_api_options(plan.limits, plan.quantization)
+
+    def prepare(self, plan: BuildPlan) -> Job:
+        from trtserve.backends.tensorrt_llm import install
+
+        def write(tmp: Path, console: Console) -> Written:
+            _copy_hf_checkpoint(Path(plan.reader.path), tmp / HF_DIR)
+            _write_options(tmp, serve_plan.llm_api_options(plan.limits, plan.quantization))
+            return Written(plan.model, 0, 0)
+
+        return Job(write, install.installed_target().to_dict())  # what this host has, if anything: informational
+
+    def is_weights(self, rel: str) -> bool:
+        return rel.startswith(HF_DIR + "/") and rel.endswith(".safetensors")  # the HF checkpoint's
+
+    def describe(self, plan: BuildPlan, out: Path) -> list[str]:
+        opts = str(out / OPTIONS_FILE)
+        serve = serve_plan.trtllm_serve_argv(
+            "trtllm", str(out / HF_DIR), str(out / TOKENIZER_DIR), opts, plan.config.tp_size
+        )
+        options = serve_plan.llm_api_options(plan.limits, plan.quantization)
+        return [*_options_lines(options), "equivalent commands:", "  " + shlex.join(serve)]
+
+
+STRATEGIES: dict[str, _Strategy] = {s.name: s for s in (TorchStrategy(), TensorrtStrategy(), TrtllmStrategy())}
+assert set(STRATEGIES) == set(BACKENDS), "every backend of engine/backends.py needs a build strategy"
+
+
+def _options_lines(options: dict) -> list[str]:
+    return [f"LLM-API options ({OPTIONS_FILE}):", yaml.safe_dump(options, sort_keys=True).rstrip()]
+
+
+def _write_options(tmp: Path, options: dict) -> None:
+    (tmp / OPTIONS_FILE).write_text(yaml.safe_dump(options, sort_keys=True))
+
+
+def _copy_hf_checkpoint(src: Path, dest: Path) -> None:
+    """The HF checkpoint's config and weights. Weights are hard-linked where the file system allows
+    (a source edited in place is caught by the manifest's sha256 on load), copied otherwise."""
+    dest.mkdir()
+    names = [n for n in _HF_FILES if (src / n).is_file()] + sorted(x.name for x in src.glob("*.safetensors"))
+    for name in names:
+        try:
+            os.link(src / name, dest / name)
+        except OSError:
+            shutil.copyfile(src / name, dest / name)

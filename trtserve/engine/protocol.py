@@ -1,0 +1,41 @@
+"""The interface every backend implements; everything above it is shared by all backends.
+
+    Engine: generate(request) -> async iterator of TokenDelta
+            abort(request[, sequence]); stats(); health(); tokenizer; shutdown(); platform
+
+Tokenizing, chat templates, detokenization, stop strings, admission, timeouts, metrics, HTTP are
+the same code for the torch and TensorRT-LLM backends. `open_engine` (open.py) picks one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any, Protocol, runtime_checkable
+
+from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
+
+
+@runtime_checkable
+class Engine(Protocol):
+    platform: str  # what runs the model, as KServe / Triton report it: "trtserve_torch" | "tensorrt_llm"
+    max_seq_len: int  # prompt + output limit the engine was built for
+    tokenizer: Any  # a transformers tokenizer (encode, decode, apply_chat_template)
+
+    def check(self, request: GenerateRequest) -> None:
+        """Raise UserError if the request can never run on this engine (e.g. too long)."""
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
+        """Stream the request's deltas until each of its n sequences has finished. Leaving the
+        iterator early (cancel, disconnect) aborts what is still running."""
+
+    def abort(self, request_id: RequestId, index: int | None = None) -> None:
+        """Finish the request, or only its sequence `index`, by the engine's next step. Unknown or
+        finished ids are ignored."""
+
+    def stats(self) -> EngineStats: ...
+
+    def health(self) -> bool:
+        """False once the engine can no longer serve (its loop died or it was shut down)."""
+
+    def shutdown(self) -> None:
+        """Stop the engine and release its memory; blocks until it has stopped."""

@@ -1,0 +1,30 @@
+"""Layer features: what a model's layers compute, named once.
+
+A family spec (family.py) declares the features every model of it has and those its config.json
+may turn on; `DecoderFamily.features_of` gives one built model's. A fast path declares the
+features it implements (kernels/decode_layers.py `FEATURES`, as plain strings: kernels import
+nothing of models/) and the decoder takes it only for models whose features are a subset.
+"""
+
+from __future__ import annotations
+
+RMS_NORM = "rms_norm"  # x * rsqrt(mean(x^2) + eps) * weight
+ROPE_NEOX = "rope_neox"  # rotary embedding over the two halves of each head
+SILU_GATED_MLP = "silu_gated_mlp"  # down(silu(gate(x)) * up(x))
+QKV_BIAS = "qkv_bias"  # q, k and v projections add a bias
+MLP_BIAS = "mlp_bias"  # gate, up and down projections add a bias
+SLIDING_WINDOW = "sliding_window"  # attention sees only the last `sliding_window` keys
+TIED_EMBEDDINGS = "tied_embeddings"  # lm_head is the token embedding
+ROPE_SCALING = "rope_scaling"  # RoPE frequencies rescaled (linear, llama3, yarn)
+
+FEATURES = frozenset(
+    {RMS_NORM, ROPE_NEOX, SILU_GATED_MLP, QKV_BIAS, MLP_BIAS, SLIDING_WINDOW, TIED_EMBEDDINGS, ROPE_SCALING}
+)
+# The features a config can turn on, each with the ModelConfig field that records it (on when truthy).
+CONFIG_FIELDS = {
+    QKV_BIAS: "attn_bias",
+    MLP_BIAS: "mlp_bias",
+    SLIDING_WINDOW: "sliding_window",
+    TIED_EMBEDDINGS: "tie_word_embeddings",
+    ROPE_SCALING: "rotary_scaling",
+}
