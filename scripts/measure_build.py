@@ -1,14 +1,16 @@
 """Measure `trtserve build` time and peak RSS for the demo model and a random TinyLlama-1.1B shape.
 
-    .venv/bin/python scripts/measure_build.py [--workdir /tmp/trtserve-measure] [--skip-tinyllama]
+    .venv/bin/python scripts/measure_build.py [--workdir /tmp/trtserve-measure] [--skip-tinyllama] [--threads 2]
 
-Prints one line per model: build seconds, peak RSS, output weight bytes, and RSS / weights.
+Prints one line per model: build seconds, peak RSS, output weight bytes, and RSS / weights, with
+the thread count and the CPU. Builds run one at a time; other processes on the host still count.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -80,7 +82,13 @@ def make_tinyllama(dest: Path) -> Path:
     return dest
 
 
-def measure(model: str, out: Path, *extra: str) -> dict:
+def cpu_model() -> str:
+    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
+    m = re.search(r"Model name:\s*(.*)", out)
+    return f"{m.group(1).strip() if m else 'unknown'}, {os.cpu_count()} cores"
+
+
+def measure(model: str, out: Path, *extra: str, threads: int = 2) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     cmd = [
         "/usr/bin/time",
@@ -95,7 +103,8 @@ def measure(model: str, out: Path, *extra: str) -> dict:
         "--quiet",
         *extra,
     ]
-    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True, env=env)
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
     wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): ([\d:.]+)", proc.stderr).group(1)
     secs = sum(float(x) * 60**i for i, x in enumerate(reversed(wall.split(":"))))
@@ -109,6 +118,8 @@ def measure(model: str, out: Path, *extra: str) -> dict:
         "all_weights_mib": round(all_w / 2**20),
         "rss_over_engine_weights": round(rss_kb * 1024 / engine_w, 2),
         "rss_over_all_weights": round(rss_kb * 1024 / all_w, 2),
+        "threads": threads,
+        "cpu": cpu_model(),
     }
 
 
@@ -116,17 +127,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/trtserve-measure"))
     ap.add_argument("--skip-tinyllama", action="store_true")
+    ap.add_argument("--threads", type=int, default=2, help="OMP_NUM_THREADS of each build")
     args = ap.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
+    t = args.threads
     rows = [
-        measure("smollm2-135m", args.workdir / "smollm2-f32"),
-        measure("smollm2-135m", args.workdir / "smollm2-bf16", "--dtype", "bfloat16"),
+        measure("smollm2-135m", args.workdir / "smollm2-f32", threads=t),
+        measure("smollm2-135m", args.workdir / "smollm2-bf16", "--dtype", "bfloat16", threads=t),
     ]
     if not args.skip_tinyllama:
         src = args.workdir / "tinyllama-src"
         if not (src / "model.safetensors.index.json").exists():
             make_tinyllama(src)
-        rows.append(measure(str(src), args.workdir / "tinyllama-bf16"))
+        rows.append(measure(str(src), args.workdir / "tinyllama-bf16", threads=t))
     for r in rows:
         print(json.dumps(r))
     shutil.rmtree(args.workdir, ignore_errors=True)

@@ -1,26 +1,62 @@
 """Offline generation: `trtserve.LLM(engine_dir).generate(prompts, SamplingParams(...))`.
 
 Drives the same engine core and output processing as the server, synchronously.
+
+Without `kv_cache_memory` the KV cache is sized to the requests of each `generate` call
+(engine/kv_sizing.py: blocks_for_requests) and replaced by a larger one only when a later call
+needs more; a server's default (a share of memory) would be far more than a few prompts need.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from trtserve.engine.messages import GenerateRequest, RequestId
+from trtserve.engine.kv_sizing import blocks_for_requests
+from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import SamplingParams
-from trtserve.runtime.engine_core import EngineCore
+from trtserve.runtime.engine_core import EngineCore, size_kv_cache
 from trtserve.runtime.loader import load_engine
 from trtserve.text.outputs import OutputProcessor, RequestOutput
+
+log = logging.getLogger(__name__)
 
 
 class LLM:
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None, **overrides):
-        cfg = (config or RuntimeConfig()).model_copy(update=overrides)
+        # Validated, not model_copy(update=...): "2GiB" becomes a byte count, a typo is refused.
+        cfg = RuntimeConfig.model_validate((config or RuntimeConfig()).model_dump() | overrides)
+        self.config = cfg
         self.engine = load_engine(engine_dir, cfg.device, cfg.deterministic)
         self.tokenizer = self.engine.tokenizer
-        self.core = EngineCore(self.engine, cfg)
+        self.fit_to_requests = cfg.kv_cache_memory is None
+        # One block until the first generate() says how many its requests need.
+        self.core = EngineCore(self.engine, cfg, num_blocks=1 if self.fit_to_requests else None)
+
+    def _fit_kv_cache(self, reqs: list[GenerateRequest]) -> None:
+        """Grow the KV cache (never shrink it) to what `reqs` need, up to the device's default size."""
+        core = self.core
+        default = size_kv_cache(self.engine, self.config, core.sched_config.max_batch_size)
+        need = blocks_for_requests(
+            [(len(r.prompt_token_ids) + r.params.max_tokens, r.params.n) for r in reqs],
+            tokens_per_block=default.tokens_per_block,
+            max_seq_len=core.max_seq_len,
+            max_batch_size=core.sched_config.max_batch_size,
+            ceiling=default.num_blocks,
+        )
+        if need <= core.blocks.num_blocks:
+            return
+        core.resize_kv_cache(need)
+        log.info(
+            "KV cache: %d blocks of %d tokens (%.1f MiB), sized to these requests (at most %d: %s); "
+            "pass kv_cache_memory (trtserve generate --kv-cache-memory) to fix its size",
+            need,
+            default.tokens_per_block,
+            need * default.bytes_per_block / 2**20,
+            default.num_blocks,
+            default.reason,
+        )
 
     def encode(self, prompt: str | list[int], chat: bool = False) -> list[int]:
         if isinstance(prompt, list):
@@ -42,17 +78,27 @@ class LLM:
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
-        procs: dict[RequestId, OutputProcessor] = {}
-        for prompt, p in zip(prompts, plist, strict=True):
-            ids = self.encode(prompt, chat)
-            req = GenerateRequest(ids, p)
-            self.core.add_request(req)
-            procs[req.request_id] = OutputProcessor(self.tokenizer, str(req.request_id), ids, p)
-        order = list(procs)
-        while self.core.has_unfinished():
-            for d in self.core.step():
-                proc = procs[d.request_id]
-                proc.process(d)
-                if proc.stopped_by_string(d.index) and d.finish_reason is None:
-                    self.core.abort(d.request_id, d.index)
-        return [procs[r].output for r in order]
+        reqs = [GenerateRequest(self.encode(prompt, chat), p) for prompt, p in zip(prompts, plist, strict=True)]
+        if not reqs:
+            return []
+        if self.fit_to_requests:
+            self._fit_kv_cache(reqs)
+        for req in reqs:  # every request is refused, or none is queued
+            self.core.check(req)
+        procs = {
+            r.request_id: OutputProcessor(self.tokenizer, str(r.request_id), r.prompt_token_ids, r.params) for r in reqs
+        }
+        try:
+            for req in reqs:
+                self.core.add_request(req)
+            while self.core.has_unfinished():
+                for d in self.core.step():
+                    proc = procs[d.request_id]
+                    proc.process(d)
+                    if proc.stopped_by_string(d.index) and d.finish_reason is None:
+                        self.core.abort(d.request_id, d.index)
+        except BaseException:  # Ctrl-C or a bug: leave no request behind for the next call
+            for rid in procs:
+                self.core.abort(rid)
+            raise
+        return [procs[r.request_id].output for r in reqs]

@@ -1,4 +1,8 @@
-"""The TensorRT-LLM contract fake (tests/contract/fake_trtllm) and a `--backend trtllm` engine dir."""
+"""The per-release TensorRT-LLM fakes (tests/contract/fake_trtllm) and a `--backend trtllm` engine dir.
+
+`fake_trtllm` is parametrized over RELEASES, so every test that uses it runs against the fakes of
+1.0, 1.2 and main; a test parametrizes `release` itself to narrow that (e.g. TENSORRT_RELEASES).
+"""
 
 from __future__ import annotations
 
@@ -7,28 +11,46 @@ import sys
 from pathlib import Path
 
 import pytest
-from trtllm_fake import FAKE_PATH
+from trtllm_fake import RELEASES, release_paths, release_root
+
+
+def _forget_tensorrt_llm() -> None:
+    for name in [m for m in sys.modules if m.split(".")[0] in ("tensorrt_llm", "trtllm_fake_core")]:
+        del sys.modules[name]
+
+
+@pytest.fixture(params=RELEASES)
+def release(request) -> str:
+    return request.param
+
+
+def switch_release(monkeypatch, release: str):
+    """Make `import tensorrt_llm` load the fake of `release` (replacing any fake loaded before)."""
+    _forget_tensorrt_llm()
+    for path in reversed(release_paths(release)):
+        monkeypatch.syspath_prepend(path)
+    import tensorrt_llm
+
+    assert Path(tensorrt_llm.__file__).is_relative_to(release_root(release))
+    return tensorrt_llm
 
 
 @pytest.fixture
-def fake_trtllm(monkeypatch):
-    """Make `import tensorrt_llm` load the fake, for this test only."""
-    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
-        monkeypatch.delitem(sys.modules, name)
-    monkeypatch.syspath_prepend(str(FAKE_PATH))
-    import tensorrt_llm
-
-    assert Path(tensorrt_llm.__file__).is_relative_to(FAKE_PATH)
+def fake_trtllm(monkeypatch, release):
+    """Make `import tensorrt_llm` load the fake of `release`, for this test only."""
+    tensorrt_llm = switch_release(monkeypatch, release)
     yield tensorrt_llm
-    for llm in tensorrt_llm.INSTANCES:
-        llm.shutdown()
-    tensorrt_llm.INSTANCES.clear()
-    for name in [m for m in sys.modules if m == "tensorrt_llm" or m.startswith("tensorrt_llm.")]:
-        del sys.modules[name]
+    current = sys.modules.get("trtllm_fake_core.executor")  # another release's, if the test switched
+    for instances in {id(x): x for x in (tensorrt_llm.INSTANCES, getattr(current, "INSTANCES", []))}.values():
+        for llm in instances:
+            llm.shutdown()
+        instances.clear()
+    _forget_tensorrt_llm()
 
 
 @pytest.fixture(scope="session")
 def trtllm_engine_dir(tmp_path_factory, tiny_llama) -> Path:
+    """Built without TensorRT-LLM, so its options YAML is planned for the default release line."""
     from trtserve.build.builder import build_engine
     from trtserve.build.config import BuildConfig
 
@@ -38,11 +60,25 @@ def trtllm_engine_dir(tmp_path_factory, tiny_llama) -> Path:
 
 
 @pytest.fixture
-def fake_gpu(monkeypatch, fake_trtllm):
-    """The fake's trtllm-build on PATH and a pretend H100 (SM 9.0) with TensorRT 10.9 installed."""
+def engine(fake_trtllm, trtllm_engine_dir, monkeypatch):
+    """A TrtllmEngine over `trtllm_engine_dir` on the release's fake, polling stats every 0.1 s."""
+    from trtserve.backends.tensorrt_llm import engine as engine_module
+    from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
+    from trtserve.engine.run_config import RuntimeConfig
+
+    monkeypatch.setattr(engine_module, "STATS_POLL_S", 0.1)
+    e = TrtllmEngine(trtllm_engine_dir, RuntimeConfig(kv_cache_memory=1 << 20))
+    yield e
+    e.shutdown()
+
+
+@pytest.fixture
+def fake_gpu(monkeypatch, fake_trtllm, release):
+    """The release's trtllm-build (if it has one) on PATH and a pretend H100 (SM 9.0) with TensorRT 10.9."""
     from trtserve.backends.tensorrt_llm import install
 
-    monkeypatch.setenv("PATH", f"{FAKE_PATH / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    bin_dir = release_root(release) / "bin"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     target = install.Target(
         tensorrt_llm=fake_trtllm.__version__, tensorrt="10.9.0.34", cuda="12.8", gpu_name="NVIDIA H100", sm="9.0"
     )

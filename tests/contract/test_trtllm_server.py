@@ -1,15 +1,15 @@
-"""`trtserve run` on a `--backend trtllm` engine dir, TensorRT-LLM replaced by the contract fake
+"""`trtserve run` on a `--backend trtllm` engine dir, TensorRT-LLM replaced by each release's fake
 (on the server's PYTHONPATH), driven by the official `openai` client and plain HTTP."""
 
 from __future__ import annotations
 
-import os
+import time
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
-from trtllm_fake import FAKE_PATH, load_toy_model
+from trtllm_fake import RELEASES, load_toy_model, pythonpath
 
 fake = load_toy_model()
 
@@ -17,11 +17,11 @@ VOCAB = 320
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
-def live(trtllm_engine_dir, tmp_path_factory):
+@pytest.fixture(scope="module", params=RELEASES)
+def live(request, trtllm_engine_dir, tmp_path_factory):
     from api.conftest import Server
 
-    env = {"PYTHONPATH": os.pathsep.join([str(FAKE_PATH), str(REPO), os.environ.get("PYTHONPATH", "")])}
+    env = {"PYTHONPATH": pythonpath(request.param, str(REPO))}
     s = Server(trtllm_engine_dir, "--kv-cache-memory", "1MiB", env=env, log=tmp_path_factory.mktemp("logs") / "s.log")
     yield s
     s.stop()
@@ -75,6 +75,9 @@ def test_unsupported_setting_is_a_400(client, trtllm_engine_dir):
 def test_metrics_come_from_the_engine(live, client, trtllm_engine_dir):
     client.completions.create(model=trtllm_engine_dir.name, prompt="abc", max_tokens=3, extra_body={"ignore_eos": True})
     assert live.metric("trtserve_generation_tokens_total") >= 3
+    deadline = time.monotonic() + 5  # iteration stats are polled about once a second
+    while live.metric("trtserve_kv_cache_total_blocks") == 0 and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert live.metric("trtserve_kv_cache_total_blocks") == (1 << 20) // 512 // 32
     assert 'finished_reason="length"' in httpx.get(f"{live.url}/metrics").text
 

@@ -1,5 +1,7 @@
 """`--backend tensorrt` end to end with the fake: trtllm-build orchestration, the engine dir, the
-manifest's toolchain and GPU, loading through the TensorRT-engine LLM, and every mismatch refused."""
+manifest's toolchain and GPU, loading through the TensorRT-engine LLM, and every mismatch refused.
+Runs against the fakes of the releases that have the TensorRT backend (1.0, 1.2); main's refusal
+is in test_trtllm_mismatches.py."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import asyncio
 import json
 
 import pytest
+from trtllm_fake import TENSORRT_RELEASES
 
 from trtserve.backends.tensorrt_llm import install
 from trtserve.build.builder import build_engine
@@ -15,6 +18,11 @@ from trtserve.engine.errors import UserError
 from trtserve.engine.manifest import verify_engine_dir
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.sampling import SamplingParams
+
+
+@pytest.fixture(params=TENSORRT_RELEASES)
+def release(request) -> str:
+    return request.param
 
 
 @pytest.fixture
@@ -32,7 +40,8 @@ def test_engine_dir_layout_and_manifest(trt_dir, fake_gpu):
     assert {"tokenizer/tokenizer.json", "llm_api_options.yaml", "config.json"} <= names
     assert "model.safetensors" not in names and not list(trt_dir.parent.glob(".trt.*"))
     build = json.loads((trt_dir / "engine" / "config.json").read_text())["build_config"]
-    assert (build["max_batch_size"], build["tokens_per_block"], build["kv_cache_type"]) == (8, 16, "paged")
+    plugins = build["plugin_config"]  # nested, as trtllm-build records it
+    assert (build["max_batch_size"], plugins["tokens_per_block"], build["kv_cache_type"]) == (8, 16, "PAGED")
 
 
 def test_serves_through_the_tensorrt_engine_llm(trt_dir, fake_trtllm):
@@ -42,7 +51,7 @@ def test_serves_through_the_tensorrt_engine_llm(trt_dir, fake_trtllm):
     try:
         [llm] = fake_trtllm.INSTANCES
         assert llm.model == str(trt_dir / "engine")
-        assert set(llm.args) == {"kv_cache_config"}  # the limits are baked into the engine
+        assert set(llm.kwargs) == {"kv_cache_config"}  # the limits are baked into the engine
         assert llm.tensor_parallel_size == 2
 
         async def run():
@@ -60,10 +69,11 @@ def test_serves_through_the_tensorrt_engine_llm(trt_dir, fake_trtllm):
     [
         ({"sm": "8.0"}, "was built for GPU compute capability (SM) 9.0 but this host has 8.0"),
         ({"tensorrt": "10.10.0"}, "was built for TensorRT 10.9.0.34 but this host has 10.10.0"),
-        ({"tensorrt_llm": "1.1.0"}, "was built for TensorRT-LLM 1.0.0 but this host has 1.1.0"),
+        ({"tensorrt_llm": "1.1.0"}, "was built for TensorRT-LLM {built} but this host has 1.1.0"),
     ],
 )
 def test_mismatch_is_refused_by_trtserve_run(trt_dir, fake_gpu, monkeypatch, change, message):
+    message = message.format(built=fake_gpu.tensorrt_llm)
     from click.testing import CliRunner
 
     import trtserve.serve.server
@@ -95,4 +105,12 @@ def test_no_gpu_no_tensorrt_build(fake_gpu, tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setattr(install, "installed_target", lambda tllm=None: install.Target(tensorrt_llm="1.0.0"))
     with pytest.raises(UserError, match="no CUDA GPU is visible"):
         build_engine(BuildConfig(model=str(tiny_llama), backend="tensorrt"), tmp_path / "x", quiet=True)
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("release", ["1.2"])
+def test_a_real_build_cannot_plan_for_another_release(fake_gpu, tiny_llama, tmp_path):
+    cfg = BuildConfig(model=str(tiny_llama), backend="tensorrt", trtllm_version="1.0")
+    with pytest.raises(UserError, match=r"--trtllm-version 1.0 plans for release line 1.0, but this build runs"):
+        build_engine(cfg, tmp_path / "x", quiet=True)
     assert not list(tmp_path.iterdir())

@@ -1,16 +1,37 @@
-"""Where the TensorRT-LLM contract fake lives, and its toy model loaded on its own."""
+"""Where the per-release TensorRT-LLM fakes live, and their toy model loaded on its own.
+
+fake_trtllm/trtllm_fake_core/      shared machinery (not TensorRT-LLM's API)
+fake_trtllm/releases/<release>/    a `tensorrt_llm` package (and bin/ where it has trtllm-build)
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import os
 from pathlib import Path
 
 FAKE_PATH = Path(__file__).parent / "fake_trtllm"
+RELEASES = ("1.0", "1.2", "main")  # every contract test runs against each
+TENSORRT_RELEASES = ("1.0", "1.2")  # the ones with the TensorRT backend (trtllm-build, _tensorrt_engine)
+
+
+def release_root(release: str) -> Path:
+    return FAKE_PATH / "releases" / release
+
+
+def release_paths(release: str) -> list[str]:
+    """sys.path entries for `import tensorrt_llm` to load the fake of `release`: its root, then the core."""
+    return [str(release_root(release)), str(FAKE_PATH)]
+
+
+def pythonpath(release: str, *more: str) -> str:
+    return os.pathsep.join([*release_paths(release), *more, os.environ.get("PYTHONPATH", "")])
 
 
 def load_toy_model():
-    """The fake's toy model module, loaded by file so `tensorrt_llm` stays unimportable in-process."""
-    spec = importlib.util.spec_from_file_location("fake_trtllm_toy_model", FAKE_PATH / "tensorrt_llm" / "_toy_model.py")
+    """The fakes' toy model module, loaded by file so `tensorrt_llm` stays unimportable in-process."""
+    path = FAKE_PATH / "trtllm_fake_core" / "toy_model.py"
+    spec = importlib.util.spec_from_file_location("fake_trtllm_toy_model", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

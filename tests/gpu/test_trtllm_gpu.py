@@ -39,18 +39,21 @@ def _greedy(engine, prompts):
     return asyncio.run(run())
 
 
-def _trt_engines_supported() -> bool:
+def _tensorrt_workflow_problem() -> str | None:
+    """Why the installed TensorRT-LLM cannot build TensorRT engines (it has no trtllm-build), if so."""
     import tensorrt_llm
 
-    from trtserve.backends.tensorrt_llm.compat import TRT_ENGINES_UNTIL, _major_minor
+    from trtserve.backends.tensorrt_llm.capabilities import probe
+    from trtserve.backends.tensorrt_llm.compat import workflow_problem
 
-    return _major_minor(tensorrt_llm.__version__) <= TRT_ENGINES_UNTIL
+    return workflow_problem(probe(tensorrt_llm), "tensorrt", build=True)
 
 
 @pytest.mark.parametrize("backend", ["trtllm", "tensorrt"])
 def test_greedy_equals_hf(backend, gpu_llama, tmp_path):
-    if backend == "tensorrt" and not _trt_engines_supported():
-        pytest.skip("this TensorRT-LLM no longer builds TensorRT engines (> 1.2)")
+    problem = _tensorrt_workflow_problem() if backend == "tensorrt" else None
+    if problem:
+        pytest.skip(problem)
     from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
     from trtserve.engine.manifest import read_manifest
 

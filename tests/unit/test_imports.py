@@ -25,6 +25,7 @@ ALLOWED = {
     "serve": {"engine", "text"},
     "bench": {"engine"},
     "llm": {"engine", "text", "runtime"},
+    "check": {"engine", "models", "build", "quant", "runtime", "llm"},  # `trtserve check`: above the build
     "cli": None,  # anything
 }
 # The root package (trtserve/__init__.py: __version__, and LLM / SamplingParams as lazy attributes)

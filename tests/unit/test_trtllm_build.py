@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from helpers import make_hf_model, write_gguf
 
 from trtserve.backends.tensorrt_llm import build_plan, serve_plan
+from trtserve.backends.tensorrt_llm.capabilities import planned
 from trtserve.cli import main
 from trtserve.engine.layout import EngineBuildConfig, PluginConfig
 from trtserve.engine.manifest import verify_engine_dir
@@ -86,7 +87,8 @@ def test_trtllm_refuses_quant_flags(tmp_path, src):
 def test_dry_run_trtllm_prints_options_and_trtllm_serve(tmp_path, src, no_tensorrt_llm):
     result, out = build(tmp_path, src, "--backend", "trtllm", "--dry-run", "--max-batch-size", "8")
     assert result.exit_code == 0, result.output
-    expected = serve_plan.trtllm_serve_argv("trtllm", f"{out}/hf", f"{out}/tokenizer", f"{out}/llm_api_options.yaml", 1)
+    opts = f"{out}/llm_api_options.yaml"
+    expected = serve_plan.trtllm_serve_argv(planned("1.2"), "trtllm", f"{out}/hf", f"{out}/tokenizer", opts, 1)
     assert "  " + shlex.join(expected) in result.output.splitlines()
     assert "enable_chunked_prefill: true" in result.output and "trtllm-build" not in result.output
     assert nothing_written(tmp_path)
@@ -111,7 +113,8 @@ def test_trtllm_build_writes_hf_checkpoint_and_options(tmp_path, src, no_tensorr
     )
     assert (out / "hf" / "model.safetensors").read_bytes() == (src / "model.safetensors").read_bytes()
     limits = EngineBuildConfig(**{**LIMITS, "max_num_tokens": 512}, plugin_config=PluginConfig(tokens_per_block=32))
-    assert yaml.safe_load((out / "llm_api_options.yaml").read_text()) == serve_plan.llm_api_options(limits, None)
+    expected = serve_plan.llm_api_options(limits, None, planned("1.2"))  # nothing installed: the default line
+    assert yaml.safe_load((out / "llm_api_options.yaml").read_text()) == expected
 
 
 def test_trtllm_reads_modelopt_quantization(tmp_path, src):
@@ -178,3 +181,55 @@ def test_one_planner_keeps_quantized_builds_in_16_bits(src, backend):
     assert (plan.config.dtype, plan.model.dtype, plan.model.quantization.quant_algo) == ("bfloat16", "bfloat16", None)
     assert plan.quantization == {"quant_algo": "W8A16", "kv_cache_quant_algo": "INT8"}
     assert plan_build(cfg.model_copy(update={"quant": None, "kv_cache_quant": None})).config.dtype == "float32"
+
+
+@pytest.mark.parametrize(
+    "release, sampler, trt_serve",
+    [("1.0", True, "--backend trt "), ("1.1", False, "--backend tensorrt "), ("1.2", False, "--backend tensorrt ")],
+)
+def test_dry_run_plans_for_the_requested_release(tmp_path, src, no_tensorrt_llm, release, sampler, trt_serve):
+    result, _ = build(tmp_path, src, "--backend", "trtllm", "--dry-run", "--trtllm-version", release)
+    assert result.exit_code == 0, result.output
+    assert f"planned for TensorRT-LLM release line {release} (from --trtllm-version {release}" in result.output
+    assert ("enable_trtllm_sampler: true" in result.output) is sampler
+    result, _ = build(tmp_path, src, "--backend", "tensorrt", "--dry-run", "--trtllm-version", release)
+    assert result.exit_code == 0 and trt_serve in result.output and "--use_fp8_context_fmha disable" in result.output
+    assert nothing_written(tmp_path)
+
+
+def test_dry_run_for_main(tmp_path, src, no_tensorrt_llm):
+    result, _ = build(tmp_path, src, "--backend", "trtllm", "--dry-run", "--trtllm-version", "main")
+    assert result.exit_code == 0 and "release line main" in result.output and "sampler" not in result.output
+    result, _ = build(tmp_path, src, "--backend", "tensorrt", "--dry-run", "--trtllm-version", "main")
+    assert result.exit_code == 2
+    assert (
+        "release line main (from --trtllm-version main and the release table) has no TensorRT backend" in result.output
+    )
+
+
+def test_dry_run_without_tensorrt_llm_plans_for_the_default_release(tmp_path, src, no_tensorrt_llm):
+    result, _ = build(tmp_path, src, "--backend", "trtllm", "--dry-run")
+    assert (
+        "planned for TensorRT-LLM release line 1.2 (the default, as TensorRT-LLM is not installed here" in result.output
+    )
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--trtllm-version", "1.0"), "--trtllm-version plans a TensorRT-LLM build; add --backend tensorrt"),
+        (("--backend", "trtllm", "--trtllm-version", "0.19"), "TensorRT-LLM 0.19 is older than 1.0"),
+        (("--backend", "trtllm", "--trtllm-version", "x"), "'x' is not a TensorRT-LLM version; give a release as X.Y"),
+    ],
+)
+def test_bad_trtllm_version(tmp_path, src, args, message):
+    result, _ = build(tmp_path, src, *args)
+    assert result.exit_code == 2 and message in result.output
+    assert nothing_written(tmp_path)
+
+
+def test_trtllm_build_for_1_0_writes_its_sampler_switch(tmp_path, src, no_tensorrt_llm):
+    result, out = build(tmp_path, src, "--backend", "trtllm", "--trtllm-version", "1.0")
+    assert result.exit_code == 0, result.output
+    assert yaml.safe_load((out / "llm_api_options.yaml").read_text())["enable_trtllm_sampler"] is True
+    assert verify_engine_dir(out).build_config["trtllm_version"] == "1.0"

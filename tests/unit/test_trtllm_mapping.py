@@ -9,6 +9,7 @@ from types import SimpleNamespace as NS
 import pytest
 from test_trtllm_plans import check_golden
 
+from trtserve.backends.tensorrt_llm.capabilities import planned, release_line
 from trtserve.backends.tensorrt_llm.compat import check_compatible
 from trtserve.backends.tensorrt_llm.install import Target
 from trtserve.backends.tensorrt_llm.outputs import DeltaTracker, map_finish_reason
@@ -51,7 +52,7 @@ def test_sampling_golden(case):
 
 def test_sampling_sets_only_trtllm_fields():
     """Every key is a field of tensorrt_llm.SamplingParams (1.0.0rc4, fact sheet 3b)."""
-    path = Path(__file__).parents[1] / "contract/fake_trtllm/tensorrt_llm/sampling_fields.py"
+    path = Path(__file__).parents[1] / "contract/fake_trtllm/trtllm_fake_core/sampling_fields.py"
     spec = importlib.util.spec_from_file_location("trtllm_sampling_fields", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -78,6 +79,16 @@ def test_unsupported_settings_are_refused(params, extra, field):
 
 def test_supported_request_passes():
     check_supported(GenerateRequest([1], SamplingParams(**SAMPLING_CASES["full"])))
+
+
+@pytest.mark.parametrize("params", [{"temperature": 0.0}, {"top_k": 1, "temperature": 0.8}])
+def test_greedy_with_n_above_1_is_refused_unless_the_server_allows_it(params):
+    """TensorRT-LLM's SamplingParams raises for it (unless TLLM_ALLOW_N_GREEDY_DECODING is set)."""
+    req = GenerateRequest([1], SamplingParams(n=3, **params))
+    with pytest.raises(UserError, match="^n=3 with greedy decoding .* TLLM_ALLOW_N_GREEDY_DECODING=1$"):
+        check_supported(req)
+    check_supported(req, allow_n_greedy=True)
+    check_supported(GenerateRequest([1], SamplingParams(n=3, temperature=0.5)))
 
 
 # ---- finish reasons and deltas ---------------------------------------------------------------
@@ -212,11 +223,16 @@ def test_latest_takes_the_newest_dict_or_json():
 
 
 # ---- compatibility -------------------------------------------------------------------------------
-BUILT = Target(tensorrt_llm="0.19.0", tensorrt="10.9.0.34", cuda="12.8", gpu_name="NVIDIA H100", sm="9.0")
+BUILT = Target(tensorrt_llm="1.2.1", tensorrt="10.9.0.34", cuda="12.8", gpu_name="NVIDIA H100", sm="9.0")
 
 
 def _manifest(backend):
     return NS(backend=backend, source={"path": "/models/llama"})
+
+
+def _caps(installed: Target):
+    """The installed release's capabilities as the release table has them (None: not installed)."""
+    return planned(installed.tensorrt_llm) if installed.tensorrt_llm else None
 
 
 @pytest.mark.parametrize(
@@ -224,50 +240,54 @@ def _manifest(backend):
     [
         (
             "tensorrt",
-            Target(tensorrt_llm="0.20.0", tensorrt="10.9.0.34", sm="9.0"),
-            "E was built for TensorRT-LLM 0.19.0 but this host has 0.20.0; rebuild it on this host with "
+            Target(tensorrt_llm="1.2.0", tensorrt="10.9.0.34", sm="9.0"),
+            "E was built for TensorRT-LLM 1.2.1 but this host has 1.2.0; rebuild it on this host with "
             "`trtserve build /models/llama -o E --backend tensorrt --force`",
         ),
         (
             "tensorrt",
-            Target(tensorrt_llm="0.19.0", tensorrt="10.10.0", sm="9.0"),
+            Target(tensorrt_llm="1.2.1", tensorrt="10.10.0", sm="9.0"),
             "E was built for TensorRT 10.9.0.34 but this host has 10.10.0; rebuild it on this host with "
             "`trtserve build /models/llama -o E --backend tensorrt --force`",
         ),
         (
             "tensorrt",
-            Target(tensorrt_llm="0.19.0", tensorrt="10.9.0.34", sm="8.0"),
+            Target(tensorrt_llm="1.2.1", tensorrt="10.9.0.34", sm="8.0"),
             "E was built for GPU compute capability (SM) 9.0 but this host has 8.0; rebuild it on this host with "
             "`trtserve build /models/llama -o E --backend tensorrt --force`",
         ),
         (
             "tensorrt",
-            Target(tensorrt_llm="0.19.0", tensorrt="10.9.0.34", sm=None),
+            Target(tensorrt_llm="1.2.1", tensorrt="10.9.0.34", sm=None),
             "E was built for GPU compute capability (SM) 9.0 but this host has none (no CUDA GPU visible)",
         ),
         (
             "tensorrt",
-            Target(tensorrt_llm="0.19.0", tensorrt=None, sm="9.0"),
+            Target(tensorrt_llm="1.2.1", tensorrt=None, sm="9.0"),
             "E was built for TensorRT 10.9.0.34 but this host has not installed",
         ),
-        ("tensorrt", Target(tensorrt_llm="1.3.0rc1", tensorrt="10.9.0.34", sm="9.0"), "no longer runs"),
+        ("tensorrt", Target(tensorrt_llm="1.4.0", tensorrt="10.9.0.34", sm="9.0"), "has no TensorRT backend"),
         ("tensorrt", Target(), "E needs TensorRT-LLM, which is not installed; install it with `pip install"),
-        ("trtllm", Target(tensorrt_llm="0.19.0"), "PyTorch backend (>= 1.0) but TensorRT-LLM 0.19.0 is installed"),
     ],
 )
 def test_compat_mismatches(backend, installed, message):
     with pytest.raises(UserError) as err:
-        check_compatible(_manifest(backend), BUILT, installed, "E")
+        check_compatible(_manifest(backend), BUILT, installed, _caps(installed), "E")
     assert message in str(err.value)
+
+
+def test_tensorrt_llm_before_1_0_is_refused():
+    with pytest.raises(UserError, match="TensorRT-LLM 0.19.0 is older than 1.0, the first release trtserve supports"):
+        release_line("0.19.0")
 
 
 @pytest.mark.parametrize(
     "backend, installed",
     [
-        ("tensorrt", Target(tensorrt_llm="0.19.0", tensorrt="10.9.0.34", cuda="12.9", sm="9.0")),  # CUDA may differ
+        ("tensorrt", Target(tensorrt_llm="1.2.1", tensorrt="10.9.0.34", cuda="12.9", sm="9.0")),  # CUDA may differ
         ("trtllm", Target(tensorrt_llm="1.0.0")),
         ("trtllm", Target(tensorrt_llm="1.3.0rc29")),
     ],
 )
 def test_compat_matches(backend, installed):
-    check_compatible(_manifest(backend), BUILT, installed, "E")
+    check_compatible(_manifest(backend), BUILT, installed, _caps(installed), "E")

@@ -1,11 +1,13 @@
-"""The load generator: send a workload to a streaming endpoint on a schedule and time every token.
+"""The load generator: send a workload to an endpoint on a schedule and time every token.
 
     run = asyncio.run(run_benchmark("http://127.0.0.1:8000", "openai", "my-model", requests))
     summarize(run)  # trtserve.bench.stats
 
-Each request streams (SSE); per request it records TTFT, the gaps between token-carrying chunks
-(ITL), end-to-end latency, output tokens and any error. Requests go out at `arrival_offsets`
-(Poisson/gamma, or all at once), at most `max_concurrency` in flight.
+Each request streams (SSE over HTTP; Triton's ModelStreamInfer for `grpc`, see grpc_client.py);
+per request it records TTFT, the gaps between token-carrying chunks (ITL), end-to-end latency,
+output tokens and any error. With `stream=False` each request gets its whole answer at once (TTFT is
+then the latency). Requests go out at `arrival_offsets` (Poisson/gamma, or all at once), at most
+`max_concurrency` in flight.
 """
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ class BenchRun:
     burstiness: float
     max_concurrency: int | None
     server_metrics: dict[str, float] | None = None  # trtserve /metrics deltas; None for other servers
+    stream: bool = True
 
 
 async def sse_data(chunks: AsyncIterator[bytes]) -> AsyncIterator[str]:
@@ -108,12 +111,36 @@ async def _stream(client: httpx.AsyncClient, url: str, body: dict, backend: str,
         res.error = "the stream ended without any token"
 
 
-async def _one(client, base_url, backend, model, req: BenchRequest, prompt, ignore_eos, t0) -> RequestResult:
+async def _post(client: httpx.AsyncClient, url: str, body: dict, backend: str, res: RequestResult) -> None:
+    """One non-streamed request: the whole answer at once."""
+    start = time.perf_counter()
+    resp = await client.post(url, json=body)
+    res.latency = res.ttft = time.perf_counter() - start
+    if resp.status_code != 200:
+        res.error = f"HTTP {resp.status_code}: {resp.text[:300]}"
+        return
+    c = endpoints.parse_response(backend, resp.json())
+    if c.error is not None:
+        res.error = c.error
+        return
+    res.text = c.text
+    if c.prompt_tokens is not None:
+        res.prompt_len = c.prompt_tokens
+    # KServe infer reports no count; run_benchmark requires ignore_eos there, which makes it exact.
+    res.output_tokens = c.completion_tokens if c.completion_tokens is not None else res.output_len
+    res.success = True
+
+
+async def _one(client, target, base_url, backend, model, req: BenchRequest, prompt, opts: dict, t0) -> RequestResult:
+    """opts: ignore_eos, stream."""
     res = RequestResult(prompt_len=req.prompt_len, output_len=req.output_len)
-    path, body = endpoints.request(backend, model, prompt, req.output_len, ignore_eos)
     res.start_time = time.perf_counter() - t0
+    if target is not None:  # gRPC
+        await target.send(model, prompt, req.output_len, opts["ignore_eos"], opts["stream"], res)
+        return res
+    path, body = endpoints.request(backend, model, prompt, req.output_len, opts["ignore_eos"], opts["stream"])
     try:
-        await _stream(client, base_url + path, body, backend, res)
+        await (_stream if opts["stream"] else _post)(client, base_url + path, body, backend, res)
     except (httpx.HTTPError, json.JSONDecodeError, UnicodeDecodeError) as err:
         res.success, res.error = False, f"{type(err).__name__}: {err}"
     return res
@@ -152,7 +179,13 @@ async def as_text(client: httpx.AsyncClient, base_url: str, model: str, requests
         elif tokenizer is not None:
             out.append(text_of_length(tokenizer, r.prompt))
         else:
-            resp = await client.post(base_url + "/detokenize", json={"model": model, "tokens": r.prompt})
+            try:
+                resp = await client.post(base_url + "/detokenize", json={"model": model, "tokens": r.prompt})
+            except httpx.HTTPError as err:
+                raise UserError(
+                    f"cannot reach {base_url}/detokenize to turn token ids into text ({type(err).__name__}); "
+                    "pass --tokenizer (a tokenizer or engine dir) or fix --base-url"
+                ) from None
             if resp.status_code != 200 or "prompt" not in resp.json():
                 raise UserError(
                     f"the server at {base_url} could not detokenize a prompt (HTTP {resp.status_code}); "
@@ -170,6 +203,20 @@ def _progress(total: int, enabled: bool):
     return Progress(TextColumn("requests"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), transient=True)
 
 
+def _check(backend: str, max_concurrency: int | None, requests: list, stream: bool, ignore_eos: bool) -> None:
+    if backend not in endpoints.BACKENDS:
+        raise UserError(f"unknown backend {backend!r}; use one of {', '.join(endpoints.BACKENDS)}")
+    if max_concurrency is not None and max_concurrency < 1:
+        raise UserError(f"max_concurrency must be at least 1, got {max_concurrency}")
+    if not requests:
+        raise UserError("the workload is empty; ask for at least one request")
+    if not stream and not ignore_eos and backend in endpoints.COUNTLESS:
+        raise UserError(
+            f"{backend} without streaming needs --ignore-eos: its answers carry no token count, so only a fixed "
+            "output length can be counted"
+        )
+
+
 async def run_benchmark(
     base_url: str,
     backend: str,
@@ -185,53 +232,75 @@ async def run_benchmark(
     api_key: str | None = None,
     tokenizer=None,
     timeout: float = 600.0,
+    stream: bool = True,
+    grpc_url: str = "127.0.0.1:8001",
 ) -> BenchRun:
-    """Send `requests` (greedy, streaming) and time them; see the module docstring.
+    """Send `requests` (greedy; streaming unless `stream` is false) and time them; see the module docstring.
 
-    `tokenizer` (anything with `.decode(ids)`) turns token-id prompts into text for openai-chat and
-    kserve; without it the server's /detokenize is used. `timeout` bounds each request in seconds.
+    `tokenizer` (anything with `.decode(ids)`) turns token-id prompts into text for openai-chat,
+    kserve and grpc; without it the server's /detokenize is used. `timeout` bounds each request in
+    seconds. The grpc backend talks to `grpc_url` (HOST:PORT); `base_url` then serves /metrics.
     """
-    if backend not in endpoints.BACKENDS:
-        raise UserError(f"unknown backend {backend!r}; use one of {', '.join(endpoints.BACKENDS)}")
-    if max_concurrency is not None and max_concurrency < 1:
-        raise UserError(f"max_concurrency must be at least 1, got {max_concurrency}")
-    if not requests:
-        raise UserError("the workload is empty; ask for at least one request")
+    _check(backend, max_concurrency, requests, stream, ignore_eos)
     base_url = base_url.rstrip("/")
     try:
         offsets = arrival_offsets(len(requests), request_rate, burstiness, seed)
     except ValueError as err:
         raise UserError(str(err)) from None
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    # Idle connections expire before uvicorn's 5 s keep-alive timeout: reusing one the server is closing
+    # fails its request with a ReadError (seen with 64 requests in flight).
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None, keepalive_expiry=2.0)
+    target = None
+    if backend == "grpc":
+        from trtserve.bench.grpc_client import GrpcTarget
+
+        target = GrpcTarget(grpc_url, api_key, timeout)
     async with httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(timeout), limits=limits) as client:
-        await check_reachable(client, base_url, backend)
-        prompts = [r.prompt for r in requests]
-        if backend in endpoints.TEXT_ONLY:
-            prompts = await as_text(client, base_url, model, requests, tokenizer)
-        watcher = MetricsWatcher(client, base_url)
-        await watcher.start()
-        sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-        with _progress(len(requests), progress) as bar:
-            task_id = bar.add_task("requests", total=len(requests)) if bar is not None else None
+        try:
+            if target is not None:
+                await target.check_reachable()
+            else:
+                await check_reachable(client, base_url, backend)
+            prompts = [r.prompt for r in requests]
+            if backend in endpoints.TEXT_ONLY:
+                prompts = await as_text(client, base_url, model, requests, tokenizer)
+            opts = {"ignore_eos": ignore_eos, "stream": stream}
+            watcher = MetricsWatcher(client, base_url)
+            await watcher.start()
+            sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
 
-            async def send(i: int) -> RequestResult:
+            async def send(i: int, t0: float) -> RequestResult:
                 async with sem if sem is not None else contextlib.nullcontext():
-                    res = await _one(client, base_url, backend, model, requests[i], prompts[i], ignore_eos, t0)
-                if bar is not None:
-                    bar.advance(task_id)
-                return res
+                    return await _one(client, target, base_url, backend, model, requests[i], prompts[i], opts, t0)
 
-            t0 = time.perf_counter()
-            tasks = []
-            for i, offset in enumerate(offsets):
-                delay = t0 + offset - time.perf_counter()
-                if delay > 0:
-                    await asyncio.sleep(delay)
-                tasks.append(asyncio.ensure_future(send(i)))
-            results = await asyncio.gather(*tasks)
-            duration = time.perf_counter() - t0
-        server = await watcher.stop()
+            results, duration = await _schedule(send, offsets, progress)
+            server = await watcher.stop()
+        finally:
+            if target is not None:
+                await target.close()
     return BenchRun(
-        backend, model, base_url, list(results), duration, request_rate, burstiness, max_concurrency, server
+        backend, model, base_url, results, duration, request_rate, burstiness, max_concurrency, server, stream
     )
+
+
+async def _schedule(send, offsets: list[float], progress: bool) -> tuple[list[RequestResult], float]:
+    """Start request i at t0 + offsets[i]; -> (results in order, seconds from t0 to the last answer)."""
+    with _progress(len(offsets), progress) as bar:
+        task_id = bar.add_task("requests", total=len(offsets)) if bar is not None else None
+
+        async def tracked(i: int) -> RequestResult:
+            res = await send(i, t0)
+            if bar is not None:
+                bar.advance(task_id)
+            return res
+
+        t0 = time.perf_counter()
+        tasks = []
+        for i, offset in enumerate(offsets):
+            delay = t0 + offset - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(tracked(i)))
+        results = await asyncio.gather(*tasks)
+        return list(results), time.perf_counter() - t0

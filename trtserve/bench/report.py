@@ -15,7 +15,8 @@ _NAMES = {
 
 
 def table(summary: dict) -> Table:
-    t = Table(title=f"trtserve bench: {summary['backend']} / {summary['model_id']}", show_header=False)
+    mode = "" if summary.get("stream", True) else " (not streamed)"
+    t = Table(title=f"trtserve bench: {summary['backend']}{mode} / {summary['model_id']}", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     rows = [

@@ -63,6 +63,7 @@ def summarize(run: BenchRun, slo: dict[str, float] | None = None, percentiles=PE
         "request_rate": run.request_rate,
         "burstiness": run.burstiness,
         "max_concurrency": run.max_concurrency,
+        "stream": run.stream,
     }
     if slo:
         per_metric = {"ttft": ttfts, "tpot": all_tpots, "e2el": e2els}

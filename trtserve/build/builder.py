@@ -6,11 +6,13 @@
     + tokenizer/, config.json, manifest.json  here, the same for every backend
 
 The engine dir is written atomically (build/output.py): nothing is left behind on any failure.
+With `lock`, an engine.lock is written beside it once it is in place (`trtserve check --lock`).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +26,10 @@ from trtserve.build.strategies import STRATEGIES
 from trtserve.engine.backends import BACKENDS
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import ENGINE_CONFIG, TOKENIZER_DIR, EngineConfig
-from trtserve.engine.manifest import write_manifest
+from trtserve.engine.manifest import Manifest, write_manifest
 from trtserve.engine.model_config import ModelConfig
+
+LOCK_VERSION = 1  # engine.lock's format
 
 
 @dataclass
@@ -55,12 +59,16 @@ def dry_run(cfg: BuildConfig, out: Path) -> str:
     return "\n".join(header + strategy.describe(p, out))
 
 
-def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: bool = False) -> BuildResult:
-    """Build the engine dir `out` for `cfg.backend`; `cfg` is not changed."""
+def build_engine(
+    cfg: BuildConfig, out: Path, *, force: bool = False, quiet: bool = False, lock: Path | None = None
+) -> BuildResult:
+    """Build the engine dir `out` for `cfg.backend` (and its engine.lock at `lock`); `cfg` is not changed."""
     console = Console(stderr=True, quiet=quiet)
     strategy = STRATEGIES[cfg.backend]
     plan = resolve(cfg, strategy)
     check_target(out, force)
+    if lock is not None and not Path(lock).resolve().parent.is_dir():
+        raise UserError(f"--lock {lock}: its directory does not exist; create it or write the lock elsewhere")
     job = strategy.prepare(plan)
     m = plan.model
     console.print(
@@ -71,7 +79,7 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
         plan.reader.save_tokenizer(tmp / TOKENIZER_DIR)
         written = job.write(tmp, console)
         write_engine_config(tmp, written.model, plan)
-        write_manifest(
+        manifest = write_manifest(
             tmp,
             backend=plan.backend,
             target_device=BACKENDS[plan.backend].target_device,
@@ -82,6 +90,9 @@ def build_engine(cfg: BuildConfig, out: Path, *, force: bool = False, quiet: boo
         )
     weights = f" ({written.weight_bytes / 2**20:.1f} MiB of weights)" if written.weight_bytes else ""
     console.print(f"[green]Engine written to[/] {out}{weights}")
+    if lock is not None:
+        write_lock(manifest, Path(lock))
+        console.print(f"[green]Lock written to[/] {lock}")
     return BuildResult(out, written.model, written.weight_bytes, written.checkpoint_bytes)
 
 
@@ -108,3 +119,25 @@ def toolchain_versions() -> dict[str, str]:
         "safetensors": version("safetensors"),
         "python": platform.python_version(),
     }
+
+
+def engine_lock(manifest: Manifest) -> dict:
+    """engine.lock: what `trtserve check --lock` compares later builds with. The inputs (source
+    fingerprint, resolved build config), the toolchain, and every file's sha256: the manifest
+    less its time stamp, so two builds of the same inputs lock alike."""
+    return {
+        "lock_version": LOCK_VERSION,
+        "backend": manifest.backend,
+        "source": manifest.source,
+        "toolchain": manifest.toolchain,
+        "target": manifest.target,  # tensorrt / trtllm: the TensorRT-LLM host; None for torch
+        "build_config": manifest.build_config,
+        "files": {rel: entry.sha256 for rel, entry in sorted(manifest.files.items())},
+    }
+
+
+def write_lock(manifest: Manifest, path: Path) -> None:
+    """Write engine.lock atomically (a reader never sees half a lock)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(engine_lock(manifest), indent=2, sort_keys=True) + "\n")
+    os.replace(tmp, path)

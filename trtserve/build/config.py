@@ -40,6 +40,9 @@ class BuildConfig(BaseModel):
     max_num_tokens: int = Field(8192, ge=1)  # tokens one engine step may process
     tokens_per_block: int = Field(32, ge=1, le=1024)
     backend: str = "torch"  # a name of trtserve/engine/backends.py
+    # --backend tensorrt|trtllm: the TensorRT-LLM release line to plan for (X.Y or main, checked by
+    # backends/tensorrt_llm/capabilities.py); None: the installed one, else the newest release.
+    trtllm_version: str | None = None
     # Quantization through NVIDIA ModelOpt: a --quant / --kv-cache-quant value of
     # trtserve/models/quant_formats.py; None = unquantized.
     quant: str | None = None
@@ -54,6 +57,13 @@ class BuildConfig(BaseModel):
     @classmethod
     def _known_backend(cls, v: str) -> str:
         return one_of(v, list(BACKENDS))
+
+    @field_validator("trtllm_version", mode="before")
+    @classmethod
+    def _version_is_text(cls, v):
+        if isinstance(v, int | float) and not isinstance(v, bool):  # YAML reads 1.0 as a number
+            raise ValueError(f'must be quoted, e.g. "{v}" (YAML read it as a number)')
+        return v
 
     @field_validator("quant")
     @classmethod

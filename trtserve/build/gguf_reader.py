@@ -1,4 +1,5 @@
-"""Reads a GGUF file: memory-mapped tensors, dequantized one at a time, under HF tensor names."""
+"""Reads a GGUF file under HF tensor names: streamed metadata (gguf_file.py), each tensor read and
+dequantized on its own when the converter asks for it."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trtserve.build.gguf_file import GGUFFile, GGUFFormatError, TensorInfo
 from trtserve.engine.errors import UserError
 from trtserve.engine.hashing import fingerprint
 from trtserve.models.family import DecoderFamily
@@ -39,23 +41,20 @@ def _unpermute(w: torch.Tensor, heads: int) -> torch.Tensor:
 
 class GGUFReader:
     def __init__(self, path: Path):
-        import gguf
-
         self.path = path
         self.description = f"GGUF file {path}"
         try:
-            self._reader = gguf.GGUFReader(str(path))
-        except Exception as err:  # gguf raises ValueError/IndexError/struct errors on bad files
+            self._file = GGUFFile(path)
+        except (GGUFFormatError, OSError) as err:
             raise UserError(f"{path} is not a readable GGUF file ({err}); re-download or re-convert it") from None
-        field = self._reader.fields.get("general.architecture")
-        if field is None:
+        self._arch = self._meta("general.architecture")
+        if not isinstance(self._arch, str):
             raise UserError(f"{path} has no general.architecture key; it is not a model GGUF file")
-        self._arch = field.contents()
         self.family = family_for_gguf(self._arch)
         hf_names = _hf_names(self.family, int(self._need("block_count")))
         self.auto_dtype = "float32"  # GGUF weights are dequantized; float32 keeps them exact
-        self._tensors = {}
-        for t in self._reader.tensors:
+        self._tensors: dict[str, TensorInfo] = {}
+        for t in self._file.tensors.values():
             if t.name in _UNSUPPORTED:
                 raise UserError(
                     f"{path} carries precomputed RoPE factors ({t.name}), which trtserve cannot convert; build from the HF checkpoint instead"
@@ -70,8 +69,7 @@ class GGUFReader:
         self._permuted = self._permuted_heads()
 
     def _meta(self, key: str, default=None):
-        field = self._reader.fields.get(key)
-        return field.contents() if field is not None else default
+        return self._file.metadata.get(key, default)
 
     def _need(self, key: str):
         value = self._meta(f"{self._arch}.{key}")
@@ -132,20 +130,23 @@ class GGUFReader:
 
     def shape(self, name: str) -> tuple[int, ...]:
         # GGUF lists dimensions fastest-first; torch wants them slowest-first.
-        return tuple(int(d) for d in reversed(self._tensors[name].shape))
+        return tuple(reversed(self._tensors[name].dims))
 
     def load(self, name: str) -> torch.Tensor:
         import gguf
 
         t = self._tensors[name]
         try:
-            data = gguf.quants.dequantize(t.data, t.tensor_type)
+            data = gguf.quants.dequantize(self._file.read(t), t.ggml_type)
         except NotImplementedError:
             raise UserError(
-                f"GGUF tensor {t.name} has type {t.tensor_type.name}, which trtserve cannot read; "
+                f"GGUF tensor {t.name} has type {t.ggml_type.name}, which trtserve cannot read; "
                 "re-quantize the file to F32, F16, BF16, Q8_0, Q4_0/Q4_1, Q5_0/Q5_1 or a K-quant"
             ) from None
-        w = torch.from_numpy(np.array(data, dtype=np.float32)).reshape(self.shape(name))
+        except GGUFFormatError as err:
+            raise UserError(f"{self.path} is not a readable GGUF file ({err}); re-download or re-convert it") from None
+        # F32 data is a view of the read buffer, the rest a new array: neither is copied again.
+        w = torch.from_numpy(np.asarray(data, dtype=np.float32)).reshape(self.shape(name))
         return _unpermute(w, self._permuted[name]) if name in self._permuted else w
 
     def save_tokenizer(self, dest: Path) -> None:

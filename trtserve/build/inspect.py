@@ -4,23 +4,46 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import psutil
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
 from trtserve.build.strategies import STRATEGIES
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UserError
-from trtserve.engine.layout import read_engine_config
+from trtserve.engine.kv_sizing import size_kv_cache
+from trtserve.engine.layout import EngineBuildConfig, read_engine_config
 from trtserve.engine.manifest import verify_engine_dir
+from trtserve.engine.model_config import ModelConfig
+from trtserve.engine.run_config import RuntimeConfig
 
 
-def parse_memory(text: str) -> int:
+def parse_memory(text: str, flag: str = "--memory") -> int:
     try:
         return int(TypeAdapter(ByteSize).validate_python(text))
     except ValidationError:
-        raise UserError(f"--memory {text!r} is not a size; write it like 8GiB, 512MiB or 2000000000") from None
+        raise UserError(f"{flag} {text!r} is not a size; write it like 8GiB, 512MiB or 2000000000") from None
 
 
-def summarize(engine_dir: Path, memory: int | None = None) -> dict:
+def kv_capacity(m: ModelConfig, b: EngineBuildConfig, kv_budget: int) -> dict:
+    """What `trtserve run --kv-cache-memory kv_budget` allocates: the same rule, the same blocks."""
+    size = size_kv_cache(m, b, RuntimeConfig(kv_cache_memory=kv_budget), device="cpu", available=0, max_batch_size=1)
+    return {
+        "kv_budget_bytes": kv_budget,
+        "kv_blocks": size.num_blocks,
+        "tokens_fit": size.num_tokens,
+        "full_length_sequences_fit": size.full_length_sequences,
+        "run_flag": f"--kv-cache-memory {kv_budget}",
+    }
+
+
+def cpu_default(m: ModelConfig, b: EngineBuildConfig) -> dict:
+    """What `trtserve run` takes on this host's CPU without a budget (engine/kv_sizing.py)."""
+    available = psutil.virtual_memory().available
+    size = size_kv_cache(m, b, RuntimeConfig(), device="cpu", available=available, max_batch_size=b.max_batch_size)
+    return {"kv_blocks": size.num_blocks, "bytes": size.num_bytes, "tokens": size.num_tokens, "why": size.reason}
+
+
+def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int | None = None) -> dict:
     manifest = verify_engine_dir(engine_dir)
     cfg = read_engine_config(engine_dir)
     m, b = cfg.pretrained_config, cfg.build_config
@@ -53,19 +76,16 @@ def summarize(engine_dir: Path, memory: int | None = None) -> dict:
         "weight_bytes": weight_bytes,  # resident: quantized weights stay quantized in memory
         "kv_bytes_per_token": kv_per_token,
     }
+    if manifest.backend == "torch":
+        info["kv_cache_default_cpu"] = cpu_default(m, b)
+    if memory is not None and kv_cache_memory is not None:
+        raise UserError("give --memory (weights and KV cache) or --kv-cache-memory (KV cache only), not both")
     if memory is not None:
-        kv_budget = memory - weight_bytes
-        if kv_budget <= 0:
+        if memory <= weight_bytes:
             raise UserError(
                 f"--memory {memory} bytes does not even hold the weights ({weight_bytes} bytes); give a larger budget"
             )
-        blocks = kv_budget // (kv_per_token * bs)
-        blocks_per_seq = -(-b.max_seq_len // bs)
-        info |= {
-            "memory_budget": memory,
-            "kv_budget_bytes": kv_budget,
-            "kv_blocks": blocks,
-            "tokens_fit": blocks * bs,
-            "full_length_sequences_fit": blocks // blocks_per_seq,
-        }
+        info |= {"memory_budget": memory} | kv_capacity(m, b, memory - weight_bytes)
+    elif kv_cache_memory is not None:
+        info |= kv_capacity(m, b, kv_cache_memory)
     return info

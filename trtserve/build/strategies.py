@@ -6,6 +6,9 @@
     trtllm    hf/ (the Hugging Face checkpoint, with ModelOpt's hf_quant_config.json if quantized)
               and llm_api_options.yaml (`trtllm-serve --extra_llm_api_options`); needs no TensorRT-LLM
 
+tensorrt and trtllm plan for one TensorRT-LLM release (`capabilities.for_planning`: --trtllm-version,
+else the installed one, else the newest), and the dry run says which.
+
 Every engine dir also holds tokenizer/, config.json and manifest.json (build/builder.py writes those).
 """
 
@@ -23,7 +26,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from trtserve.backends.tensorrt_llm import build_plan, serve_plan
+from trtserve.backends.tensorrt_llm import build_plan, capabilities, compat, serve_plan
 from trtserve.build.config import BuildConfig
 from trtserve.build.planner import BuildPlan
 from trtserve.build.reader import CheckpointReader
@@ -70,6 +73,12 @@ class _Strategy:
 class TorchStrategy(_Strategy):
     name = "torch"
 
+    def accept(self, cfg: BuildConfig, reader: CheckpointReader) -> None:
+        if cfg.trtllm_version:
+            raise UserError(
+                "--trtllm-version plans a TensorRT-LLM build; add --backend tensorrt or --backend trtllm, or leave it out"
+            )
+
     def prepare(self, plan: BuildPlan) -> Job:
         step = tensors_for(plan)
         return Job(lambda tmp, console: step.write(tmp, console, engine_weights=True))
@@ -81,11 +90,15 @@ class TensorrtStrategy(_Strategy):
 
     def check_plan(self, plan: BuildPlan) -> None:
         build_plan.build_config(plan.limits, plan.quantization)  # refuses what trtllm-build cannot take
+        compat.check_workflow(_release(plan), self.name, build=True)
 
     def prepare(self, plan: BuildPlan) -> Job:
         from trtserve.backends.tensorrt_llm import install
 
         tllm = install.import_tensorrt_llm()  # before anything is written
+        caps = capabilities.probe(tllm)
+        _check_planned_is_installed(plan.config.trtllm_version, caps)
+        compat.check_workflow(caps, self.name, build=True)
         if shutil.which("trtllm-build") is None:
             raise UserError(
                 f"trtllm-build is not on PATH although tensorrt_llm imports; reinstall with `{install.INSTALL_COMMAND}`"
@@ -97,6 +110,9 @@ class TensorrtStrategy(_Strategy):
 
         def write(tmp: Path, console: Console) -> Written:
             written = step.write(tmp, console, engine_weights=False)
+            ckpt_config = tmp / CHECKPOINT_DIR / "config.json"
+            extended = build_plan.trtllm_checkpoint_config(json.loads(ckpt_config.read_text()))
+            ckpt_config.write_text(json.dumps(extended, indent=2, sort_keys=True) + "\n")
             argv = self._argv(plan, tmp)
             result = subprocess.run(argv, stdout=subprocess.DEVNULL if console.quiet else None)
             if result.returncode != 0:
@@ -114,11 +130,13 @@ class TensorrtStrategy(_Strategy):
         return build_plan.trtllm_build_argv(plan.limits, plan.quantization, ckpt, engine, plan.config.tp_size)
 
     def describe(self, plan: BuildPlan, out: Path) -> list[str]:
+        caps = _release(plan)
         bc = json.dumps(build_plan.build_config(plan.limits, plan.quantization), indent=2, sort_keys=True)
         options = serve_plan.tensorrt_runtime_options(plan.limits)
         tok, engine, tp = str(out / TOKENIZER_DIR), str(out / TRT_ENGINE_DIR), plan.config.tp_size
-        serve = serve_plan.trtllm_serve_argv("tensorrt", engine, tok, str(out / OPTIONS_FILE), tp)
+        serve = serve_plan.trtllm_serve_argv(caps, "tensorrt", engine, tok, str(out / OPTIONS_FILE), tp)
         return [
+            f"planned for {caps.label}",
             "TensorRT-LLM BuildConfig (engine/config.json build_config):",
             bc,
             *_options_lines(options),
@@ -157,14 +175,16 @@ class TrtllmStrategy(_Strategy):
 
     def check_plan(self, plan: BuildPlan) -> None:
         build_plan.build_config(plan.limits, plan.quantization)  # validates the quantization section
-        serve_plan.llm_api_options(plan.limits, plan.quantization)
+        serve_plan.llm_api_options(plan.limits, plan.quantization, _release(plan))
 
     def prepare(self, plan: BuildPlan) -> Job:
         from trtserve.backends.tensorrt_llm import install
 
+        options = serve_plan.llm_api_options(plan.limits, plan.quantization, _release(plan))
+
         def write(tmp: Path, console: Console) -> Written:
             _copy_hf_checkpoint(Path(plan.reader.path), tmp / HF_DIR)
-            _write_options(tmp, serve_plan.llm_api_options(plan.limits, plan.quantization))
+            _write_options(tmp, options)
             return Written(plan.model, 0, 0)
 
         return Job(write, install.installed_target().to_dict())  # what this host has, if anything: informational
@@ -173,16 +193,30 @@ class TrtllmStrategy(_Strategy):
         return rel.startswith(HF_DIR + "/") and rel.endswith(".safetensors")  # the HF checkpoint's
 
     def describe(self, plan: BuildPlan, out: Path) -> list[str]:
-        opts = str(out / OPTIONS_FILE)
+        caps, opts = _release(plan), str(out / OPTIONS_FILE)
         serve = serve_plan.trtllm_serve_argv(
-            "trtllm", str(out / HF_DIR), str(out / TOKENIZER_DIR), opts, plan.config.tp_size
+            caps, "trtllm", str(out / HF_DIR), str(out / TOKENIZER_DIR), opts, plan.config.tp_size
         )
-        options = serve_plan.llm_api_options(plan.limits, plan.quantization)
-        return [*_options_lines(options), "equivalent commands:", "  " + shlex.join(serve)]
+        options = serve_plan.llm_api_options(plan.limits, plan.quantization, caps)
+        return [f"planned for {caps.label}", *_options_lines(options), "equivalent commands:", "  " + shlex.join(serve)]
 
 
 STRATEGIES: dict[str, _Strategy] = {s.name: s for s in (TorchStrategy(), TensorrtStrategy(), TrtllmStrategy())}
 assert set(STRATEGIES) == set(BACKENDS), "every backend of engine/backends.py needs a build strategy"
+
+
+def _release(plan: BuildPlan) -> capabilities.Capabilities:
+    """The TensorRT-LLM release the plan is for (metadata and tables only: nothing is imported)."""
+    return capabilities.for_planning(plan.config.trtllm_version)
+
+
+def _check_planned_is_installed(version: str | None, caps: capabilities.Capabilities) -> None:
+    """A real --backend tensorrt build runs the installed trtllm-build: --trtllm-version must name its line."""
+    if version and capabilities.release_line(version) != caps.line:
+        raise UserError(
+            f"--trtllm-version {version} plans for release line {capabilities.release_line(version)}, but this build "
+            f"runs the installed {caps.label}; leave --trtllm-version out, or add --dry-run to only plan"
+        )
 
 
 def _options_lines(options: dict) -> list[str]:

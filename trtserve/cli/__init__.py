@@ -37,9 +37,9 @@ def main(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from trtserve.cli import bench, build, eval, generate, inspect, run
+    from trtserve.cli import bench, build, check, doctor, eval, generate, inspect, run
 
-    for module in (bench, build, eval, generate, inspect, run):
+    for module in (bench, build, check, doctor, eval, generate, inspect, run):
         main.add_command(module.command)
 
 

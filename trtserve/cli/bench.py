@@ -1,4 +1,4 @@
-"""`trtserve bench`: load-test an OpenAI-compatible or KServe generate endpoint (this server or another)."""
+"""`trtserve bench`: load-test an OpenAI-compatible, KServe or Triton gRPC endpoint (this server or another)."""
 
 from __future__ import annotations
 
@@ -89,8 +89,19 @@ def _tokenizer(path: Path | None):
 
 
 @click.command("bench")
-@click.option("--backend", type=click.Choice(["openai", "openai-chat", "kserve"]), default="openai", show_default=True)
-@click.option("--base-url", default="http://127.0.0.1:8000", show_default=True, help="The server's root URL.")
+@click.option(
+    "--backend", type=click.Choice(["openai", "openai-chat", "kserve", "grpc"]), default="openai", show_default=True
+)
+@click.option(
+    "--base-url", default="http://127.0.0.1:8000", show_default=True, help="The server's root URL (grpc: its /metrics)."
+)
+@click.option("--grpc-url", default="127.0.0.1:8001", show_default=True, help="grpc: the server's HOST:PORT.")
+@click.option(
+    "--stream/--no-stream",
+    default=True,
+    show_default=True,
+    help="Stream tokens, or get each answer whole (kserve: /infer; grpc: ModelInfer; TTFT is then the latency).",
+)
 @click.option("--model", required=True, help="The served model name (OpenAI `model`, KServe model in the path).")
 @click.option("--num-requests", "-n", default=100, show_default=True, type=click.IntRange(1))
 @click.option("--request-rate", default="inf", show_default=True, help="Requests per second (Poisson/gamma), or inf.")
@@ -145,7 +156,7 @@ def _tokenizer(path: Path | None):
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the summary (vLLM keys) here.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(**o) -> None:
-    """Send a seeded workload to a streaming endpoint and report throughput, TTFT, TPOT, ITL and goodput."""
+    """Send a seeded workload to an endpoint and report throughput, TTFT, TPOT, ITL and goodput."""
     import asyncio
     import logging
 
@@ -200,6 +211,8 @@ def command(**o) -> None:
             api_key=o["api_key"],
             tokenizer=tok,
             timeout=o["timeout"],
+            stream=o["stream"],
+            grpc_url=o["grpc_url"],
         )
     )
     summary = summarize(run, slo)

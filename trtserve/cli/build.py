@@ -55,6 +55,11 @@ def quant_help() -> str:
 )
 @click.option("--dry-run", is_flag=True, help="tensorrt/trtllm: print the plan and the trtllm-build/serve commands.")
 @click.option(
+    "--trtllm-version",
+    metavar="X.Y|main",
+    help="tensorrt/trtllm: plan for this TensorRT-LLM release (1.0, 1.1, 1.2 or main) [the installed one, else 1.2].",
+)
+@click.option(
     "--quant", type=RegistryChoice(quant_formats.quant_names), help=f"Quantize with NVIDIA ModelOpt; {quant_help()}."
 )
 @click.option(
@@ -81,15 +86,44 @@ def quant_help() -> str:
 )
 @click.option("--force", is_flag=True, help="Replace an existing engine dir.")
 @click.option("--quiet", is_flag=True, help="No progress bars (for CI logs).")
+@click.option(
+    "--lock",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write an engine.lock here (inputs, toolchain, every file's sha256) for `trtserve check --lock`.",
+)
 def command(
-    model: str | None, output: Path, config_file: Path | None, force: bool, quiet: bool, dry_run: bool, **flags
+    model: str | None,
+    output: Path,
+    config_file: Path | None,
+    force: bool,
+    quiet: bool,
+    dry_run: bool,
+    lock: Path | None,
+    **flags,
 ) -> None:
     """Convert MODEL (a Hugging Face dir, a .gguf file, or `smollm2-135m`) into an engine dir."""
     from trtserve.build import builder
 
-    cfg = load_build_config(config_file, {"model": model, **flags})
+    if dry_run and lock is not None:
+        raise click.UsageError("--lock records a built engine's files; drop --dry-run or --lock")
+    cfg = load_build_config(None, _config_file_settings(config_file) | _given({"model": model, **flags}))
     if dry_run:
         click.echo(builder.dry_run(cfg, output))
         click.echo("dry run: nothing was written")
         return
-    builder.build_engine(cfg, output, force=force, quiet=quiet)
+    builder.build_engine(cfg, output, force=force, quiet=quiet, lock=lock)
+
+
+def _config_file_settings(config_file: Path | None) -> dict:
+    """The --config file's build settings. A `trtserve check` config is a build config plus the
+    check's own keys (target, checks), so one file serves both commands; those are dropped here."""
+    from trtserve.check.settings import CHECK_KEYS
+    from trtserve.engine.config_file import read_yaml
+
+    data = read_yaml(config_file) if config_file is not None else {}
+    return {k: v for k, v in data.items() if k not in CHECK_KEYS}
+
+
+def _given(flags: dict) -> dict:
+    """The flags given on the command line (None: not given); they win over the file."""
+    return {k: v for k, v in flags.items() if v is not None}

@@ -12,13 +12,18 @@ from rich.table import Table
 
 @click.command("inspect")
 @click.argument("engine_dir", type=click.Path(path_type=Path))
-@click.option("--memory", help="Memory budget (e.g. 8GiB): report how many tokens and sequences fit.")
+@click.option("--memory", help="Memory budget for weights and KV cache (e.g. 8GiB): report how many tokens fit.")
+@click.option("--kv-cache-memory", help="KV-cache budget, as `trtserve run --kv-cache-memory`: report what it holds.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def command(engine_dir: Path, memory: str | None, as_json: bool) -> None:
+def command(engine_dir: Path, memory: str | None, kv_cache_memory: str | None, as_json: bool) -> None:
     """Summarize an engine dir: manifest, model shape, weight and KV bytes, capacity."""
     from trtserve.build.inspect import parse_memory, summarize
 
-    info = summarize(engine_dir, parse_memory(memory) if memory else None)
+    info = summarize(
+        engine_dir,
+        parse_memory(memory) if memory else None,
+        parse_memory(kv_cache_memory, "--kv-cache-memory") if kv_cache_memory else None,
+    )
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -26,7 +31,7 @@ def command(engine_dir: Path, memory: str | None, as_json: bool) -> None:
     for key, value in info.items():
         if isinstance(value, dict):
             value = ", ".join(f"{k}={v}" for k, v in value.items())
-        elif isinstance(value, int) and ("bytes" in key or key == "memory_budget"):
+        elif isinstance(value, int) and ("bytes" in key or key == "memory_budget"):  # a byte count, also in MiB
             value = f"{value:,} ({value / 2**20:.1f} MiB)"
         table.add_row(key, str(value))
     Console().print(table)

@@ -13,8 +13,11 @@ CapacityPolicy = Literal["guaranteed_no_evict", "max_utilization"]
 class RuntimeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    kv_cache_memory: ByteSize | None = None  # bytes for the KV cache (e.g. "2GiB"); wins over the fraction
-    kv_cache_free_memory_fraction: float = Field(0.5, gt=0.0, lt=1.0)  # of memory available at startup
+    # The KV cache's size; engine/kv_sizing.py has the rule. An explicit budget wins over the rest.
+    kv_cache_memory: ByteSize | None = None  # bytes for the KV cache (e.g. "2GiB"), on any device
+    kv_cache_cpu_memory: ByteSize = ByteSize(4 << 30)  # the CPU default when kv_cache_memory is unset
+    # Of the memory available at startup: on CUDA the KV cache's size, on CPU a ceiling on it.
+    kv_cache_free_memory_fraction: float = Field(0.5, gt=0.0, lt=1.0)
     capacity_policy: CapacityPolicy = "guaranteed_no_evict"
     enable_prefix_caching: bool = True
     max_batch_size: int | None = Field(None, ge=1)  # None: the engine's build limit

@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+import math
+import mmap
+
 import torch
 
 from trtserve.engine.model_config import ModelConfig
 from trtserve.models.quant_formats import KV_CACHE_FORMATS
+
+
+def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A zeroed tensor. On CPU it lives in an anonymous memory map: the kernel hands out zeroed
+    pages on first write, so the untouched part of a large cache costs no memory (torch.zeros
+    writes every page up front). The tensor keeps the map alive; it is unmapped with the tensor."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if torch.device(device).type != "cpu" or nbytes == 0:
+        return torch.zeros(shape, dtype=dtype, device=device)
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape)
 
 
 class PagedKVCache:
@@ -40,9 +53,8 @@ class PagedKVCache:
         # (layers, 2 [K, V], slots, kv_heads, head_dim)
         # Zeroed, not empty: attention reads whole blocks, and masked slots must hold finite
         # values (a masked NaN still poisons softmax(scores) @ V, since 0 * NaN = NaN).
-        self.data = torch.zeros(
-            cfg.num_hidden_layers, 2, slots, cfg.num_key_value_heads, cfg.head_size, dtype=storage, device=device
-        )
+        shape = (cfg.num_hidden_layers, 2, slots, cfg.num_key_value_heads, cfg.head_size)
+        self.data = lazy_zeros(shape, storage, device)
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """slots: (T,); k, v: (T, kv_heads, head_dim)."""

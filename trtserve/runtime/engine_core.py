@@ -15,7 +15,9 @@ import time
 import psutil
 import torch
 
+from trtserve.engine import kv_sizing
 from trtserve.engine.errors import UserError
+from trtserve.engine.kv_sizing import KVCacheSize
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, TokenDelta
 from trtserve.engine.rules import check_request, finish_reason
 from trtserve.engine.run_config import RuntimeConfig
@@ -29,31 +31,24 @@ from trtserve.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutp
 log = logging.getLogger(__name__)
 
 
-def size_kv_cache(engine: LoadedEngine, cfg: RuntimeConfig, max_batch_size: int) -> int:
-    """Number of KV blocks: from the byte budget, else a fraction of available memory, never more
-    than max_batch_size full-length sequences need."""
+def available_memory(device: torch.device) -> int:
+    """Bytes free for the KV cache now: free GPU memory on CUDA, available RAM on CPU."""
+    return torch.cuda.mem_get_info(device)[0] if device.type == "cuda" else psutil.virtual_memory().available
+
+
+def size_kv_cache(engine: LoadedEngine, cfg: RuntimeConfig, max_batch_size: int) -> KVCacheSize:
+    """The KV cache `cfg` gives this engine on its device (engine/kv_sizing.py has the rule).
+    An explicit budget larger than the memory available is refused now rather than failing later."""
+    dev = engine.model.device
+    available = available_memory(dev)
     m, b = engine.config.pretrained_config, engine.config.build_config
-    bs = b.plugin_config.tokens_per_block
-    per_block = m.kv_bytes_per_token() * bs
-    per_seq = -(-b.max_seq_len // bs)
-    if cfg.kv_cache_memory is not None:
-        blocks = int(cfg.kv_cache_memory) // per_block
-    else:
-        dev = engine.model.device
-        free = torch.cuda.mem_get_info(dev)[0] if dev.type == "cuda" else psutil.virtual_memory().available
-        blocks = min(int(free * cfg.kv_cache_free_memory_fraction) // per_block, max_batch_size * per_seq)
-    if blocks < 1:
-        raise UserError(f"the KV cache budget holds no block of {per_block} bytes; raise kv_cache_memory")
-    log.info(
-        "KV cache: %d blocks of %d tokens = %d tokens (%.1f MiB); %d full-length sequences of %d tokens fit",
-        blocks,
-        bs,
-        blocks * bs,
-        blocks * per_block / 2**20,
-        blocks // per_seq,
-        b.max_seq_len,
-    )
-    return blocks
+    size = kv_sizing.size_kv_cache(m, b, cfg, device=dev.type, available=available, max_batch_size=max_batch_size)
+    if cfg.kv_cache_memory is not None and int(cfg.kv_cache_memory) > available:
+        raise UserError(
+            f"kv_cache_memory ({int(cfg.kv_cache_memory) / 2**30:.2f} GiB) is more than the "
+            f"{available / 2**30:.2f} GiB of memory available on {dev.type}; give a smaller kv_cache_memory"
+        )
+    return size
 
 
 def engine_fingerprint(engine: LoadedEngine) -> str:
@@ -62,25 +57,48 @@ def engine_fingerprint(engine: LoadedEngine) -> str:
 
 
 class EngineCore:
-    def __init__(self, engine: LoadedEngine, cfg: RuntimeConfig | None = None):
+    def __init__(self, engine: LoadedEngine, cfg: RuntimeConfig | None = None, num_blocks: int | None = None):
+        """num_blocks: the KV cache's size in blocks; None sizes it by `cfg` (size_kv_cache)."""
         cfg = cfg or RuntimeConfig()
         b = engine.config.build_config
         self.engine = engine
         self.max_seq_len = b.max_seq_len
+        self.enable_prefix_caching = cfg.enable_prefix_caching
         self.sched_config = SchedulerConfig(
             max_num_tokens=min(cfg.max_num_tokens or b.max_num_tokens, b.max_num_tokens),
             max_batch_size=min(cfg.max_batch_size or b.max_batch_size, b.max_batch_size),
             max_seq_len=b.max_seq_len,
             policy=cfg.capacity_policy,
         )
-        num_blocks = size_kv_cache(engine, cfg, self.sched_config.max_batch_size)
-        bs = b.plugin_config.tokens_per_block
-        self.blocks = BlockManager(num_blocks, bs, engine_fingerprint(engine), cfg.enable_prefix_caching)
-        self.scheduler = Scheduler(self.sched_config, self.blocks)
-        self.runner = ModelRunner(engine.model, engine.model.new_kv_cache(num_blocks, bs), self.blocks)
+        if num_blocks is None:
+            size = size_kv_cache(engine, cfg, self.sched_config.max_batch_size)
+            log.info("%s", size.describe())
+            num_blocks = size.num_blocks
+        self._make_kv_cache(num_blocks)
         self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
         self.steps = self.prompt_tokens = self.generated_tokens = 0
+
+    def _make_kv_cache(self, num_blocks: int) -> None:
+        bs = self.engine.config.build_config.plugin_config.tokens_per_block
+        fingerprint = engine_fingerprint(self.engine)
+        self.blocks = BlockManager(num_blocks, bs, fingerprint, self.enable_prefix_caching)
+        self.scheduler = Scheduler(self.sched_config, self.blocks)
+        self.runner = ModelRunner(self.engine.model, self.engine.model.new_kv_cache(num_blocks, bs), self.blocks)
+
+    def resize_kv_cache(self, num_blocks: int) -> None:
+        """Replace the KV cache by an empty one of num_blocks, between requests only.
+
+        The new cache starts with no cached prefix (the old blocks' contents are not carried over),
+        so no lookup can hit a block whose K and V are gone; the counters carry on.
+        """
+        if self.has_unfinished():
+            raise RuntimeError("the KV cache can only be resized while no request is in flight")
+        old_blocks, preemptions = self.blocks, self.scheduler.num_preemptions
+        del self.runner  # frees the old storage before the new is allocated: one cache at a time
+        self._make_kv_cache(num_blocks)
+        self.blocks.prefix_queries, self.blocks.prefix_hits = old_blocks.prefix_queries, old_blocks.prefix_hits
+        self.scheduler.num_preemptions = preemptions
 
     # ---- requests --------------------------------------------------------------------------
     def check(self, req: GenerateRequest) -> None:

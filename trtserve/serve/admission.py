@@ -12,6 +12,7 @@ class Ticket:
     gate: Admission
     tokens: int
     queued: bool = True
+    released: bool = False
 
     def started(self) -> None:
         """The request produced its first token: it no longer counts as queued."""
@@ -21,6 +22,11 @@ class Ticket:
             self.gate.queued_tokens -= self.tokens
 
     def release(self) -> None:
+        """Idempotent: a run that was admitted but never iterated (cancelled first) is released by
+        whoever admitted it, and a run that did iterate released itself."""
+        if self.released:
+            return
+        self.released = True
         self.started()
         self.gate.in_flight -= 1
 

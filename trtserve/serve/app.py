@@ -42,10 +42,15 @@ def create_app(engine_dir: Path, config: ServeConfig, engine_factory: Callable[[
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
+        grpc_server = await _start_grpc(server) if config.grpc_port is not None else None
         task = asyncio.create_task(_load(server, factory))
         try:
             yield
         finally:
+            if grpc_server is not None:
+                from trtserve.serve.grpc.server import stop
+
+                await stop(grpc_server)
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
@@ -64,6 +69,13 @@ def create_app(engine_dir: Path, config: ServeConfig, engine_factory: Callable[[
         )
     app.add_middleware(ServerMiddleware, server=server)
     return app
+
+
+async def _start_grpc(server: ServerState):
+    """Triton's gRPC service on uvicorn's loop (the `grpc` extra is imported only when asked for)."""
+    from trtserve.serve.grpc.server import start
+
+    return await start(server)
 
 
 async def _load(server: ServerState, factory: Callable[[], Engine]) -> None:

@@ -18,6 +18,7 @@ class ServeConfig(BaseModel):
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)
+    grpc_port: int | None = Field(None, ge=0, le=65535)  # Triton's gRPC protocol beside HTTP; off when unset
     model_name: str | None = None  # the name clients use; default: the engine dir's name
     api_key: str | None = None  # Bearer key required on everything but health (or TRTSERVE_API_KEY)
     max_queued_requests: int = Field(256, ge=1)  # waiting (not yet generating) requests before 429

@@ -19,6 +19,7 @@ from trtserve.serve.admission import Admission
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import APIError
 from trtserve.serve.metrics import Metrics
+from trtserve.serve.statistics import InferStatistics
 from trtserve.text.outputs import OutputProcessor, RequestOutput, TextDelta
 
 
@@ -30,6 +31,7 @@ class GenerationService:
         self.config = config
         self.metrics = metrics
         self.admission = Admission(config.max_queued_requests, config.max_queued_tokens)
+        self.statistics = InferStatistics()  # every front end's requests, for gRPC ModelStatistics
         self.started = time.time()
 
     @property
@@ -54,22 +56,31 @@ class GenerationService:
         priority: float = 0.0,
         cache_salt: str | None = None,
         log: dict | None = None,
+        protocol: str = "http",
     ) -> GenerationRun:
         """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated.
-        client_id is only logged and echoed: the engine names the request itself."""
+        client_id is only logged and echoed: the engine names the request itself. `protocol`
+        ("http" | "grpc") labels its latency metrics."""
         req = GenerateRequest(prompt_ids, params, priority, cache_salt, client_id=client_id)
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
-        return GenerationRun(self, req, ticket, self.deadline(timeout), log)
+        return GenerationRun(self, req, ticket, self.deadline(timeout), log, protocol)
 
 
 class GenerationRun:
     """One admitted request: iterate `deltas()` to stream it, or `await collect()`."""
 
     def __init__(
-        self, service: GenerationService, req: GenerateRequest, ticket, deadline: float | None, log: dict | None
+        self,
+        service: GenerationService,
+        req: GenerateRequest,
+        ticket,
+        deadline: float | None,
+        log: dict | None,
+        protocol: str = "http",
     ):
         self.service, self.req, self.ticket, self.deadline, self.log = service, req, ticket, deadline, log
+        self.protocol = protocol
         self.proc = OutputProcessor(service.tokenizer, client_id_or(req), req.prompt_token_ids, req.params)
 
     @property
@@ -84,9 +95,9 @@ class GenerationRun:
     async def deltas(self) -> AsyncIterator[TextDelta]:
         """Raises APIError 504 on the deadline and 500 if the engine failed the request."""
         svc, req = self.service, self.req
-        m, model = svc.metrics, svc.model_name
+        m, labels = svc.metrics, (svc.model_name, self.protocol)
         start = last = time.monotonic()
-        first = True
+        first, ok, queued = True, False, None
         gen = svc.engine.generate(req)
         try:
             async with asyncio.timeout(self.deadline):
@@ -95,13 +106,14 @@ class GenerationRun:
                     if first and d.token_ids:
                         first = False
                         self.ticket.started()
-                        m.ttft.labels(model).observe(now - start)
+                        m.ttft.labels(*labels).observe(now - start)
                         if self.log is not None:
                             self.log.setdefault("ttft_ms", round((now - start) * 1000, 1))
                     elif d.token_ids:
-                        m.itl.labels(model).observe(now - last)
+                        m.itl.labels(*labels).observe(now - last)
                     if d.queue_time is not None:
-                        m.queue.labels(model).observe(d.queue_time)
+                        queued = d.queue_time
+                        m.queue.labels(*labels).observe(d.queue_time)
                     last = now
                     td = self.proc.process(d)
                     if td is None:
@@ -111,8 +123,9 @@ class GenerationRun:
                     if td.error:
                         raise APIError(500, f"the engine failed while running this request ({td.error})")
                     if td.finish_reason:
-                        m.finished.labels(model, td.finish_reason).inc()
+                        m.finished.labels(*labels, td.finish_reason).inc()
                     yield td
+            ok = True
         except TimeoutError:
             raise APIError(
                 504, f"the request did not finish within its {self.deadline:g} s deadline and was aborted"
@@ -120,7 +133,8 @@ class GenerationRun:
         finally:
             await gen.aclose()  # aborts the request in the engine if it is still running
             self.ticket.release()
-            m.e2e.labels(model).observe(time.monotonic() - start)
+            m.e2e.labels(*labels).observe(time.monotonic() - start)
+            svc.statistics.record(ok, time.monotonic() - start, queued)
             if self.log is not None:
                 self.log["prompt_tokens"] = self.log.get("prompt_tokens", 0) + len(req.prompt_token_ids)
                 done = sum(len(o.token_ids) for o in self.output.outputs)
@@ -129,6 +143,20 @@ class GenerationRun:
 
 def client_id_or(req: GenerateRequest) -> str:
     return req.client_id if req.client_id is not None else str(req.request_id)
+
+
+async def collect_all(runs: list[GenerationRun]) -> list[RequestOutput]:
+    """Every run's output, in order. If one fails or the caller is cancelled, the others are
+    aborted too, and every ticket is released (a run cancelled before it started holds one)."""
+    tasks = [asyncio.ensure_future(r.collect()) for r in runs]
+    try:
+        return list(await asyncio.gather(*tasks))
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for r in runs:
+            r.ticket.release()
 
 
 async def until_disconnected(http: HTTPRequest) -> None:

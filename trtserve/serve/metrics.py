@@ -1,4 +1,5 @@
-"""Prometheus metrics (prometheus-client), names prefixed `trtserve_`, labelled by model.
+"""Prometheus metrics (prometheus-client), names prefixed `trtserve_`, labelled by model; request
+latencies and finishes also by protocol ("http" | "grpc").
 
 Latency histograms are observed per request by the serving layer; engine gauges and cumulative
 counters are read from `Engine.stats()` at scrape time, so they are exact, not sampled.
@@ -51,43 +52,36 @@ class _EngineCollector:
             yield c
 
 
+_REQUEST = ["model", "protocol"]  # protocol: "http" | "grpc"
+
+
 class Metrics:
     def __init__(self, model: str, stats: Callable[[], EngineStats]):
         self.model = model
         self.registry = CollectorRegistry()
         reg = self.registry
-        self.ttft = Histogram(
-            "trtserve_time_to_first_token_seconds", "Time to first token.", ["model"], registry=reg, buckets=_LATENCY
-        )
-        self.itl = Histogram(
-            "trtserve_inter_token_latency_seconds",
-            "Time between streamed tokens.",
-            ["model"],
-            registry=reg,
-            buckets=_LATENCY,
-        )
-        self.e2e = Histogram(
-            "trtserve_e2e_request_latency_seconds",
-            "End-to-end request latency.",
-            ["model"],
-            registry=reg,
-            buckets=_LATENCY,
-        )
-        self.queue = Histogram(
-            "trtserve_request_queue_time_seconds",
-            "Time from arrival to first scheduling.",
-            ["model"],
-            registry=reg,
-            buckets=_LATENCY,
-        )
+
+        def latency(name: str, doc: str) -> Histogram:
+            return Histogram(name, doc, _REQUEST, registry=reg, buckets=_LATENCY)
+
+        self.ttft = latency("trtserve_time_to_first_token_seconds", "Time to first token.")
+        self.itl = latency("trtserve_inter_token_latency_seconds", "Time between streamed tokens.")
+        self.e2e = latency("trtserve_e2e_request_latency_seconds", "End-to-end request latency.")
+        self.queue = latency("trtserve_request_queue_time_seconds", "Time from arrival to first scheduling.")
         self.finished = Counter(
             "trtserve_request_success",
             "Finished requests by finish reason.",
-            ["model", "finished_reason"],
+            [*_REQUEST, "finished_reason"],
             registry=reg,
         )
         self.http = Counter(
             "trtserve_http_requests", "HTTP responses by status code.", ["model", "status"], registry=reg
+        )
+        self.grpc = Counter(
+            "trtserve_grpc_requests",
+            "gRPC calls (and requests on a ModelStreamInfer stream) by method and status code.",
+            ["model", "method", "code"],
+            registry=reg,
         )
         reg.register(_EngineCollector(model, stats))
 

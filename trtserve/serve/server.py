@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import time
 from pathlib import Path
 
 import uvicorn
 
+from trtserve.engine.errors import UserError
 from trtserve.serve.app import create_app
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.state import ServerState
@@ -41,7 +43,33 @@ class DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
+def check_grpc(config: ServeConfig) -> None:
+    """Refuse --grpc-port now, in one sentence, if the extra is missing or the port is taken."""
+    port = config.grpc_port
+    if port is None:
+        return
+    try:
+        import grpc  # noqa: F401
+        import tritonclient.grpc  # noqa: F401
+    except ImportError as err:
+        raise UserError(f"--grpc-port needs grpcio and tritonclient ({err}); pip install 'trtserve[grpc]'") from None
+    if port != 0 and port == config.port:
+        raise UserError(f"--grpc-port {port} is also the HTTP port; give gRPC a port of its own")
+    if port == 0:
+        return
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as grpc binds: TIME_WAIT is no conflict
+        try:
+            s.bind((config.host, port))
+        except OSError as err:
+            raise UserError(
+                f"cannot listen for gRPC on {config.host}:{port} ({err.strerror}); choose another --grpc-port"
+            ) from None
+
+
 def serve(engine_dir: Path, config: ServeConfig) -> None:
+    check_grpc(config)
     app = create_app(engine_dir, config)
     uv = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="info", timeout_graceful_shutdown=1, access_log=False

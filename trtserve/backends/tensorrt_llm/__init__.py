@@ -4,18 +4,21 @@
 here except `engine.TrtllmEngine` runs on a CPU machine without it. The modules:
 
     install      the install command, the lazy import, the installed versions and GPU
+    capabilities what the TensorRT-LLM in use has (introspected, or a release table for planning);
+                 every release-dependent decision below reads it
     quant        the unified checkpoint's `quantization` section, checked
     build_plan   our build limits -> TensorRT-LLM BuildConfig / PluginConfig and `trtllm-build` argv
     serve_plan   -> LLM-API options (the `--extra_llm_api_options` YAML) and `trtllm-serve` argv
     sampling     our SamplingParams -> TensorRT-LLM SamplingParams keyword arguments
     outputs      TensorRT-LLM streamed outputs -> our TokenDelta (finish reasons mapped)
     stats        TensorRT-LLM iteration stats -> our EngineStats
-    compat       the manifest vs the installed TensorRT / TensorRT-LLM / GPU
+    compat       which workflows a TensorRT-LLM can build / run; the manifest vs this host
     engine       the Engine over the LLM API (`generate_async(streaming=True)`)
+    host         `trtserve doctor`: this host's TensorRT-LLM / TensorRT / CUDA / driver / GPU, and verdicts
 
 Two build targets (chosen by `trtserve build --backend`):
-    tensorrt  TensorRT engines from `trtllm-build` (TensorRT-LLM <= 1.2)
-    trtllm    the HF checkpoint + LLM-API options for TensorRT-LLM's PyTorch backend (>= 1.0)
+    tensorrt  TensorRT engines from `trtllm-build` (TensorRT-LLM 1.0-1.2 and 1.3.0rc0-rc15; not main)
+    trtllm    the HF checkpoint + LLM-API options for TensorRT-LLM's PyTorch backend (>= 1.0, main too)
 """
 
 BACKENDS = ("tensorrt", "trtllm")

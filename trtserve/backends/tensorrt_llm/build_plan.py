@@ -1,7 +1,8 @@
 """`--backend tensorrt`: our resolved build limits -> TensorRT-LLM's BuildConfig and `trtllm-build` argv.
 
 Names and defaults follow `tensorrt_llm/commands/build.py`, `builder.py` and `plugin/plugin.py`
-of TensorRT-LLM ~0.17-0.19 (fact sheet section 2); `trtllm-build` exists up to 1.2.
+(fact sheet section 2; every flag emitted here was read again in 1.0-1.2, section 10). Which
+TensorRT-LLM has `trtllm-build` at all is the capabilities' call (capabilities.py), not this file's.
 Pure functions: nothing here imports tensorrt_llm.
 """
 
@@ -59,9 +60,26 @@ def trtllm_build_argv(
         argv += [f"--{key}", str(bc[key])]
     argv += ["--kv_cache_type", "paged", "--tokens_per_block", str(pc["tokens_per_block"])]
     argv += ["--gpt_attention_plugin", pc["gpt_attention_plugin"], "--gemm_plugin", pc["gemm_plugin"]]
-    for key in ("context_fmha", "remove_input_padding", "use_paged_context_fmha", "use_fused_mlp"):
+    # use_fp8_context_fmha is named either way: trtllm-build's default is `enable`, which is not what
+    # the plan (and the engine's recorded plugin_config) says for a non-FP8 build.
+    for key in (
+        "context_fmha",
+        "remove_input_padding",
+        "use_paged_context_fmha",
+        "use_fused_mlp",
+        "use_fp8_context_fmha",
+    ):
         argv += [f"--{key}", _flag(pc[key])]
-    if pc["use_fp8_context_fmha"]:
-        argv += ["--use_fp8_context_fmha", "enable"]
     argv += ["--workers", str(tp_size)]  # one per rank; trtllm-build caps it at the GPU count
     return argv
+
+
+# Unified-checkpoint config.json keys TensorRT-LLM's model code needs beyond trtserve's ModelConfig,
+# by checkpoint architecture. Qwen: tensorrt_llm/models/qwen/model.py reads `config.qwen_type`, which
+# has no default, so trtllm-build fails with an AttributeError without it (fact sheet 10.6).
+CHECKPOINT_EXTRAS: dict[str, dict] = {"Qwen2ForCausalLM": {"qwen_type": "qwen2"}}
+
+
+def trtllm_checkpoint_config(config: dict) -> dict:
+    """checkpoint/config.json as `trtllm-build` reads it: ours plus the architecture's extras."""
+    return {**config, **CHECKPOINT_EXTRAS.get(config.get("architecture"), {})}

@@ -7,20 +7,24 @@ on TensorRT-LLM (release of the documentation each was taken from):
     LLM.generate_async(prompt_token_ids, sampling_params=SamplingParams(**kw), streaming=True)
         -> a result that `async for` yields once per step, `.outputs[i]` cumulative  (1.0; 0.20 source)
     result.abort()                        cancel; the stream then ends with finish_reason 'cancelled'  (0.20 source, 1.0)
-    LLM.get_stats(timeout)                iteration-stat dicts drained since the last call  (1.0 docs)
+    LLM.get_stats(timeout)                iteration-stat dicts drained since the last call  (1.0 docs); on 1.0
+                                          it returns [] at once while idle, so the poller waits itself
     LLM.shutdown()                        (1.0 docs)
+What differs between releases (the sampler switch, the TensorRT-engine LLM) comes from the
+installed TensorRT-LLM's capabilities (capabilities.py), read when the engine opens.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from trtserve.backends.tensorrt_llm.llm import create_llm, preflight, read_options
+from trtserve.backends.tensorrt_llm.llm import create_llm, open_tensorrt_llm, read_options
 from trtserve.backends.tensorrt_llm.outputs import DeltaTracker
-from trtserve.backends.tensorrt_llm.sampling import check_supported, to_trtllm_sampling
+from trtserve.backends.tensorrt_llm.sampling import ALLOW_N_GREEDY_ENV, check_supported, to_trtllm_sampling
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
 from trtserve.backends.tensorrt_llm.stats import engine_stats, latest
 from trtserve.engine.errors import UserError
@@ -31,7 +35,10 @@ from trtserve.engine.rules import check_request, load_tokenizer
 from trtserve.engine.run_config import RuntimeConfig
 
 log = logging.getLogger(__name__)
-STATS_POLL_S = 1.0  # get_stats waits this long for new iterations
+STATS_POLL_S = 1.0  # between stats polls while TensorRT-LLM reports nothing (idle)
+# get_stats' timeout. On 1.0 a drain ends only after a quiet gap this long while stats flow, so it is
+# short; between non-empty polls the poller waits as long again, so it never calls more than ~10/s.
+STATS_WAIT_S = 0.1
 
 
 class TrtllmEngine:
@@ -41,7 +48,8 @@ class TrtllmEngine:
         cfg = config or RuntimeConfig()
         path = Path(engine_dir)
         manifest = verify_engine_dir(path)
-        self._tllm = preflight(path, manifest)
+        self._tllm, self.capabilities = open_tensorrt_llm(path, manifest)
+        self._allow_n_greedy = bool(os.environ.get(ALLOW_N_GREEDY_ENV))  # TensorRT-LLM reads the same variable
         ecfg = read_engine_config(path)
         self.max_seq_len = ecfg.build_config.max_seq_len
         self.max_batch_size = min(ecfg.build_config.max_batch_size, cfg.max_batch_size or 1 << 30)
@@ -57,9 +65,9 @@ class TrtllmEngine:
             max_batch_size=cfg.max_batch_size,
             max_num_tokens=cfg.max_num_tokens,
         )
-        log.info("starting TensorRT-LLM %s (%s) on %s", self._tllm.__version__, manifest.backend, path)
+        log.info("starting %s for a %s engine dir: %s", self.capabilities.label, manifest.backend, path)
         tp = int(manifest.build_config.get("tp_size", 1))
-        self.llm = create_llm(self._tllm, manifest.backend, path, options, path / TOKENIZER_DIR, tp)
+        self.llm = create_llm(self._tllm, self.capabilities, manifest.backend, path, options, path / TOKENIZER_DIR, tp)
         self._results: dict[RequestId, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
         self._prompt_tokens = self._generated_tokens = 0
         self._latest: dict | None = None
@@ -72,7 +80,7 @@ class TrtllmEngine:
         check_request(
             request, max_seq_len=self.max_seq_len, vocab_size=self.vocab_size, max_batch_size=self.max_batch_size
         )
-        check_supported(request)
+        check_supported(request, allow_n_greedy=self._allow_n_greedy)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
         """Stream the request's deltas; leaving early (cancel, disconnect) aborts it in TensorRT-LLM."""
@@ -80,8 +88,8 @@ class TrtllmEngine:
             raise RuntimeError("the TensorRT-LLM engine is shut down")
         self.check(request)
         rid, p = request.request_id, request.params
-        sp = self._tllm.SamplingParams(**to_trtllm_sampling(p, self.eos_token_ids))
-        try:
+        try:  # SamplingParams validates too (ranges, greedy with n > 1), so it is built in here
+            sp = self._tllm.SamplingParams(**to_trtllm_sampling(p, self.eos_token_ids))
             result = self.llm.generate_async(list(request.prompt_token_ids), sampling_params=sp, streaming=True)
         except ValueError as err:  # TensorRT-LLM's own argument checks (lengths, n vs max_batch_size, ...)
             raise UserError(f"TensorRT-LLM refused the request: {err}") from None
@@ -127,20 +135,21 @@ class TrtllmEngine:
 
     def shutdown(self) -> None:
         self._closed.set()
-        self._poller.join(timeout=2 * STATS_POLL_S + 1)
+        self._poller.join(timeout=STATS_POLL_S + 4 * STATS_WAIT_S + 1)
         self.llm.shutdown()
 
     # ---- iteration stats --------------------------------------------------------------------
     def _poll_stats(self) -> None:
         while not self._closed.is_set():
             try:
-                newest = latest(self.llm.get_stats(timeout=STATS_POLL_S))
+                newest = latest(self.llm.get_stats(timeout=STATS_WAIT_S))
             except Exception as err:  # stats are best-effort; serving goes on
                 log.debug("get_stats failed: %s", err)
-                self._closed.wait(STATS_POLL_S)
-                continue
+                newest = None
             if newest is not None:
                 self._latest = newest
+            # 1.0 returns [] at once while idle: without a wait of our own the loop would spin
+            self._closed.wait(STATS_POLL_S if newest is None else STATS_WAIT_S)
 
 
 def _abort(result) -> None:

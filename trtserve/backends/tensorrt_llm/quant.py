@@ -38,7 +38,10 @@ KV_CACHE_QUANT_ALGOS = frozenset({"FP8", "INT8", "NVFP4"})
 # trtllm-build's flags for QuantAlgos trtserve does not produce (a checkpoint brought as MODEL);
 # the rest default to TrtllmFlags() (trtllm-build forces use_fused_mlp off for them).
 _OTHER_FLAGS = {None: TrtllmFlags(fused_mlp=True), "MIXED_PRECISION": TrtllmFlags(fused_mlp=True)}
-_OTHER_KV_DTYPES = {"NVFP4": "nvfp4"}  # llmapi KvCacheConfig.dtype of KV formats trtserve does not produce
+# KvCacheConfig.dtype of KV formats trtserve does not produce. NVFP4 is "auto": KvCacheConfig acts only
+# on "fp8" (1.0, 1.2: other values log "Cannot sync ..." and do nothing); an NVFP4 KV cache comes from
+# the checkpoint's own quantization config.
+_OTHER_KV_DTYPES = {"NVFP4": "auto"}
 
 
 def plan_flags(quant_algo: str | None) -> TrtllmFlags:
@@ -48,7 +51,8 @@ def plan_flags(quant_algo: str | None) -> TrtllmFlags:
 
 
 def llmapi_kv_dtype(kv_cache_quant_algo: str) -> str | None:
-    """KvCacheConfig.dtype for an 8-bit KV cache on the PyTorch backend; None: not available there."""
+    """KvCacheConfig.dtype for a quantized KV cache on the PyTorch backend: "auto" = leave it to the
+    checkpoint's quantization config; None: not available there."""
     spec = KV_CACHE_FORMATS.get(kv_cache_quant_algo)
     return spec.llmapi_dtype if spec else _OTHER_KV_DTYPES.get(kv_cache_quant_algo)
 

@@ -20,11 +20,22 @@ UNSUPPORTED = {
     "cache_salt": "cache_salt is not supported by the tensorrt_llm backend",
     "seed": "TensorRT-LLM seeds are unsigned 64-bit integers",
 }
+# TensorRT-LLM's SamplingParams raises ValueError for greedy decoding with n (best_of) > 1 unless
+# this is set in the server's environment (tensorrt_llm/sampling_params.py, _validate; 1.0 to main).
+ALLOW_N_GREEDY_ENV = "TLLM_ALLOW_N_GREEDY_DECODING"
 
 
-def check_supported(request: GenerateRequest) -> None:
-    """Raise UserError (400) for settings this backend cannot honour."""
+def check_supported(request: GenerateRequest, *, allow_n_greedy: bool = False) -> None:
+    """Raise UserError (400) for settings this backend cannot honour.
+
+    allow_n_greedy: the server runs with TLLM_ALLOW_N_GREEDY_DECODING set.
+    """
     p = request.params
+    if p.n > 1 and p.greedy and not allow_n_greedy:
+        raise UserError(
+            f"n={p.n} with greedy decoding (temperature 0 or top_k 1) is refused by TensorRT-LLM, as every "
+            f"sequence would be the same; set temperature > 0, or n=1, or start the server with {ALLOW_N_GREEDY_ENV}=1"
+        )
 
     def refuse(name: str) -> None:
         raise UserError(f"{name}: {UNSUPPORTED[name]}; leave it unset or serve a torch engine")

@@ -1,12 +1,17 @@
-"""LLM-API options for TensorRT-LLM (the `--extra_llm_api_options` YAML) and `trtllm-serve` argv.
+"""LLM-API options for TensorRT-LLM (the `--extra_llm_api_options` YAML), fitted to a release, and
+the `trtllm-serve` line. Pure functions over a `Capabilities` (capabilities.py).
 
-Keys follow `tensorrt_llm/llmapi/llm_args.py` of TensorRT-LLM 1.0 (TorchLlmArgs: kv_cache_config,
-max_batch_size, max_num_tokens, max_seq_len, enable_chunked_prefill, cuda_graph_config,
-enable_iter_perf_stats) and the trtllm-serve options of the 1.0 docs. Pure functions.
+Keys follow `tensorrt_llm/llmapi/llm_args.py` (TorchLlmArgs: kv_cache_config, max_batch_size,
+max_num_tokens, max_seq_len, enable_chunked_prefill, cuda_graph_config, enable_iter_perf_stats,
+present in 1.0 through main); LLM args are pydantic models with extra="forbid" in every release,
+so a key the installed release lacks makes `LLM(...)` raise. Release-specific keys come only from
+the capabilities: 1.0's PyTorch backend samples greedily unless `enable_trtllm_sampler` is set, and
+1.1 and later refuse that key.
 """
 
 from __future__ import annotations
 
+from trtserve.backends.tensorrt_llm.capabilities import RELEASE_SPECIFIC_ARGS, SAMPLER_SWITCH, Capabilities
 from trtserve.backends.tensorrt_llm.quant import llmapi_kv_dtype, quant_algos
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import EngineBuildConfig
@@ -14,8 +19,8 @@ from trtserve.engine.layout import EngineBuildConfig
 KV_FRACTION = 0.9  # TensorRT-LLM's default share of free GPU memory for the KV cache (must be < 1)
 
 
-def llm_api_options(limits: EngineBuildConfig, quantization: dict | None) -> dict:
-    """The options YAML of a `--backend trtllm` engine dir (PyTorch backend, TensorRT-LLM >= 1.0)."""
+def llm_api_options(limits: EngineBuildConfig, quantization: dict | None, caps: Capabilities) -> dict:
+    """The options YAML of a `--backend trtllm` engine dir, for the release `caps` describes."""
     _, kv_algo = quant_algos(quantization)
     kv = {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}
     if kv_algo is not None:
@@ -25,8 +30,9 @@ def llm_api_options(limits: EngineBuildConfig, quantization: dict | None) -> dic
                 f"a {kv_algo} KV cache is not available on TensorRT-LLM's PyTorch backend; "
                 "use an FP8 KV cache or build with --backend tensorrt"
             )
-        kv["dtype"] = dtype
-    return {
+        if dtype != "auto":  # "auto": TensorRT-LLM takes it from the checkpoint's quantization config
+            kv["dtype"] = dtype
+    options = {
         "max_batch_size": limits.max_batch_size,
         "max_num_tokens": limits.max_num_tokens,
         "max_seq_len": limits.max_seq_len,
@@ -35,11 +41,38 @@ def llm_api_options(limits: EngineBuildConfig, quantization: dict | None) -> dic
         "cuda_graph_config": {"enable_padding": True, "max_batch_size": limits.max_batch_size},
         "enable_iter_perf_stats": True,  # iteration stats (get_stats, /metrics) need it on the PyTorch backend
     }
+    return {**options, **sampler_options(caps)}
+
+
+def sampler_options(caps: Capabilities) -> dict:
+    """The keys that make the PyTorch backend honour per-request sampling settings, if it needs any."""
+    return {SAMPLER_SWITCH: True} if SAMPLER_SWITCH in caps.torch_args else {}
 
 
 def tensorrt_runtime_options(limits: EngineBuildConfig) -> dict:
     """LLM-API options for a TensorRT engine (the limits are baked into the engine; the KV cache is not)."""
     return {"kv_cache_config": {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}}
+
+
+def fit_options(options: dict, backend: str, caps: Capabilities, options_file: str) -> dict:
+    """The engine dir's options, made right for the TensorRT-LLM that will load them.
+
+    The YAML was written for the release planned at build time; the sampler switch is the one key
+    known to differ between releases, so it is dropped and re-added as this release needs it. Any
+    other key this release lacks (introspected only) is refused here in one sentence instead of as
+    a pydantic error from inside TensorRT-LLM.
+    """
+    out = {k: v for k, v in options.items() if k not in RELEASE_SPECIFIC_ARGS}
+    if backend == "trtllm":
+        out.update(sampler_options(caps))
+    allowed = caps.llm_args(backend)
+    unknown = sorted(set(out) - allowed) if caps.introspected else []
+    if unknown:
+        raise UserError(
+            f"{options_file} sets {', '.join(unknown)}, which {caps.label} does not take as an LLM argument; "
+            "rebuild the engine dir with `trtserve build ... --force` on this host"
+        )
+    return out
 
 
 def apply_runtime(
@@ -62,15 +95,28 @@ def apply_runtime(
     return out
 
 
+def serve_backend(caps: Capabilities, backend: str) -> str:
+    """The `trtllm-serve --backend` value for our backend on this release (`trt` on 1.0, `tensorrt` after)."""
+    if backend == "trtllm":
+        return "pytorch"  # the default of every 1.x, named so the line reads the same everywhere
+    for name in ("tensorrt", "trt"):
+        if name in caps.serve_backends:
+            return name
+    raise UserError(
+        f"{caps.label} has no TensorRT backend (trtllm-serve --backend takes {', '.join(caps.serve_backends)}); "
+        "serve TensorRT engines with TensorRT-LLM 1.0-1.2, or rebuild with --backend trtllm"
+    )
+
+
 def trtllm_serve_argv(
-    backend: str, model_dir: str, tokenizer_dir: str, options_file: str | None, tp_size: int = 1
+    caps: Capabilities, backend: str, model_dir: str, tokenizer_dir: str, options_file: str | None, tp_size: int = 1
 ) -> list[str]:
-    """The equivalent `trtllm-serve` command for an engine dir (TensorRT-LLM >= 1.0 flags).
+    """The equivalent `trtllm-serve` command for an engine dir on the release `caps` describes.
 
     backend "trtllm": MODEL is the HF checkpoint and the limits live in the options YAML;
-    backend "tensorrt": MODEL is the TensorRT engine dir (before 1.0, leave out `--backend tensorrt`).
+    backend "tensorrt": MODEL is the TensorRT engine dir.
     """
-    argv = ["trtllm-serve", model_dir, "--backend", "pytorch" if backend == "trtllm" else "tensorrt"]
+    argv = ["trtllm-serve", model_dir, "--backend", serve_backend(caps, backend)]
     argv += ["--tokenizer", tokenizer_dir, "--host", "127.0.0.1", "--port", "8000", "--tp_size", str(tp_size)]
     if options_file is not None:
         argv += ["--extra_llm_api_options", options_file]

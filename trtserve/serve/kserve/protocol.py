@@ -71,7 +71,8 @@ def encode_bytes(values: list[bytes]) -> bytes:
     return b"".join(struct.pack("<I", len(v)) + v for v in values)
 
 
-def _decode(inp: InferInput, raw: bytes | None) -> np.ndarray:
+def decode_tensor(inp: InferInput, raw: bytes | None) -> np.ndarray:
+    """One input as an array of its shape; `raw` is its little-endian bytes (BYTES: length-prefixed)."""
     if inp.datatype not in DTYPES:
         raise APIError(400, f"input {inp.name!r} has datatype {inp.datatype!r}; use one of {', '.join(DTYPES)}")
     count = int(np.prod(inp.shape)) if inp.shape else 1
@@ -135,7 +136,7 @@ def parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, d
             raw, offset = blob[offset : offset + size], offset + size
         if inp.name in tensors:
             raise APIError(400, f"input {inp.name!r} is given twice")
-        tensors[inp.name] = _decode(inp, raw)
+        tensors[inp.name] = decode_tensor(inp, raw)
     if offset != len(blob):
         raise APIError(400, f"{len(blob) - offset} binary bytes follow the last input; check binary_data_size")
     return req, tensors

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 
 import numpy as np
@@ -14,7 +13,8 @@ from trtserve.engine.errors import UserError
 from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
-from trtserve.serve.generation import GenerationService, run_or_abort_on_disconnect
+from trtserve.serve.generation import GenerationRun, GenerationService, collect_all, run_or_abort_on_disconnect
+from trtserve.serve.kserve.infer import OUTPUTS, InferCall, infer_call
 from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
 from trtserve.serve.sse import event
 from trtserve.text.outputs import RequestOutput
@@ -42,7 +42,6 @@ OPTIONAL_INPUTS = {
     "exclude_input_in_output": "BOOL",
     "return_log_probs": "BOOL",
 }
-OUTPUTS = {"text_output": "BYTES", "cum_log_probs": "FP32", "output_log_probs": "FP32"}
 
 
 class KServeServing:
@@ -77,13 +76,10 @@ class KServeServing:
         }
 
     def model_config(self) -> dict:
-        def spec(name: str, dtype: str, optional: bool) -> dict:
-            return {
-                "name": name,
-                "data_type": "TYPE_STRING" if dtype == "BYTES" else f"TYPE_{dtype}",
-                "dims": [-1],
-                "optional": optional,
-            }
+        def spec(name: str, dtype: str, optional: bool | None = None) -> dict:
+            """A model_config.proto ModelInput (optional set) or ModelOutput (which has no such field)."""
+            out = {"name": name, "data_type": "TYPE_STRING" if dtype == "BYTES" else f"TYPE_{dtype}", "dims": [-1]}
+            return out if optional is None else {**out, "optional": optional}
 
         return {
             "name": self.svc.model_name,
@@ -91,8 +87,9 @@ class KServeServing:
             "backend": "trtserve",
             "max_batch_size": 0,
             "input": [spec("text_input", "BYTES", False)] + [spec(k, v, True) for k, v in OPTIONAL_INPUTS.items()],
-            "output": [spec(k, v, False) for k, v in OUTPUTS.items()],
-            "model_transaction_policy": {"decoupled": False},
+            "output": [spec(k, v) for k, v in OUTPUTS.items()],
+            # As TensorRT-LLM's model says: gRPC ModelStreamInfer sends one response per token delta.
+            "model_transaction_policy": {"decoupled": True},
             "parameters": {"max_seq_len": {"string_value": str(self.svc.max_seq_len)}},
         }
 
@@ -121,62 +118,61 @@ class KServeServing:
             logprobs=0 if g.return_log_probs else None,
         )
 
-    def _start(self, prompt: str, g: GenerateInputs, rid: str, log: dict):
+    def _start(self, prompt: str, g: GenerateInputs, rid: str, log: dict, **kw) -> GenerationRun:
+        """kw: timeout, priority (default: g's), protocol."""
         ids = list(self.tok.encode(prompt))
-        return self.svc.start(rid, ids, self.sampling(g), timeout=g.timeout, priority=g.priority, log=log)
+        kw = {"timeout": g.timeout, "priority": g.priority, **kw}
+        return self.svc.start(rid, ids, self.sampling(g), log=log, **kw)
 
     def _text(self, prompt: str, out: RequestOutput, g: GenerateInputs) -> list[str]:
         prefix = "" if g.exclude_input_in_output else prompt
         return [prefix + c.text for c in out.outputs]
 
-    # ---- infer -----------------------------------------------------------------------------------
+    # ---- infer (HTTP here; gRPC in serve/grpc/ shares start_infer and infer_arrays) ---------------
     async def infer(self, body: bytes, headers, http: HTTPRequest, log: dict) -> Response:
         req, tensors = parse_infer(body, headers.get(HEADER))
-        if "text_input" not in tensors:
-            raise APIError(400, "input 'text_input' (BYTES) is required")
-        text = tensors.pop("text_input")
-        values = {k: v for k, v in (req.parameters or {}).items() if k not in ("binary_data_output",)}
-        values.update(tensors)
-        g = generate_inputs(values)
-        prompts = [t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t) for t in text.reshape(-1)]
-        wanted = (
-            [o.name for o in req.outputs]
-            if req.outputs
-            else ["text_output"] + (["cum_log_probs", "output_log_probs"] if g.return_log_probs else [])
-        )
-        for name in wanted:
-            if name not in OUTPUTS:
-                raise APIError(400, f"unknown output {name!r}; this model has {', '.join(OUTPUTS)}")
+        call = infer_call(tensors, req.parameters or {}, [o.name for o in req.outputs] if req.outputs else None)
         rid = req.id if req.id is not None else self.svc.new_id("infer")
-        runs = []
-        try:
-            for i, prompt in enumerate(prompts):
-                runs.append(self._start(prompt, g, f"{rid}-{i}", log))
-        except BaseException:
-            for r in runs:
-                r.ticket.release()
-            raise
-        outs = await run_or_abort_on_disconnect(http, asyncio.gather(*(r.collect() for r in runs)))
-        shape = list(text.shape) + ([g.num_return_sequences] if g.num_return_sequences > 1 else [])
-        arrays = self._outputs(prompts, outs, g, shape)
+        runs = self.start_infer(call, rid, log)
+        outs = await run_or_abort_on_disconnect(http, collect_all(runs))
+        arrays = self.infer_arrays(call, outs)
         binary = bool((req.parameters or {}).get("binary_data_output")) or any(
             (o.parameters or {}).get("binary_data") for o in (req.outputs or [])
         )
         head = {"model_name": self.svc.model_name, "model_version": VERSION, "id": rid, "outputs": []}
-        return self._respond(head, {n: arrays[n] for n in wanted}, binary)
+        return self._respond(head, arrays, binary)
 
-    def _outputs(self, prompts, outs: list[RequestOutput], g: GenerateInputs, shape) -> dict[str, np.ndarray]:
-        texts = [t for p, o in zip(prompts, outs, strict=True) for t in self._text(p, o, g)]
+    def start_infer(
+        self, call: InferCall, rid: str, log: dict, protocol: str = "http", deadline: float | None = None
+    ) -> list[GenerationRun]:
+        """Admit one run per prompt, all or none. `deadline` (seconds, e.g. gRPC's) caps the call's timeout."""
+        limits = [t for t in (call.timeout, deadline) if t is not None]
+        kw = {"timeout": min(limits) if limits else None, "priority": call.priority, "protocol": protocol}
+        runs: list[GenerationRun] = []
+        try:
+            for i, prompt in enumerate(call.prompts):
+                runs.append(self._start(prompt, call.inputs, f"{rid}-{i}", log, **kw))
+        except BaseException:
+            for r in runs:
+                r.ticket.release()
+            raise
+        return runs
+
+    def infer_arrays(self, call: InferCall, outs: list[RequestOutput]) -> dict[str, np.ndarray]:
+        """The requested outputs, in request order: text as UTF-8 bytes, log probs as float32."""
+        g, shape = call.inputs, call.output_shape
+        texts = [t for p, o in zip(call.prompts, outs, strict=True) for t in self._text(p, o, g)]
         lps = [[lp.logprob for lp in (c.logprobs or [])] for o in outs for c in o.outputs]
         width = max((len(x) for x in lps), default=0)
         padded = np.zeros((len(lps), width), dtype=np.float32)
         for i, row in enumerate(lps):
             padded[i, : len(row)] = row
-        return {
+        arrays = {
             "text_output": np.array([t.encode() for t in texts], dtype=np.object_).reshape(shape),
             "cum_log_probs": np.array([sum(x) for x in lps], dtype=np.float32).reshape(shape),
             "output_log_probs": padded.reshape([*shape, width]),
         }
+        return {name: arrays[name] for name in call.outputs}
 
     def _respond(self, head: dict, arrays: dict[str, np.ndarray], binary: bool) -> Response:
         blobs = []

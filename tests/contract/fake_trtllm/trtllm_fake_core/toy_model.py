@@ -1,4 +1,4 @@
-"""The fake's "model" (not part of TensorRT-LLM's API): a pure function tests can load on their own."""
+"""The fakes' "model" (no part of TensorRT-LLM's API): a pure function tests can load on their own."""
 
 from __future__ import annotations
 

@@ -1,22 +1,22 @@
-"""A contract fake of the slice of TensorRT-LLM's LLM API that trtserve's adapter calls.
+"""The LLM object and its engine thread, shared by every release fake; what differs by release is a
+class attribute or method each release's LLM subclass sets (and comments with its upstream file).
 
-Mirrors TensorRT-LLM 1.0 (the PyTorch-backend `LLM`), written from trtserve's fact sheet
-(`shared/reference/tensorrt-llm-facts.md`, sections 3a-3b) and `tensorrt_llm/executor/result.py`:
+Imitates tensorrt_llm/llmapi/llm.py and tensorrt_llm/executor/result.py (1.0 to main):
 
-    LLM(model, tokenizer=None, **llm_args)          unknown llm_args -> TypeError (1.x LlmArgs forbid extras)
-    LLM.generate_async(inputs, sampling_params, streaming=True) -> GenerationResult
-        `async for` yields the result once per engine step; `.outputs[i]` are CompletionOutputs with
-        cumulative token_ids, finish_reason in 'stop'|'length'|'timeout'|'cancelled', stop_reason,
-        logprobs as [{token_id: Logprob(logprob, rank)}]; a failed request raises RequestError.
+    LLM(model, tokenizer=None, tensor_parallel_size=1, **llm_args)   args validated by the release's
+                                                    pydantic args model (unknown keys: ValidationError)
+    LLM.generate_async(ids, sampling_params, streaming=True) -> GenerationResult; `async for` yields
+        the result once per engine step; `.outputs[i]` are CompletionOutputs with cumulative token_ids,
+        finish_reason in 'stop'|'length'|'timeout'|'cancelled', stop_reason, logprobs as
+        [{token_id: Logprob(logprob, rank)}]; a failed request raises RequestError
     GenerationResult.abort()                        the next step finishes it as 'cancelled'
-    LLM.get_stats(timeout) -> [IterationStats JSON] drained since the last call (camelCase keys; the
-                                                    0.20 docstring shows JSON strings, the fact sheet dicts)
+    LLM.get_stats(timeout) -> [dict]                iteration stats drained since the last call, dicts
+                                                    with camelCase keys (1.0 on); idle behaviour by release
     LLM.shutdown()
-    SamplingParams(**fields)                        unknown fields -> TypeError
 
-The "model" is a toy: token t+1 = (31 * t_last + 7 * t_prev + 11) % vocab under greedy decoding
-(`reference_greedy`), seeded random choices otherwise. A prompt that starts with FAIL_TOKEN fails
-after its first step. The engine steps in its own thread, like TensorRT-LLM's executor.
+The "model" is a toy (toy_model.py): greedy decoding follows `next_greedy`; sampling draws seeded
+random tokens. A prompt that starts with FAIL_TOKEN fails after its first step. The engine steps in
+its own thread, like TensorRT-LLM's executor. INSTANCES, aborted_ids and stats_calls are test hooks.
 """
 
 from __future__ import annotations
@@ -25,7 +25,6 @@ import asyncio
 import copy
 import json
 import math
-import os
 import queue
 import random
 import threading
@@ -33,47 +32,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tensorrt_llm import llmapi
-from tensorrt_llm._toy_model import next_greedy, reference_greedy
-from tensorrt_llm.llmapi import CudaGraphConfig, KvCacheConfig, RequestError
-from tensorrt_llm.sampling_fields import SAMPLING_FIELDS
+from trtllm_fake_core.args import KvCacheConfig
+from trtllm_fake_core.toy_model import next_greedy
 
-__version__ = os.environ.get("FAKE_TRTLLM_VERSION", "1.0.0")
 FAIL_TOKEN = 2
 STEP_S = 0.004  # one engine iteration
 INSTANCES: list = []  # every LLM created, for tests to inspect
 
-_LLM_ARGS = {
-    "max_batch_size": int,
-    "max_num_tokens": int,
-    "max_seq_len": int,
-    "enable_chunked_prefill": bool,
-    "kv_cache_config": KvCacheConfig,
-    "cuda_graph_config": CudaGraphConfig,
-    "enable_iter_perf_stats": bool,
-}
 
-__all__ = ["LLM", "SamplingParams", "llmapi", "RequestError", "reference_greedy", "FAIL_TOKEN", "INSTANCES"]
-
-
-class SamplingParams:
-    def __init__(self, **fields):
-        unknown = set(fields) - SAMPLING_FIELDS
-        if unknown:
-            raise TypeError(f"SamplingParams got unexpected keyword arguments {sorted(unknown)}")
-        self.max_tokens = 32  # TensorRT-LLM's default
-        self.n = 1
-        self.end_id = self.pad_id = self.top_k = self.top_p = self.temperature = self.seed = self.logprobs = None
-        self.stop_token_ids, self.bad_token_ids = [], []
-        self.min_tokens, self.ignore_eos, self.include_stop_str_in_output = 0, False, False
-        for k, v in fields.items():
-            setattr(self, k, v)
-        if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
-            raise ValueError("max_tokens must be a positive int")
-
-    @property
-    def greedy(self) -> bool:
-        return self.top_k == 1 or self.temperature == 0 or (self.top_k is None and self.top_p is None)
+class RequestError(RuntimeError):
+    """A request failed in the executor (tensorrt_llm/executor/utils.py, RequestError)."""
 
 
 @dataclass
@@ -94,12 +62,11 @@ class CompletionOutput:
 
 
 class GenerationResult:
-    def __init__(self, request_id: int, prompt: list[int], params: SamplingParams, llm: LLM, streaming: bool):
+    def __init__(self, request_id: int, prompt: list[int], params, streaming: bool):
         self.request_id, self.prompt_token_ids, self.sampling_params = request_id, prompt, params
         self.streaming = streaming
         self.outputs = [CompletionOutput(i) for i in range(params.n)]
         self.finished = False
-        self._llm = llm
         self._loop = asyncio.get_running_loop()
         self._aqueue: asyncio.Queue = asyncio.Queue()
         self._aborted = False
@@ -109,9 +76,6 @@ class GenerationResult:
 
     def abort(self) -> None:
         self._aborted = True
-
-    def aborted(self) -> bool:
-        return self._aborted
 
     def _push(self, item) -> None:
         if not self._loop.is_closed():  # the caller's loop may be gone (it left the stream)
@@ -130,71 +94,86 @@ class GenerationResult:
         self.outputs, self.finished = item
         return self
 
-    async def aresult(self):
-        async for _ in self:
-            pass
-        return self
 
+class FakeLLM:
+    """What every release's LLM shares; subclasses set the release's behaviour."""
 
-class LLM:
-    def __init__(self, model, tokenizer=None, tensor_parallel_size: int = 1, **kwargs):
-        for k, v in kwargs.items():
-            if k not in _LLM_ARGS:
-                raise TypeError(f"LLM got an unexpected argument {k!r}")
-            if not isinstance(v, _LLM_ARGS[k]):
-                raise TypeError(f"LLM argument {k} must be a {_LLM_ARGS[k].__name__}, got {type(v).__name__}")
-        cfg_path = Path(model) / "config.json"
+    args_model: type  # the release's pydantic args model (TorchLlmArgs / TrtLlmArgs)
+    sampling_params_cls: type  # the release's SamplingParams
+    idle_stats_at_once = False  # get_stats returns [] without waiting while idle (1.0)
+
+    def honours_sampling(self) -> bool:
+        """Whether per-request sampling settings take effect (else every request decodes greedily)."""
+        return True
+
+    def check_args(self, kwargs: dict) -> None:
+        """Release checks beyond the args model's own."""
+
+    def read_model(self, model: Path) -> dict:
+        """The model's config.json: a Hugging Face dir for the PyTorch backend."""
+        cfg_path = model / "config.json"
         if not cfg_path.is_file():
             raise ValueError(f"{model} is not a model directory")
-        cfg = json.loads(cfg_path.read_text())
+        return json.loads(cfg_path.read_text())
+
+    def __init__(self, model, tokenizer=None, tensor_parallel_size: int = 1, **kwargs):
+        self.check_args(kwargs)
+        self.llm_args = self.args_model(
+            model=str(model), tokenizer=tokenizer, tensor_parallel_size=tensor_parallel_size, **kwargs
+        )
+        self.kwargs = kwargs  # what the caller passed, for tests
+        cfg = self.read_model(Path(model))
         self.vocab = cfg.get("vocab_size") or cfg["pretrained_config"]["vocab_size"]
-        self.model, self.tokenizer, self.args = str(model), tokenizer, kwargs
-        self.tensor_parallel_size = tensor_parallel_size
-        mapping = (cfg.get("pretrained_config") or {}).get("mapping")
-        if mapping and mapping["tp_size"] != tensor_parallel_size:  # as the runtime's world-config check
-            raise ValueError(f"tensor parallelism mismatch: engine {mapping['tp_size']}, LLM {tensor_parallel_size}")
-        kv = kwargs.get("kv_cache_config") or KvCacheConfig()
-        self.tokens_per_block = 32
+        self.model, self.tokenizer, self.tensor_parallel_size = str(model), tokenizer, tensor_parallel_size
+        kv = self.llm_args.kv_cache_config or KvCacheConfig()
+        self.tokens_per_block = self.engine_tokens_per_block(cfg)
         self.max_blocks = (kv.max_tokens // self.tokens_per_block) if kv.max_tokens else 1000
-        self.max_batch_size = kwargs.get("max_batch_size", 2048)
+        self.max_batch_size = self.llm_args.max_batch_size or 2048
+        self._reuse = kv.enable_block_reuse
         self._active: list[GenerationResult] = []
         self._lock = threading.Lock()
         self._stats: queue.Queue = queue.Queue()
-        self._iter = 0
-        self._alloc_total = self._reused = 0
+        self._stats_idle = True  # no request since the last idle get_stats
+        self._iter = self._alloc_total = self._reused = self._next_id = self.stats_calls = 0
         self._seen_blocks: set[tuple] = set()
-        self._next_id = 0
         self._stop = threading.Event()
+        self.aborted_ids: list[int] = []
         self._thread = threading.Thread(target=self._run, name="fake-trtllm-executor", daemon=True)
         self._thread.start()
-        self.aborted_ids: list[int] = []
         INSTANCES.append(self)
+
+    def engine_tokens_per_block(self, cfg: dict) -> int:
+        return 32  # the PyTorch backend's KV manager default
 
     def generate_async(self, inputs, sampling_params=None, streaming=False, **kwargs):
         if self._stop.is_set():
             raise RuntimeError("the LLM has been shut down")
         if not isinstance(inputs, list) or not all(isinstance(t, int) for t in inputs):
             raise TypeError("this fake takes prompt token ids only")
-        if sampling_params is not None and sampling_params.n > self.max_batch_size:
-            raise ValueError(f"SamplingParams.n ({sampling_params.n}) should not exceed max_batch_size")
+        params = sampling_params or self.sampling_params_cls()
+        if params.n > self.max_batch_size:
+            raise ValueError(f"SamplingParams.n ({params.n}) should not exceed max_batch_size")
         with self._lock:
             self._next_id += 1
-            result = GenerationResult(self._next_id, inputs, sampling_params or SamplingParams(), self, streaming)
+            result = GenerationResult(self._next_id, inputs, params, streaming)
             self._account_prompt(inputs)
             self._active.append(result)
+            self._stats_idle = False
         return result
 
-    def get_stats(self, timeout: float = 2):
+    def get_stats(self, timeout: float = 2) -> list[dict]:
+        self.stats_calls += 1
+        if self.idle_stats_at_once and self._stats_idle:
+            return []  # 1.0: at once (with a warning per call) while idle
         out = []
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                out.append(self._stats.get(timeout=max(0.0, deadline - time.monotonic())))
-            except queue.Empty:
-                break
-            while not self._stats.empty():
-                out.append(self._stats.get_nowait())
-            break
+        try:
+            out.append(self._stats.get(timeout=timeout))
+            while self.idle_stats_at_once or not self._stats.empty():  # 1.0 waits for a quiet gap of `timeout`
+                out.append(self._stats.get(timeout=timeout) if self.idle_stats_at_once else self._stats.get_nowait())
+        except queue.Empty:
+            pass
+        if not out:
+            self._stats_idle = True
         return out
 
     def shutdown(self) -> None:
@@ -204,11 +183,10 @@ class LLM:
     # ---- the engine thread ----------------------------------------------------------------
     def _account_prompt(self, prompt: list[int]) -> None:
         tpb = self.tokens_per_block
-        reuse = self.args.get("kv_cache_config", KvCacheConfig()).enable_block_reuse
         for b in range(len(prompt) // tpb):
             key = tuple(prompt[: (b + 1) * tpb])
             self._alloc_total += 1
-            if reuse and key in self._seen_blocks:
+            if self._reuse and key in self._seen_blocks:
                 self._reused += 1
             self._seen_blocks.add(key)
 
@@ -220,12 +198,11 @@ class LLM:
                     self._step(r)
                 self._active = [r for r in self._active if not r._done_sent]
                 if batch:
-                    self._stats.put(json.dumps(self._iteration_stats(len(batch))))  # JSON strings, as documented
+                    self._stats.put(self._iteration_stats(len(batch)))
                     self._iter += 1
             time.sleep(STEP_S)
 
     def _step(self, r: GenerationResult) -> None:
-        p = r.sampling_params
         r.steps += 1
         if r._aborted:
             self.aborted_ids.append(r.request_id)
@@ -237,16 +214,16 @@ class LLM:
             return r._push(RequestError(f"fake executor error on request {r.request_id}"))
         for o in r.outputs:
             if o.finish_reason is None:
-                self._sample(r, o, p)
+                self._sample(r, o, r.sampling_params)
         self._send(r, done=all(o.finish_reason is not None for o in r.outputs))
 
-    def _sample(self, r: GenerationResult, o: CompletionOutput, p: SamplingParams) -> None:
+    def _sample(self, r: GenerationResult, o: CompletionOutput, p) -> None:
         seq = r.prompt_token_ids + o.token_ids
-        tok = next_greedy(seq, self.vocab) if p.greedy else r._rng.randrange(self.vocab)
+        greedy = p._greedy_decoding or not self.honours_sampling()
+        tok = next_greedy(seq, self.vocab) if greedy else r._rng.randrange(self.vocab)
         while tok in p.bad_token_ids:
             tok = (tok + 1) % self.vocab
-        early = len(o.token_ids) < p.min_tokens
-        while early and (tok in p.stop_token_ids or tok == p.end_id):
+        while len(o.token_ids) < p.min_tokens and (tok in p.stop_token_ids or tok == p.end_id):
             tok = (tok + 1) % self.vocab
         o.token_ids.append(tok)
         if p.logprobs:
@@ -284,3 +261,25 @@ class LLM:
                 "reusedBlocks": self._reused,
             },
         }
+
+
+class FakeTrtEngineLLM(FakeLLM):
+    """The TensorRT-engine LLM (1.0-1.2: tensorrt_llm/_tensorrt_engine, llmapi/llm.py _TrtLLM): MODEL is
+    what trtllm-build wrote, read as tensorrt_llm/builder.py's EngineConfig does (nested plugin_config)."""
+
+    def read_model(self, model: Path) -> dict:
+        cfg = super().read_model(model)
+        if "pretrained_config" not in cfg or "plugin_config" not in cfg.get("build_config", {}):
+            raise ValueError(f"{model} is not a TensorRT-LLM engine dir (config.json lacks build_config.plugin_config)")
+        mapping = cfg["pretrained_config"].get("mapping") or {}
+        if mapping.get("tp_size", 1) != self.llm_args.tensor_parallel_size:  # the runtime's world-config check
+            raise ValueError(
+                f"tensor parallelism mismatch: engine {mapping['tp_size']}, LLM {self.llm_args.tensor_parallel_size}"
+            )
+        for r in range(mapping.get("tp_size", 1)):
+            if not (model / f"rank{r}.engine").is_file():
+                raise ValueError(f"{model} lacks rank{r}.engine")
+        return cfg
+
+    def engine_tokens_per_block(self, cfg: dict) -> int:
+        return cfg["build_config"]["plugin_config"]["tokens_per_block"]

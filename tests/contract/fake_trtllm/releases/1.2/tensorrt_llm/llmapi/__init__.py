@@ -1,0 +1,6 @@
+"""tensorrt_llm/llmapi/__init__.py (1.2): the LLM and the config classes trtserve builds."""
+
+from trtllm_fake_core.args import CudaGraphConfig, KvCacheConfig  # noqa: F401
+from trtllm_fake_core.executor import RequestError  # noqa: F401
+
+from tensorrt_llm.llmapi.llm import LLM  # noqa: F401

@@ -1,0 +1,77 @@
+"""LLM arguments as TensorRT-LLM 1.x declares them: pydantic models that forbid unknown keys.
+
+Imitates tensorrt_llm/llmapi/llm_args.py (1.0 to main): `StrictBaseModel` (extra="forbid"), so an
+unknown or mistyped LLM argument raises pydantic.ValidationError (a ValueError) from `LLM(...)`;
+KvCacheConfig and CudaGraphConfig are pydantic too. Only a slice of the real fields is declared:
+what trtserve sets plus a few neighbours, so introspection (`model_fields`) has something to read.
+Each release's llmapi/llm_args.py subclasses these with its own fields.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class StrictBaseModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
+
+
+class KvCacheConfig(StrictBaseModel):
+    enable_block_reuse: bool = True
+    max_tokens: int | None = None
+    max_attention_window: list[int] | None = None
+    sink_token_length: int | None = None
+    free_gpu_memory_fraction: float | None = None  # None: the C++ default 0.9
+    host_cache_size: int | None = None
+    onboard_blocks: bool = True
+    dtype: str = "auto"  # PyTorch backend only; only "fp8" is acted on (others log "Cannot sync ...")
+
+    @field_validator("free_gpu_memory_fraction")
+    @classmethod
+    def _fraction(cls, v: float | None) -> float | None:
+        if v is not None and not 0 < v < 1:
+            raise ValueError("free_gpu_memory_fraction must be in (0, 1)")
+        return v
+
+
+class CudaGraphConfig(StrictBaseModel):
+    batch_sizes: list[int] | None = None
+    max_batch_size: int = 0
+    enable_padding: bool = False
+
+
+class BaseLlmArgs(StrictBaseModel):
+    model: str
+    tokenizer: str | None = None
+    tokenizer_mode: str = "auto"
+    trust_remote_code: bool = False
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
+    dtype: str = "auto"
+    backend: str | None = None
+    max_batch_size: int | None = None
+    max_num_tokens: int | None = None
+    max_seq_len: int | None = None
+    max_beam_width: int | None = None
+    enable_chunked_prefill: bool = False
+    kv_cache_config: KvCacheConfig = Field(default_factory=KvCacheConfig)
+
+
+class TorchLlmArgsBase(BaseLlmArgs):
+    """The PyTorch backend's fields every release from 1.0 has."""
+
+    cuda_graph_config: CudaGraphConfig | None = Field(default_factory=CudaGraphConfig)
+    disable_overlap_scheduler: bool = False
+    attn_backend: str = "TRTLLM"
+    enable_iter_perf_stats: bool = False
+    enable_iter_req_stats: bool = False
+
+
+class TrtLlmArgsBase(BaseLlmArgs):
+    """The TensorRT backend's (1.0-1.2: gone on main with PR #15918)."""
+
+    build_config: object | None = None
+    enable_build_cache: bool = False
+    fast_build: bool = False
+    normalize_log_probs: bool = False
+    extended_runtime_perf_knob_config: object | None = None

@@ -1,0 +1,83 @@
+"""`trtllm-build` as 1.0-1.2 have it (gone on main): checks every flag and value it is given and the
+checkpoint's config, then writes an engine dir shaped like the real one.
+
+Imitates tensorrt_llm/commands/build.py (flags, enable|disable values, plugin dtypes), plugin/plugin.py
+(PluginConfig defaults: use_fp8_context_fmha and use_paged_context_fmha default to enable;
+use_fused_mlp is forced off unless quant_algo is None, FP8 or MIXED_PRECISION) and builder.py
+(Engine.save: config.json = {version, pretrained_config, build_config{..., plugin_config{...}}}, the
+plugin config nested, plus rank{r}.engine). Qwen checkpoints: tensorrt_llm/models/qwen/model.py reads
+`config.qwen_type`, which has no default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+FEATURE = ["enable", "disable"]
+PLUGIN = ["auto", "float16", "float32", "bfloat16", "int32", "disable"]
+INTS = ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens", "max_beam_width", "tokens_per_block")
+FEATURES = ("context_fmha", "remove_input_padding", "use_paged_context_fmha", "use_fused_mlp", "use_fp8_context_fmha")
+PLUGIN_DEFAULTS = {  # plugin/plugin.py
+    "gpt_attention_plugin": "auto",
+    "gemm_plugin": None,
+    "context_fmha": True,
+    "remove_input_padding": True,
+    "paged_kv_cache": True,
+    "tokens_per_block": 32,
+    "use_paged_context_fmha": True,
+    "use_fp8_context_fmha": True,
+    "use_fused_mlp": True,
+}
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trtllm-build", allow_abbrev=False)
+    p.add_argument("--checkpoint_dir", required=True)
+    p.add_argument("--output_dir", default="engine_outputs")
+    for name in INTS:
+        p.add_argument(f"--{name}", type=int)
+    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--kv_cache_type", choices=["continuous", "paged", "disabled"])
+    p.add_argument("--gpt_attention_plugin", choices=PLUGIN)
+    p.add_argument("--gemm_plugin", choices=PLUGIN + ["fp8", "nvfp4"])
+    for name in FEATURES:
+        p.add_argument(f"--{name}", choices=FEATURE)
+    return p
+
+
+def _plugin_config(args, ckpt: dict) -> dict:
+    pc = dict(PLUGIN_DEFAULTS)
+    for name in ("gpt_attention_plugin", "gemm_plugin", "tokens_per_block"):
+        if getattr(args, name) is not None:
+            pc[name] = getattr(args, name)
+    for name in FEATURES:
+        if getattr(args, name) is not None:
+            pc[name] = getattr(args, name) == "enable"
+    pc["paged_kv_cache"] = (args.kv_cache_type or "paged") == "paged"
+    algo = (ckpt.get("quantization") or {}).get("quant_algo")
+    if algo not in (None, "FP8", "MIXED_PRECISION"):
+        pc["use_fused_mlp"] = False
+    return pc
+
+
+def main(version: str, argv: list[str] | None = None) -> None:
+    args = _parser().parse_args(argv)
+    ckpt = json.loads((Path(args.checkpoint_dir) / "config.json").read_text())
+    if ckpt["architecture"].startswith("Qwen") and "qwen_type" not in ckpt:
+        sys.exit("AttributeError: 'QWenConfig' object has no attribute 'qwen_type'")
+    tp = ckpt["mapping"]["tp_size"]
+    for r in range(tp):
+        if not (Path(args.checkpoint_dir) / f"rank{r}.safetensors").is_file():
+            sys.exit(f"[TensorRT-LLM][ERROR] missing rank{r}.safetensors")
+    out = Path(args.output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    build = {k: getattr(args, k) for k in INTS if getattr(args, k) is not None}
+    build |= {"kv_cache_type": (args.kv_cache_type or "paged").upper(), "plugin_config": _plugin_config(args, ckpt)}
+    engine_config = {"version": version, "pretrained_config": ckpt, "build_config": build}
+    (out / "config.json").write_text(json.dumps(engine_config, indent=2))
+    for r in range(tp):
+        (out / f"rank{r}.engine").write_bytes(b"fake TensorRT plan for rank %d" % r)
+    print(f"[TensorRT-LLM] [I] Total time of building all engines: 00:00:00 ({tp} ranks)")

@@ -1,0 +1,258 @@
+"""What the TensorRT-LLM in use can do: one table, keyed by what that TensorRT-LLM really has.
+
+Every decision that depends on the TensorRT-LLM release reads a `Capabilities`: the options YAML and
+the LLM kwargs (serve_plan), the `trtllm-serve` line (serve_plan), the compatibility check (compat),
+the build strategies' host checks and `trtserve doctor`. A `Capabilities` comes from one of:
+
+    probe(tllm)       the imported module, introspected: the LLM-args fields (pydantic `model_fields`
+                      of TorchLlmArgs / TrtLlmArgs), `tensorrt_llm._tensorrt_engine`,
+                      `tensorrt_llm.commands.build` (trtllm-build) and, for doctor, trtllm-serve's
+                      --backend choices (its click command; importing it is heavy, so not on load)
+    installed()       the installed distribution's metadata, without importing it (slow, and it wants
+                      a GPU): its version, console scripts and files
+    planned("1.0")    the release table below, for a release that is not installed (--trtllm-version)
+
+The release table is what TensorRT-LLM's own source says per release line (fact sheet section 10,
+PR numbers there). Version numbers only pick the table's row; introspection overrides it, so a
+1.3.0rc that still has the TensorRT backend is recognised as having it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, replace
+from types import ModuleType
+
+from trtserve.engine.errors import UserError
+
+# LLM-args fields trtserve emits, present in every release line (TorchLlmArgs, and TrtLlmArgs of 1.0-1.2).
+TORCH_ARGS = frozenset(
+    {"max_batch_size", "max_num_tokens", "max_seq_len", "enable_chunked_prefill", "kv_cache_config"}
+    | {"cuda_graph_config", "enable_iter_perf_stats", "model", "tokenizer", "tensor_parallel_size"}
+)
+TRT_ARGS = frozenset({"max_batch_size", "max_num_tokens", "max_seq_len", "kv_cache_config"})
+TRT_ARGS |= {"model", "tokenizer", "tensor_parallel_size"}
+# TorchLlmArgs' sampler switch of 1.0: without it the PyTorch backend samples greedily
+# (tensorrt_llm/_torch/pyexecutor/_util.py, instantiate_sampler). Gone in 1.1 (unknown keys raise).
+SAMPLER_SWITCH = "enable_trtllm_sampler"
+RELEASE_SPECIFIC_ARGS = frozenset({SAMPLER_SWITCH, "enable_mixed_sampler", "sampler_type"})
+
+
+@dataclass(frozen=True)
+class ReleaseLine:
+    """What one release line has, from its source."""
+
+    name: str  # "1.0" | "1.1" | "1.2" | "main"
+    tensorrt_backend: bool  # trtllm-build, tensorrt_llm._tensorrt_engine, TrtLlmArgs
+    serve_backends: tuple[str, ...]  # `trtllm-serve --backend` values it accepts, aliases included
+    torch_args: frozenset[str]  # the release-specific TorchLlmArgs fields trtserve cares about
+    evidence: str  # where that was read
+
+
+RELEASES: dict[str, ReleaseLine] = {
+    r.name: r
+    for r in (
+        ReleaseLine(
+            "1.0",
+            True,
+            ("pytorch", "trt", "_autodeploy"),  # PR #7829 renamed trt -> tensorrt after 1.0 was cut
+            frozenset({SAMPLER_SWITCH, "enable_mixed_sampler"}),
+            "v1.0 source: llmapi/llm_args.py, commands/serve.py, _torch/pyexecutor/_util.py",
+        ),
+        ReleaseLine(
+            "1.1",
+            True,
+            ("pytorch", "tensorrt", "_autodeploy"),  # not read in 1.1's source: PR #7829 (2025-09-18) predates it
+            frozenset({"sampler_type"}),
+            "v1.1 source: llmapi/llm_args.py (--backend inferred from PR #7829's date, not read)",
+        ),
+        ReleaseLine(
+            "1.2",
+            True,
+            ("pytorch", "tensorrt", "_autodeploy", "trt"),  # ChoiceWithAlias, trt -> tensorrt
+            frozenset({"sampler_type"}),
+            "v1.2.0/v1.2.1 source: llmapi/llm_args.py, commands/serve.py",
+        ),
+        ReleaseLine(
+            "main",
+            False,  # PR #15918 (July 2026) removed trtllm-build, _tensorrt_engine, TrtLlmArgs
+            ("pytorch", "_autodeploy"),
+            frozenset(),  # sampler_type removed too (PR #18232)
+            "main after PR #15918 (1.3.0rc22 and later, 1.4.0rc*)",
+        ),
+    )
+}
+DEFAULT_LINE = "1.2"  # planned for when nothing is installed and no --trtllm-version is given: the newest release
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a TensorRT-LLM has, as trtserve's decisions need it."""
+
+    line: str  # the release line (a key of RELEASES)
+    version: str | None  # the installed version; None when planned from the table
+    how: str  # how this was established, one phrase (printed by the dry run and doctor)
+    tensorrt_engine: bool  # tensorrt_llm._tensorrt_engine: runs TensorRT engines
+    trtllm_build: bool  # trtllm-build: builds them
+    serve_backends: tuple[str, ...]  # trtllm-serve --backend values, aliases included
+    torch_args: frozenset[str]  # TorchLlmArgs fields: all of them when introspected, else what the table knows
+    trt_args: frozenset[str]  # TrtLlmArgs fields (empty without the TensorRT backend)
+    introspected: bool = False  # the *_args sets are complete: any other key would be refused
+
+    @property
+    def label(self) -> str:
+        installed = f"TensorRT-LLM {self.version}, " if self.version else "TensorRT-LLM "
+        return f"{installed}release line {self.line} ({self.how})"
+
+    def llm_args(self, backend: str) -> frozenset[str]:
+        """The LLM-args fields of the LLM class that serves `backend` ("trtllm" or "tensorrt")."""
+        return self.torch_args if backend == "trtllm" else self.trt_args
+
+
+def release_line(version: str) -> str:
+    """The RELEASES key of a version string ("1.2.1", "1.3.0rc22", "main"); UserError before 1.0."""
+    if version == "main":
+        return "main"
+    m = re.match(r"^(\d+)\.(\d+)", version)
+    if m is None:
+        raise UserError(f"{version!r} is not a TensorRT-LLM version; give a release as X.Y (1.0, 1.1, 1.2) or main")
+    major, minor = int(m[1]), int(m[2])
+    if (major, minor) < (1, 0):
+        raise UserError(
+            f"TensorRT-LLM {version} is older than 1.0, the first release trtserve supports (its LLM API "
+            "with the PyTorch backend); use TensorRT-LLM 1.0 or later"
+        )
+    if (major, minor) >= (1, 3):
+        return "main"  # 1.3.0 and later were released without the TensorRT backend
+    return f"{major}.{minor}"
+
+
+def from_table(line: str, version: str | None, how: str) -> Capabilities:
+    r = RELEASES[line]
+    return Capabilities(
+        line=line,
+        version=version,
+        how=how,
+        tensorrt_engine=r.tensorrt_backend,
+        trtllm_build=r.tensorrt_backend,
+        serve_backends=r.serve_backends,
+        torch_args=TORCH_ARGS | r.torch_args,
+        trt_args=TRT_ARGS if r.tensorrt_backend else frozenset(),
+    )
+
+
+def planned(version: str) -> Capabilities:
+    """A release that need not be installed (`--trtllm-version X.Y`), from the release table."""
+    line = release_line(version)
+    return from_table(line, None, f"from --trtllm-version {version} and the release table")
+
+
+def installed() -> Capabilities | None:
+    """The installed TensorRT-LLM from its distribution metadata (nothing imported); None if absent."""
+    from importlib import metadata
+
+    try:
+        dist = metadata.distribution("tensorrt_llm")
+    except metadata.PackageNotFoundError:
+        return None
+    version = dist.version
+    line = release_line(version)
+    caps = from_table(line, version, "installed; its metadata read, not imported")
+    files = [str(f).replace("\\", "/") for f in (dist.files or [])]
+    if not files:  # no RECORD: nothing to read beyond the version
+        return caps
+    tensorrt = any(f.startswith("tensorrt_llm/_tensorrt_engine/") for f in files)
+    scripts = {ep.name for ep in dist.entry_points if ep.group == "console_scripts"}
+    return _with_tensorrt(caps, tensorrt, "trtllm-build" in scripts)
+
+
+def probe(tllm: ModuleType, *, serve_cli: bool = False) -> Capabilities:
+    """The imported TensorRT-LLM, introspected; the table fills only what cannot be read.
+
+    serve_cli: also read trtllm-serve's --backend choices from its click command (an import of the
+    whole OpenAI server); otherwise they are the table's, less the TensorRT backend where it is absent.
+    """
+    version = str(getattr(tllm, "__version__", "") or "unknown")
+    line = release_line(version)
+    caps = from_table(line, version, "installed, introspected")
+    torch_args = _model_fields(tllm, "TorchLlmArgs")
+    trt_args = _model_fields(tllm, "TrtLlmArgs")
+    tensorrt = _has_module(f"{tllm.__name__}._tensorrt_engine")
+    caps = _with_tensorrt(caps, tensorrt, _has_module(f"{tllm.__name__}.commands.build"))
+    serve = _serve_backend_choices(tllm) if serve_cli else None
+    return replace(
+        caps,
+        serve_backends=serve if serve is not None else caps.serve_backends,
+        torch_args=torch_args if torch_args is not None else caps.torch_args,
+        trt_args=trt_args if trt_args is not None else caps.trt_args,
+        introspected=torch_args is not None and (trt_args is not None or not tensorrt),
+    )
+
+
+def _with_tensorrt(caps: Capabilities, tensorrt_engine: bool, trtllm_build: bool) -> Capabilities:
+    """Caps with the TensorRT backend as found (the table's row may say otherwise: 1.3.0rc0-rc15)."""
+    serve = caps.serve_backends
+    if tensorrt_engine and not any(b in serve for b in ("tensorrt", "trt")):
+        serve = (*serve, "tensorrt")
+    if not tensorrt_engine:
+        serve = tuple(b for b in serve if b not in ("tensorrt", "trt"))
+    trt_args = caps.trt_args or (TRT_ARGS if tensorrt_engine else frozenset())
+    return replace(
+        caps,
+        tensorrt_engine=tensorrt_engine,
+        trtllm_build=trtllm_build,
+        serve_backends=serve,
+        trt_args=trt_args if tensorrt_engine else frozenset(),
+    )
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _model_fields(tllm: ModuleType, cls: str) -> frozenset[str] | None:
+    """Field names of `tensorrt_llm.llmapi.llm_args.<cls>` (pydantic, extra="forbid" in every 1.x)."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"{tllm.__name__}.llmapi.llm_args")
+    except ImportError:
+        return None
+    model = getattr(module, cls, None)
+    fields = getattr(model, "model_fields", None)
+    return frozenset(fields) if isinstance(fields, dict) else None
+
+
+def _serve_backend_choices(tllm: ModuleType) -> tuple[str, ...] | None:
+    """`trtllm-serve --backend` choices (with ChoiceWithAlias' aliases) from its click command."""
+    import importlib
+
+    try:
+        module = importlib.import_module(f"{tllm.__name__}.commands.serve")
+    except Exception:  # noqa: BLE001 - optional introspection; the table answers instead
+        return None
+    for name in ("serve", "main"):
+        command = getattr(module, name, None)
+        command = getattr(command, "commands", {}).get("serve", command)  # a group holding `serve`
+        for param in getattr(command, "params", []):
+            choices = getattr(param.type, "choices", None) if param.name == "backend" else None
+            if choices:
+                return (*choices, *getattr(param.type, "aliases", {}))
+    return None
+
+
+def for_planning(version: str | None) -> Capabilities:
+    """What a `--backend tensorrt|trtllm` build plans for: `--trtllm-version` if given, else the
+    installed TensorRT-LLM (its metadata), else the newest release line of the table."""
+    if version:
+        return planned(version)
+    found = installed()
+    if found is not None:
+        return found
+    how = "the default, as TensorRT-LLM is not installed here; --trtllm-version X.Y plans for another"
+    return from_table(DEFAULT_LINE, None, how)

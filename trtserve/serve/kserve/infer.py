@@ -1,0 +1,97 @@
+"""The KServe v2 infer call, shared by HTTP (`/v2/models/{m}/infer`) and gRPC (ModelInfer,
+ModelStreamInfer): decoded input tensors and request parameters in, checked generate inputs out.
+
+Triton reserves some request parameters; tritonclient sets them from keyword arguments:
+    timeout                                   int, microseconds: this request's own deadline
+    priority                                  int level: 1 is the highest, 0 the default
+    sequence_id, sequence_start, sequence_end sequence batching (stateful models): refused here
+    binary_data_output, headers, triton_*     transport details, read (or ignored) by the transport
+Every other parameter is read like an input tensor of that name (max_tokens, temperature, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from trtserve.serve.errors import APIError
+from trtserve.serve.kserve.protocol import GenerateInputs, generate_inputs
+
+OUTPUTS = {"text_output": "BYTES", "cum_log_probs": "FP32", "output_log_probs": "FP32"}
+TRANSPORT_PARAMETERS = ("binary_data_output", "headers")
+
+
+@dataclass
+class InferCall:
+    prompts: list[str]  # text_input's elements, flattened (row-major)
+    shape: list[int]  # text_input's shape; every output has it, plus [n] when num_return_sequences > 1
+    inputs: GenerateInputs
+    outputs: list[str]  # the outputs to return, in order
+    timeout: float | None  # seconds: the request's own deadline, if it set one
+    priority: float  # engine priority: higher is served first
+
+    @property
+    def output_shape(self) -> list[int]:
+        n = self.inputs.num_return_sequences
+        return self.shape + ([n] if n > 1 else [])
+
+
+def _timeout(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise APIError(400, f"parameter 'timeout' is {value!r}; give a positive number of microseconds")
+    return value / 1e6
+
+
+def _priority(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise APIError(
+            400, f"parameter 'priority' is {value!r}; give a priority level (1 is the highest, 0 the default)"
+        )
+    # Triton: level 1 is served first and 0 means the default; ours: higher first, 0 the default.
+    return 0.0 if value == 0 else 1.0 / value
+
+
+def _split_parameters(parameters: dict[str, Any]) -> tuple[dict[str, Any], float | None, float | None]:
+    """-> (generate values, timeout s, priority); refuses sequence batching."""
+    values, timeout, priority = {}, None, None
+    for key, value in parameters.items():
+        if key in ("sequence_id", "sequence_start", "sequence_end"):
+            raise APIError(
+                400, f"parameter {key!r}: sequence batching is not supported; send each request without a sequence"
+            )
+        if key == "timeout":
+            timeout = _timeout(value)
+        elif key == "priority":
+            priority = _priority(value)
+        elif key not in TRANSPORT_PARAMETERS and not key.startswith("triton_"):
+            values[key] = value
+    return values, timeout, priority
+
+
+def infer_call(tensors: dict[str, np.ndarray], parameters: dict[str, Any], outputs: list[str] | None) -> InferCall:
+    """Check one infer request: `tensors` by input name, `parameters` as plain values, `outputs` the
+    names the client asked for (None: text_output, and the log probs when return_log_probs)."""
+    tensors = dict(tensors)
+    if "text_input" not in tensors:
+        raise APIError(400, "input 'text_input' (BYTES) is required")
+    text = tensors.pop("text_input")
+    values, timeout, priority = _split_parameters(parameters)
+    values.update(tensors)
+    g = generate_inputs(values)
+    prompts = [t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t) for t in text.reshape(-1)]
+    if not prompts:
+        raise APIError(400, "input 'text_input' has no elements; send at least one prompt")
+    wanted = outputs or ["text_output"] + (["cum_log_probs", "output_log_probs"] if g.return_log_probs else [])
+    for name in wanted:
+        if name not in OUTPUTS:
+            raise APIError(400, f"unknown output {name!r}; this model has {', '.join(OUTPUTS)}")
+    return InferCall(
+        prompts,
+        list(text.shape),
+        g,
+        wanted,
+        g.timeout if timeout is None else timeout,
+        g.priority if priority is None else priority,
+    )
