@@ -96,6 +96,7 @@ class GenerationRun:
         """Raises APIError 504 on the deadline and 500 if the engine failed the request."""
         svc, req = self.service, self.req
         m, labels = svc.metrics, (svc.model_name, self.protocol)
+        itl = m.itl.labels(*labels)  # resolved once: it is observed for every token
         start = last = time.monotonic()
         first, ok, queued = True, False, None
         gen = svc.engine.generate(req)
@@ -110,7 +111,7 @@ class GenerationRun:
                         if self.log is not None:
                             self.log.setdefault("ttft_ms", round((now - start) * 1000, 1))
                     elif d.token_ids:
-                        m.itl.labels(*labels).observe(now - last)
+                        itl.observe(now - last)
                     if d.queue_time is not None:
                         queued = d.queue_time
                         m.queue.labels(*labels).observe(d.queue_time)
