@@ -284,6 +284,25 @@ def run_llamacpp(args, spec, dtype, work, log_dir, say) -> tuple[list[dict], str
     return points, f"llama.cpp-{match}"
 
 
+def add_floor(engine: Path, requests, conditions: dict, points: list[dict]) -> None:
+    """The mixed workload's compute floor (trtserve/bench/floor.py) at the GEMM rate measured now, in
+    this run and with its threads; each peer's mixed point gets the fraction of it reached."""
+    from trtserve.bench import floor
+    from trtserve.engine.layout import read_engine_config
+
+    cfg = read_engine_config(engine).pretrained_config
+    f = floor.Floor(
+        floor.workload_flops(cfg, [(r.prompt_len, r.output_len) for r in requests]),
+        floor.measure_gemm_rate(cfg),
+        sum(r.output_len for r in requests),  # ignore_eos: every peer serves exactly these
+        0.0,
+    )
+    conditions["floor"] = f.as_dict() | {"line": f.line().split("; served")[0]}
+    for p in points:
+        if p["workload"] == "mixed":
+            p["extra"]["fraction_of_floor"] = p["stats"]["output_throughput"] / f.floor_tok_s if f.floor_tok_s else None
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     conditions = set_threads(args.threads, args.omp_wait_policy)
@@ -357,6 +376,9 @@ def main(argv=None) -> int:
                 p["extra"]["fraction_of_roofline"] = report.ratio(
                     p["extra"].get("decode_tok_per_s"), conditions["roofline"]["roofline_tok_per_s"]
                 )
+    if "mixed" in work:
+        say("measuring the GEMM rate for the compute floor")
+        add_floor(engine, work["mixed"]["requests"], conditions, points)
     conditions["load_after"] = os.getloadavg()
     target_rows = report.targets(points, llama_peer)
     title = f"{spec.name} {dtype}, {conditions['threads']} threads, OMP_WAIT_POLICY={conditions['omp_wait_policy']}"
@@ -365,6 +387,9 @@ def main(argv=None) -> int:
     console.print(report.render_targets(target_rows))
     if "roofline" in conditions:
         console.print(f"roofline: {conditions['roofline']}")
+    if "floor" in conditions:
+        fractions = {p["peer"]: p["extra"].get("fraction_of_floor") for p in points if p["workload"] == "mixed"}
+        console.print(conditions["floor"]["line"] + "; " + ", ".join(f"{k} {v:.2f}" for k, v in fractions.items() if v))
     with open(out / "table.txt", "w") as f:
         Console(file=f, width=200).print(table, report.render_targets(target_rows), f"conditions: {conditions}")
     report.save_json(out / "compare.json", conditions, points, target_rows)

@@ -33,6 +33,7 @@ def test_cli_against_trtserve(server, model_name, tiny_llama_engine, tmp_path, b
     args = ["--backend", backend, "--base-url", server.url, "--model", model_name, "-n", str(N)]
     args += ["--input-len", "8:40", "--output-len", "3:12", "--seed", "4", "--json", str(out)]
     args += ["--tokenizer", str(tiny_llama_engine), "--slo", "ttft=60000,tpot=60000"]
+    args += ["--floor", str(tiny_llama_engine)] if backend == "openai" else []
     proc = _cli(*args)
     assert proc.returncode == 0, proc.stderr
     assert "Output token throughput" in proc.stdout
@@ -49,6 +50,16 @@ def test_cli_against_trtserve(server, model_name, tiny_llama_engine, tmp_path, b
         assert m["prefix_cache_queries"] == s["total_input_tokens"]
     for key in ("median_ttft_ms", "p99_tpot_ms", "mean_itl_ms", "p90_e2el_ms", "output_throughput"):
         assert s[key] > 0
+    if backend == "openai":  # --floor: the served tokens' FLOPs, from the engine's own config
+        from trtserve.bench.floor import workload_flops
+        from trtserve.engine.layout import read_engine_config
+
+        cfg = read_engine_config(tiny_llama_engine).pretrained_config
+        f = s["floor"]
+        assert f["workload_tflop"] * 1e12 == pytest.approx(workload_flops(cfg, zip(s["input_lens"], s["output_lens"])))
+        assert f["achieved_output_tok_s"] == pytest.approx(s["output_throughput"])
+        assert f["fraction_of_floor"] == pytest.approx(s["output_throughput"] / f["floor_output_tok_s"])
+        assert "of the floor" in proc.stdout
 
 
 def test_chat_and_kserve_itl_count_every_token(server, model_name):

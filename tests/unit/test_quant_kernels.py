@@ -38,6 +38,19 @@ def test_w8a16(dtype):
     torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("out", [96, 3000])  # one slab, and several slabs with a ragged last one
+def test_w8a16_float32_prefill_widens_the_weight_and_matches_the_int8_kernel(out):
+    """float32 prefill rows take the widened-weight GEMM (torch's int8 kernel runs float32 at
+    1-2 GFLOP/s); it must agree with that kernel, which stays the reference."""
+    k = 512
+    w = torch.randint(-127, 128, (out, k), dtype=torch.int8)
+    s = torch.rand(out) / 100
+    x = torch.randn(40, k)
+    got = make_linear({"weight": w, "weights_scaling_factor": s}, "W8A16", torch.float32)(x)
+    ref = torch._weight_int8pack_mm(x, w, s)
+    torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
 def test_w8a16_weight_at_an_unaligned_offset_at_prefill_size():
     """safetensors hands out tensors at any offset of its buffer; torch's AVX-512 int8 kernel
     crashed (SIGSEGV) on such a weight at 128 rows."""

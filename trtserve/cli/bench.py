@@ -88,6 +88,17 @@ def _tokenizer(path: Path | None):
         ) from None
 
 
+def _floor(engine_dir: Path, run) -> dict:
+    """The run's compute floor (trtserve/bench/floor.py); the GEMM rate is measured now, after the run,
+    with the thread count the server's engine uses by default (torch's)."""
+    from trtserve.bench import floor
+    from trtserve.engine.layout import read_engine_config
+
+    cfg = read_engine_config(engine_dir).pretrained_config  # UserError-derived: a clear message if not an engine
+    f = floor.of_run(cfg, run, floor.measure_gemm_rate(cfg))
+    return f.as_dict() | {"line": f.line()}
+
+
 @click.command("bench")
 @click.option(
     "--backend", type=click.Choice(["openai", "openai-chat", "kserve", "grpc"]), default="openai", show_default=True
@@ -152,6 +163,13 @@ def _tokenizer(path: Path | None):
     show_default=True,
     type=click.FloatRange(0.0, min_open=True),
     help="Seconds per request.",
+)
+@click.option(
+    "--floor",
+    "floor_engine",
+    type=click.Path(path_type=Path),
+    help="ENGINE_DIR the server runs: also report the compute floor (the workload's matmul FLOPs from its config at "
+    "this machine's GEMM rate, measured after the run) and the fraction reached; meaningful when the server runs here.",
 )
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the summary (vLLM keys) here.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
@@ -219,7 +237,11 @@ def command(**o) -> None:
     errors = [e for e in summary["errors"] if e]
     if not summary["completed"]:
         raise UserError(f"all {len(errors)} requests failed; the first error: {errors[0]}")
+    if o["floor_engine"] is not None:
+        summary["floor"] = _floor(o["floor_engine"], run)
     Console().print(table(summary))
+    if "floor" in summary:
+        click.echo(summary["floor"].pop("line"))
     if errors:
         click.echo(f"{len(errors)} request(s) failed; the first error: {errors[0]}", err=True)
     if o["json_path"] is not None:

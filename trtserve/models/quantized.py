@@ -17,6 +17,7 @@ from trtserve.kernels import int4 as int4_kernel
 from trtserve.models.quant_formats import quant_format
 
 _FP8_MAX = 448.0
+_SLAB_ELEMENTS = 1 << 20  # weights widened to float32 at once by Int8WeightOnly's prefill GEMM (4 MB)
 # E2M1 code -> value (bit 3 is the sign).
 _E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
@@ -63,9 +64,26 @@ class Int8WeightOnly:
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         y = dense.gemm(x, self.weight, self.scale_f32) if dense.usable(x, self.weight) else None
+        if y is None and x.dtype == torch.float32 and x.dim() == 2:
+            y = self._dequantized_gemm(x)
         if y is None:
             y = torch._weight_int8pack_mm(x.contiguous(), self.weight, self.scale)
         return y if bias is None else y + bias
+
+    def _dequantized_gemm(self, x: torch.Tensor) -> torch.Tensor:
+        """float32 rows past the decode kernel's (prefill): torch's int8 kernel runs float32 inputs at
+        1-2 GFLOP/s where float32 GEMM runs 20-120 here, so the weight is widened to float32 a slab
+        of output rows at a time (a bounded temporary, about 4 MB) and multiplied densely. The result
+        equals the int8 kernel's up to float32 summation order."""
+        rows, (t, n) = max(16, _SLAB_ELEMENTS // self.weight.shape[1]), (x.shape[0], self.weight.shape[0])
+        if rows >= n:
+            return F.linear(x, self.weight.float()) * self.scale_f32
+        y = torch.empty(t, n, dtype=x.dtype)  # (tokens, out)
+        for a in range(0, n, rows):
+            torch.mul(
+                F.linear(x, self.weight[a : a + rows].float()), self.scale_f32[a : a + rows], out=y[:, a : a + rows]
+            )
+        return y
 
 
 class Int4Groupwise:
