@@ -56,7 +56,9 @@ def test_cli_against_trtserve(server, model_name, tiny_llama_engine, tmp_path, b
 
         cfg = read_engine_config(tiny_llama_engine).pretrained_config
         f = s["floor"]
-        assert f["workload_tflop"] * 1e12 == pytest.approx(workload_flops(cfg, zip(s["input_lens"], s["output_lens"])))
+        assert f["workload_tflop"] * 1e12 == pytest.approx(
+            workload_flops(cfg, zip(s["input_lens"], s["output_lens"], strict=True))
+        )
         assert f["achieved_output_tok_s"] == pytest.approx(s["output_throughput"])
         assert f["fraction_of_floor"] == pytest.approx(s["output_throughput"] / f["floor_output_tok_s"])
         assert "of the floor" in proc.stdout
