@@ -288,10 +288,11 @@ def test_api_key_admission_metrics_and_access_log(tiny_llama_engine, tmp_path, m
         s.wait_idle(headers={"Authorization": "Bearer s3cret"})
         text = httpx.get(f"{s.url}/metrics", headers={"Authorization": "Bearer s3cret"}).text
         assert (
-            f'trtserve_grpc_requests_total{{code="RESOURCE_EXHAUSTED",method="ModelInfer",model="{model_name}"}}'
+            f'trtserve_grpc_requests_total{{code="RESOURCE_EXHAUSTED",method="ModelInfer",model="{model_name}",version="1"}}'
             in text
         )
-        assert f'trtserve_time_to_first_token_seconds_count{{model="{model_name}",protocol="grpc"}}' in text
+        ttft = f'trtserve_time_to_first_token_seconds_count{{model="{model_name}",protocol="grpc",version="1"}}'
+        assert ttft in text
         c.close()
     finally:
         s.stop()

@@ -22,15 +22,17 @@ ALLOWED = {
     "backends": {"engine", "runtime", "models"},
     "quant": {"engine", "models"},  # build-time math and checkpoint I/O; `build` drives it
     "build": {"engine", "models", "quant", "backends"},
-    "serve": {"engine", "text"},
+    "serve": {"engine", "text", "state"},
+    "state": {"engine"},  # the durable state store (SQLite): serve/batch, serve/idempotency, receipts
     "bench": {"engine"},
     "llm": {"engine", "text", "runtime"},
     "check": {"engine", "models", "build", "quant", "runtime", "llm"},  # `trtserve check`: above the build
+    "deploy": {"engine", "serve"},  # Ray Serve replicas around serve/'s app (trtserve[ray]); no torch of its own
     "cli": None,  # anything
 }
 # The root package (trtserve/__init__.py: __version__, and LLM / SamplingParams as lazy attributes)
 # may be imported by anyone; it imports nothing of ours at module level (checked below).
-TORCH_FREE = ("engine", "text", "serve")
+TORCH_FREE = ("engine", "text", "serve", "state")
 
 
 def _package(path: Path) -> str:

@@ -10,16 +10,20 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtserve.backends.faults import FaultInjector
+from trtserve.engine.errors import EngineDeadError
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
 
 log = logging.getLogger(__name__)
+INVALIDATE_TIMEOUT_S = 30.0  # a live engine thread answers within one step
 
 
 @dataclass
@@ -45,6 +49,10 @@ class TorchEngine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dead: BaseException | None = None
+        self._faults = FaultInjector.from_env()  # tests only: None unless TRTSERVE_FAULTS is set
+        # time.monotonic() when the engine loop last finished a step or an idle tick; the serve
+        # watchdog (serve/watchdog.py) reads it to tell a stalled engine from a busy one.
+        self.last_beat = time.monotonic()
         # The engine thread loads the model too, so that it is the only thread running OpenMP
         # regions. Once a second thread has its own OpenMP team, libgomp sees more threads than
         # cores and stops spinning between regions: each of a decode step's ~150 regions then
@@ -60,6 +68,8 @@ class TorchEngine:
 
     def _load(self, engine_dir: str | Path, cfg: RuntimeConfig) -> None:
         self.loaded = load_engine(engine_dir, cfg.device, cfg.deterministic)
+        self.manifest = self.loaded.manifest  # its identity, for receipts
+        self.deterministic = cfg.deterministic
         self.tokenizer = self.loaded.tokenizer
         self.core = EngineCore(self.loaded, cfg)
         self.max_seq_len = self.core.max_seq_len
@@ -72,11 +82,13 @@ class TorchEngine:
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
         """Stream the request's deltas; leaving early (cancel, disconnect) aborts it."""
         if not self.health():
-            raise RuntimeError("the engine loop is not running")
+            raise EngineDeadError(f"the engine loop is not running ({self._dead_reason()})")
         self.core.check(request)  # raises UserError before anything is queued
         sink = _Sink(asyncio.get_running_loop(), asyncio.Queue(), request.params.n)
         self._inbox.put(("add", request, sink))
         self._wake.set()
+        if not self.health():  # it died between the check and the put: nobody will read the inbox
+            raise EngineDeadError(f"the engine loop is not running ({self._dead_reason()})")
         done = 0
         try:
             while done < request.params.n:
@@ -95,6 +107,17 @@ class TorchEngine:
         self._inbox.put(("abort", request_id, index))
         self._wake.set()
 
+    async def invalidate_cache(self, namespace: str | None, before_version: int | None = None) -> int:
+        """Drop the namespace's cached prefixes in the engine thread; returns the blocks dropped."""
+        if not self.health():
+            raise RuntimeError("the engine loop is not running")
+        loop = asyncio.get_running_loop()
+        done = loop.create_future()
+        reply = lambda n: loop.call_soon_threadsafe(done.set_result, n)  # noqa: E731 - called in the engine thread
+        self._inbox.put(("invalidate", namespace, before_version, reply))
+        self._wake.set()
+        return await asyncio.wait_for(done, INVALIDATE_TIMEOUT_S)
+
     def stats(self) -> EngineStats:
         return self._stats  # a snapshot taken by the engine thread after each step
 
@@ -110,6 +133,8 @@ class TorchEngine:
     def _run(self, engine_dir: str | Path, cfg: RuntimeConfig, loaded: threading.Event) -> None:
         try:
             self._load(engine_dir, cfg)
+            if self._faults is not None:
+                self.core.runner.execute = self._faults.wrap_execute(self.core.runner.execute)
         except BaseException as err:  # a bad engine dir: the constructor raises it
             self._dead = err
             return
@@ -119,18 +144,36 @@ class TorchEngine:
             while not self._stop.is_set():
                 self._drain_inbox()
                 if self.core.has_unfinished():
+                    if self._faults is not None:
+                        self._faults.before_step(self.core.blocks)
                     deltas = self.core.step()
                     self._stats = self.core.stats()  # before delivery: a caller who saw the step sees its stats
                     self._deliver(deltas)
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()
+                self.last_beat = time.monotonic()
         except BaseException as err:  # a bug outside a step: the loop is dead, say so everywhere
             log.exception("engine loop died")
             self._dead = err
-            for sink in self._sinks.values():
-                sink.put(RuntimeError(f"engine loop died: {err}"))
-            self._sinks.clear()
+            self._fail_all(EngineDeadError(f"the engine loop died ({self._dead_reason()})"))
+
+    def _dead_reason(self) -> str:
+        err = self._dead
+        return "shut down" if err is None else f"{type(err).__name__}: {err}"
+
+    def _fail_all(self, err: EngineDeadError) -> None:
+        """Fail every request the dead loop held or had not yet taken from its inbox."""
+        for sink in self._sinks.values():
+            sink.put(err)
+        self._sinks.clear()
+        while True:
+            try:
+                msg = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if msg[0] == "add":
+                msg[2].put(err)
 
     def _drain_inbox(self) -> None:
         while True:
@@ -146,6 +189,9 @@ class TorchEngine:
                     sink.put(err)
                     continue
                 self._sinks[request.request_id] = sink
+            elif msg[0] == "invalidate":
+                _, namespace, before_version, reply = msg
+                reply(self.core.invalidate_cache(namespace, before_version))
             else:
                 _, request_id, index = msg
                 self._deliver(self.core.abort(request_id, index))

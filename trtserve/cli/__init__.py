@@ -37,9 +37,9 @@ def main(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from trtserve.cli import bench, build, check, doctor, eval, generate, inspect, run
+    from trtserve.cli import batch, bench, build, check, doctor, eval, generate, inspect, receipt, replay, repo, run
 
-    for module in (bench, build, check, doctor, eval, generate, inspect, run):
+    for module in (bench, build, check, doctor, eval, generate, inspect, run, repo, receipt, replay, batch):
         main.add_command(module.command)
 
 

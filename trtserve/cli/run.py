@@ -9,7 +9,7 @@ import click
 
 
 @click.command("run")
-@click.argument("engine_dir", type=click.Path(path_type=Path))
+@click.argument("engine_dir", metavar="ENGINE_DIR|REPO_DIR", type=click.Path(path_type=Path))
 @click.option("--host", help="Address to listen on [127.0.0.1].")
 @click.option("--port", type=int, help="Port [8000].")
 @click.option(
@@ -18,19 +18,78 @@ import click
 @click.option("--config", "config_file", type=click.Path(path_type=Path), help="YAML run config (see configs/).")
 @click.option("--model-name", help="Model name clients use [the engine dir's name].")
 @click.option("--api-key", help="Require `Authorization: Bearer KEY` (or set TRTSERVE_API_KEY).")
+@click.option("--admin-key", help="Bearer key of admin routes: receipts, cache invalidation (or TRTSERVE_ADMIN_KEY).")
+@click.option(
+    "--receipts",
+    type=click.Choice(["off", "on", "hashes"]),
+    help="Store a receipt of every generation; `hashes` keeps only the prompt's sha256 [off].",
+)
+@click.option(
+    "--model-control-mode",
+    type=click.Choice(["none", "explicit"]),
+    help="REPO_DIR: load each policy.yaml's versions at start (none), or only when asked (explicit) [none].",
+)
 @click.option("--kv-cache-memory", help="KV-cache budget, e.g. 2GiB [CPU: at most 4GiB; CUDA: half of free memory].")
 @click.option("--max-queued-requests", type=int, help="Waiting requests before 429 [256].")
 @click.option("--request-timeout", type=float, help="Default per-request deadline in seconds [600].")
+@click.option(
+    "--state-dir",
+    help="Where batches, uploaded files and Idempotency-Keys persist; `none` turns them off "
+    "[~/.local/share/trtserve/<model name>].",
+)
+@click.option("--batch-max-in-flight", type=int, help="Batch API requests generating at once [4].")
+@click.option(
+    "--ray",
+    "use_ray",
+    is_flag=True,
+    help="Serve through Ray Serve replicas (needs trtserve[ray]); RAY_ADDRESS joins a cluster.",
+)
+@click.option("--replicas", type=int, help="With --ray: this many replicas, one engine each [autoscale].")
+@click.option("--min-replicas", type=int, help="With --ray: autoscale down to this many [1].")
+@click.option("--max-replicas", type=int, help="With --ray: autoscale up to this many [1].")
 def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | None, **flags) -> None:
-    """Serve ENGINE_DIR: /v1 (OpenAI), /v2 (KServe, Triton generate), /metrics, /health; gRPC with --grpc-port."""
+    """Serve ENGINE_DIR, or a model repository REPO_DIR/<model>/<version>/ of engine dirs: /v1 (OpenAI),
+    /v2 (KServe, Triton generate and repository), /admin (`trtserve repo`), /metrics, /health; gRPC with --grpc-port."""
     from trtserve.engine.open import preflight
     from trtserve.serve.config import load_serve_config
+    from trtserve.serve.repository.scan import is_engine_dir
     from trtserve.serve.server import serve
 
     flags["api_key"] = flags.get("api_key") or os.environ.get("TRTSERVE_API_KEY")
+    flags["admin_key"] = flags.get("admin_key") or os.environ.get("TRTSERVE_ADMIN_KEY")
     if kv_cache_memory:
         flags["engine"] = {"kv_cache_memory": kv_cache_memory}
+    ray_flags = {k: flags.pop(k) for k in ("use_ray", "replicas", "min_replicas", "max_replicas")}
     cfg = load_serve_config(config_file, flags)
+    use_ray = ray_flags.pop("use_ray")
+    if not use_ray and any(v is not None for v in ray_flags.values()):
+        raise click.UsageError("--replicas, --min-replicas and --max-replicas need --ray")
+    if ray_flags["replicas"] is not None and (ray_flags["min_replicas"], ray_flags["max_replicas"]) != (None, None):
+        raise click.UsageError("give either --replicas N (fixed) or --min-replicas/--max-replicas (autoscaling)")
     # A missing, foreign or damaged engine, or a backend that cannot run here, fails now, before serving.
-    preflight(engine_dir)
+    # In a repository each version is checked when it loads: a bad one is UNAVAILABLE, the rest serve.
+    if is_engine_dir(engine_dir) or not engine_dir.is_dir():
+        preflight(engine_dir)
+    if use_ray:
+        return _run_ray(engine_dir, cfg, ray_flags)
     serve(engine_dir, cfg)
+
+
+def _run_ray(engine_dir: Path, cfg, flags: dict) -> None:
+    import importlib.util
+
+    from trtserve.engine.errors import UserError
+
+    if importlib.util.find_spec("ray") is None:
+        raise UserError("--ray needs Ray Serve, which is not installed; pip install 'trtserve[ray]'")
+    from trtserve.deploy.ray import run
+    from trtserve.deploy.settings import RaySettings
+
+    most = flags["max_replicas"] or max(flags["min_replicas"] or 1, 1)
+    settings = RaySettings(
+        replicas=flags["replicas"],
+        min_replicas=1 if flags["min_replicas"] is None else flags["min_replicas"],
+        max_replicas=most,
+        address=os.environ.get("RAY_ADDRESS"),
+    )
+    run(engine_dir, cfg, settings)

@@ -12,3 +12,12 @@ class UserError(Exception):
 
 class EngineIntegrityError(UserError):
     """An engine directory does not match its manifest (modified, missing or truncated file)."""
+
+
+class UnsupportedError(UserError):
+    """The backend serving this cannot do what was asked (HTTP 501); the message says what can."""
+
+
+class EngineDeadError(RuntimeError):
+    """The engine's loop stopped (a bug, or an injected fault in tests): its requests fail with HTTP
+    503, readiness is false, and the server exits so that its supervisor restarts it."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -31,6 +32,13 @@ class Manifest(BaseModel):
     files: dict[str, FileEntry]  # path relative to the engine dir -> entry
     # tensorrt / trtllm: {tensorrt_llm, tensorrt, cuda, gpu_name, sm} the engine was built with (None: none there)
     target: dict[str, str | None] | None = None
+
+
+def engine_fingerprint(manifest: Manifest) -> str:
+    """The engine's identity: a hash of its files' sha256s (created_at and paths outside it do not
+    count). Roots prefix-cache keys and is what a receipt records and a replay checks."""
+    files = sorted((k, v.sha256) for k, v in manifest.files.items())
+    return hashlib.sha256(repr(files).encode()).hexdigest()
 
 
 def write_manifest(

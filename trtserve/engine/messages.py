@@ -47,6 +47,8 @@ class GenerateRequest:
     params: SamplingParams
     priority: float = 0.0  # higher is served first
     cache_salt: str | None = None  # isolates this request's prefix-cache entries
+    cache_namespace: str | None = None  # a named context whose cached prefixes can be invalidated together
+    context_version: int | None = None  # that context's version: prefixes cached under another are not reused
     client_id: str | None = None  # what the client called it (logs only; never a key)
     request_id: RequestId = field(default_factory=RequestId.new)
 
@@ -64,6 +66,7 @@ class TokenDelta:
     stop_reason: int | None = None  # the stop token id that ended it
     num_prompt_tokens: int = 0
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache
+    num_preemptions: int = 0  # times this sequence was preempted (its KV recomputed) so far
     queue_time: float | None = None  # seconds from arrival to first scheduling (first delta only)
     error: str | None = None
 
@@ -88,3 +91,6 @@ class EngineStats:
     prompt_tokens: int  # prompt tokens computed (not cached)
     generated_tokens: int
     steps: int
+    cache_invalidations: int = 0  # Engine.invalidate_cache calls
+    prefix_version_refusals: int = 0  # lookups whose prefix was cached only under another context_version
+    prefix_by_namespace: dict[str, tuple[int, int]] = field(default_factory=dict)  # namespace -> (hit, missed) tokens

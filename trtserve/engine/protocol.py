@@ -1,7 +1,8 @@
 """The interface every backend implements; everything above it is shared by all backends.
 
     Engine: generate(request) -> async iterator of TokenDelta
-            abort(request[, sequence]); stats(); health(); tokenizer; shutdown(); platform
+            abort(request[, sequence]); invalidate_cache(namespace[, before_version]);
+            stats(); health(); tokenizer; shutdown(); platform
 
 Tokenizing, chat templates, detokenization, stop strings, admission, timeouts, metrics, HTTP are
 the same code for the torch and TensorRT-LLM backends. `open_engine` (open.py) picks one.
@@ -31,6 +32,11 @@ class Engine(Protocol):
     def abort(self, request_id: RequestId, index: int | None = None) -> None:
         """Finish the request, or only its sequence `index`, by the engine's next step. Unknown or
         finished ids are ignored."""
+
+    async def invalidate_cache(self, namespace: str | None, before_version: int | None = None) -> int:
+        """Drop the prefix-cache entries of `namespace` (only versions < before_version, when given);
+        requests running in it keep their blocks. Returns the blocks dropped. A backend without its
+        own prefix cache raises UnsupportedError."""
 
     def stats(self) -> EngineStats: ...
 

@@ -21,6 +21,10 @@ def check_request(req: GenerateRequest, *, max_seq_len: int, vocab_size: int, ma
         )
     if any(t < 0 or t >= vocab_size for t in req.prompt_token_ids):
         raise UserError(f"prompt token ids must lie in [0, {vocab_size})")
+    if any(t < 0 or t >= vocab_size for t in p.logit_bias):
+        raise UserError(f"logit_bias keys are token ids and must lie in [0, {vocab_size})")
+    if any(t < 0 or t >= vocab_size for t in p.stop_token_ids):  # one beyond it was a 500 (tests/fuzz)
+        raise UserError(f"stop token ids (stop_token_ids, end_id) must lie in [0, {vocab_size})")
     if p.n > max_batch_size:
         raise UserError(f"n ({p.n}) exceeds the engine's max_batch_size ({max_batch_size})")
 

@@ -4,10 +4,27 @@ logprob record every backend returns for a token."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 MAX_LOGPROBS = 20
+MAX_LOGIT_BIAS = 100.0  # OpenAI's range: a bias of -100 bans a token, +100 all but forces it
+
+
+class GuidedDecoding(BaseModel):
+    """A grammar the output must match (vLLM's guided_* names; TensorRT-LLM's GuidedDecodingParams).
+
+    `spec` is text so the spec is hashable and one compiled grammar serves every request with the
+    same spec: json_schema: the schema as canonical JSON; regex: the pattern; grammar: EBNF
+    (xgrammar/GBNF dialect, root rule `root`); choice: a JSON list of the allowed strings;
+    json_object: "" (any JSON object).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: Literal["json_schema", "json_object", "regex", "grammar", "choice"]
+    spec: str = ""
 
 
 class SamplingParams(BaseModel):
@@ -32,6 +49,8 @@ class SamplingParams(BaseModel):
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)  # top-N alternatives per token (0: sampled only)
     prompt_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     skip_special_tokens: bool = True
+    guided: GuidedDecoding | None = None  # constrain the output to a grammar (None: free text)
+    logit_bias: dict[int, float] = {}  # token id -> added to its logit, in [-100, 100]
 
     @model_validator(mode="after")
     def _consistent(self) -> SamplingParams:
@@ -39,6 +58,8 @@ class SamplingParams(BaseModel):
             raise ValueError(f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
         if any(not s for s in self.stop):
             raise ValueError("stop strings must not be empty")
+        if any(abs(b) > MAX_LOGIT_BIAS for b in self.logit_bias.values()):
+            raise ValueError(f"logit_bias values must lie in [-{MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]")
         return self
 
     @property

@@ -5,26 +5,21 @@ tables) or free (ref_count == 0, in `_free`, ordered least- to most-recently rel
 block may still hold a cached prefix (its hash is in `_cached`); it is reused for that prefix
 until it is evicted, which happens only when a new block is needed and it is the oldest free one.
 
-Prefix keys form a hash chain: block k's key = H(key of block k-1, its token ids), and the chain
-starts at H(namespace, cache_salt) where the namespace is the engine's fingerprint. A changed
-engine or salt therefore never matches an old block.
+Prefix keys form a hash chain rooted at (engine fingerprint, cache_salt, cache_namespace,
+context_version) (prefix_scope.py), so a changed engine, salt, namespace or context version never
+matches an old block. `invalidate` drops a namespace's cached prefixes at once; the requests
+running in it keep their blocks until they finish but register no new prefix.
 """
 
 from __future__ import annotations
 
-import hashlib
-from array import array
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from trtserve.runtime.prefix_scope import NamespaceCounters, PrefixScope, block_key, chain_root, head_key
 
-def chain_root(namespace: str, salt: str | None) -> bytes:
-    return hashlib.blake2b(f"{namespace}\0{salt or ''}".encode(), digest_size=16).digest()
-
-
-def block_key(parent: bytes, tokens: Sequence[int]) -> bytes:
-    return hashlib.blake2b(parent + array("q", tokens).tobytes(), digest_size=16).digest()
+__all__ = ["BlockManager", "BlockStats", "PrefixScope", "block_key", "chain_root"]
 
 
 @dataclass
@@ -37,10 +32,14 @@ class BlockStats:
     prefix_queries: int  # prompt tokens looked up in the prefix cache
     prefix_hits: int  # of those, tokens found cached
     waste: float  # allocated-but-unfilled token slots / allocated slots, over used blocks
+    invalidations: int = 0  # invalidate() calls
+    version_refusals: int = 0  # lookups whose first block was cached only under another context_version
+    by_namespace: dict[str, tuple[int, int]] = field(default_factory=dict)  # label -> (hit, missed) tokens
 
 
 class BlockManager:
     def __init__(self, num_blocks: int, tokens_per_block: int, namespace: str, enable_prefix_caching: bool = True):
+        """namespace: the engine's fingerprint, the root of every prefix key."""
         if num_blocks < 1:
             raise ValueError("the KV cache needs at least one block")
         self.num_blocks = num_blocks
@@ -54,9 +53,16 @@ class BlockManager:
         self._tables: dict[Hashable, list[int]] = {}  # sequence -> block ids
         self._num_tokens: dict[Hashable, int] = {}  # sequence -> token slots in use
         self._chain: dict[Hashable, list[bytes]] = {}  # sequence -> keys of its full, hashed blocks
-        self._salt: dict[Hashable, str | None] = {}
+        self._scope: dict[Hashable, PrefixScope] = {}  # sequence -> the scope its blocks are keyed in
+        self._frozen: set[Hashable] = set()  # sequences whose scope was invalidated: they register nothing
+        self._block_scope: list[PrefixScope | None] = [None] * num_blocks  # scope of a keyed block
+        self._head: list[bytes | None] = [None] * num_blocks  # head key of a keyed first block
+        self._heads: dict[bytes, set[int | None]] = {}  # head key -> versions cached under it
         self.prefix_queries = 0
         self.prefix_hits = 0
+        self.invalidations = 0
+        self.version_refusals = 0
+        self.by_namespace = NamespaceCounters()
         self._cached_free = 0  # free blocks holding a prefix key, kept in step so stats() is O(requests)
 
     # ---- queries -------------------------------------------------------------------------
@@ -78,25 +84,38 @@ class BlockManager:
         return self._ref[block]
 
     # ---- prefix lookup -------------------------------------------------------------------
-    def lookup_prefix(self, token_ids: Sequence[int], salt: str | None) -> list[int]:
-        """Cached blocks holding a prefix of token_ids (never the last token, whose logits are needed)."""
+    def lookup_prefix(self, token_ids: Sequence[int], salt: PrefixScope | str | None) -> list[int]:
+        """Cached blocks holding a prefix of token_ids (never the last token, whose logits are needed).
+        salt: the request's PrefixScope (or a bare cache_salt)."""
+        scope = PrefixScope.of(salt)
         usable = (len(token_ids) - 1) // self.block_size
         self.prefix_queries += len(token_ids)
         if not self.enable_prefix_caching:
+            self.by_namespace.add(scope, len(token_ids), 0)
             return []
-        hits, key = [], chain_root(self.namespace, salt)
+        hits, key = [], chain_root(self.namespace, scope)
         for i in range(usable):
             key = block_key(key, token_ids[i * self.block_size : (i + 1) * self.block_size])
             block = self._cached.get(key)
             if block is None:
                 break
             hits.append(block)
+        if usable and not hits and self._refused_by_version(scope, token_ids[: self.block_size]):
+            self.version_refusals += 1
         self.prefix_hits += len(hits) * self.block_size
+        self.by_namespace.add(scope, len(token_ids), len(hits) * self.block_size)
         return hits
 
+    def _refused_by_version(self, scope: PrefixScope, first_block: Sequence[int]) -> bool:
+        head = head_key(self.namespace, scope, first_block)
+        return head is not None and bool(self._heads.get(head, set()) - {scope.version})
+
     # ---- allocation ----------------------------------------------------------------------
-    def allocate(self, seq: Hashable, cached_blocks: list[int], num_tokens: int, salt: str | None = None) -> bool:
-        """Give a new request the cached prefix blocks plus new ones for `num_tokens` slots in all."""
+    def allocate(
+        self, seq: Hashable, cached_blocks: list[int], num_tokens: int, salt: PrefixScope | str | None = None
+    ) -> bool:
+        """Give a new request the cached prefix blocks plus new ones for `num_tokens` slots in all.
+        salt: the PrefixScope its blocks are keyed in (or a bare cache_salt)."""
         assert seq not in self._tables, seq
         need = self.blocks_for(num_tokens) - len(cached_blocks)
         # Cached blocks that are free leave the free pool when taken.
@@ -108,7 +127,7 @@ class BlockManager:
         table = list(cached_blocks) + [self._pop_free() for _ in range(max(need, 0))]
         self._tables[seq] = table
         self._num_tokens[seq] = num_tokens
-        self._salt[seq] = salt
+        self._scope[seq] = PrefixScope.of(salt)
         self._chain[seq] = [self._key[b] for b in cached_blocks]  # type: ignore[misc]
         return True
 
@@ -124,17 +143,42 @@ class BlockManager:
 
     def commit(self, seq: Hashable, token_ids: Sequence[int], num_computed: int) -> None:
         """Register the request's blocks that became full (num_computed tokens are in the cache)."""
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or seq in self._frozen:
             return
-        chain, table = self._chain[seq], self._tables[seq]
-        key = chain[-1] if chain else chain_root(self.namespace, self._salt[seq])
+        chain, table, scope = self._chain[seq], self._tables[seq], self._scope[seq]
+        key = chain[-1] if chain else chain_root(self.namespace, scope)
         for i in range(len(chain), num_computed // self.block_size):
-            key = block_key(key, token_ids[i * self.block_size : (i + 1) * self.block_size])
+            block_tokens = token_ids[i * self.block_size : (i + 1) * self.block_size]
+            key = block_key(key, block_tokens)
             chain.append(key)
             block = table[i]
             if key not in self._cached and self._key[block] is None:
                 self._cached[key] = block
                 self._key[block] = key
+                self._block_scope[block] = scope
+                if i == 0 and (head := head_key(self.namespace, scope, block_tokens)) is not None:
+                    self._head[block] = head
+                    self._heads.setdefault(head, set()).add(scope.version)
+
+    def invalidate(self, namespace: str | None, before_version: int | None = None) -> int:
+        """Drop the cached prefixes of `namespace` (only those of versions < before_version, when
+        given; blocks cached with no version count as older). Returns how many blocks were dropped.
+
+        Free blocks lose their prefix and go to the front of the free list; blocks held by running
+        requests keep their contents for those requests (their ref counts do not change), but no
+        new request can hit them, and those requests register no new prefix.
+        """
+        dropped = 0
+        for block in list(self._cached.values()):
+            scope = self._block_scope[block]
+            if scope is not None and scope.matches(namespace, before_version):
+                self._forget(block)
+                if self._ref[block] == 0:
+                    self._free.move_to_end(block, last=False)  # handed out before any cached block
+                dropped += 1
+        self._frozen |= {s for s, sc in self._scope.items() if sc.matches(namespace, before_version)}
+        self.invalidations += 1
+        return dropped
 
     def fork(self, parent: Hashable, child: Hashable, num_tokens: int) -> list[tuple[int, int]]:
         """Share the parent's full blocks with a child; copy its partial last block.
@@ -159,7 +203,9 @@ class BlockManager:
             table_child.append(dst)
         self._tables[child] = table_child
         self._num_tokens[child] = num_tokens
-        self._salt[child] = self._salt[parent]
+        self._scope[child] = self._scope[parent]
+        if parent in self._frozen:
+            self._frozen.add(child)
         self._chain[child] = list(self._chain[parent][:full])
         return copies
 
@@ -170,7 +216,8 @@ class BlockManager:
             return
         for b in reversed(table):
             self._release(b)
-        del self._num_tokens[seq], self._chain[seq], self._salt[seq]
+        del self._num_tokens[seq], self._chain[seq], self._scope[seq]
+        self._frozen.discard(seq)
 
     # ---- internals -----------------------------------------------------------------------
     def _take(self, block: int) -> None:
@@ -188,13 +235,23 @@ class BlockManager:
 
     def _pop_free(self) -> int:
         block, _ = self._free.popitem(last=False)  # least recently used
-        key = self._key[block]
-        if key is not None:  # evict its cached prefix
-            self._cached_free -= 1
-            del self._cached[key]
-            self._key[block] = None
+        if self._key[block] is not None:  # evict its cached prefix
+            self._forget(block)
         self._ref[block] = 1
         return block
+
+    def _forget(self, block: int) -> None:
+        """The block no longer holds a reusable prefix (evicted or invalidated)."""
+        if self._ref[block] == 0:
+            self._cached_free -= 1
+        del self._cached[self._key[block]]  # type: ignore[arg-type]
+        head, scope = self._head[block], self._block_scope[block]
+        if head is not None and scope is not None:
+            versions = self._heads[head]
+            versions.discard(scope.version)
+            if not versions:
+                del self._heads[head]
+        self._key[block], self._block_scope[block], self._head[block] = None, None, None
 
     # ---- stats ---------------------------------------------------------------------------
     def stats(self) -> BlockStats:
@@ -217,6 +274,9 @@ class BlockManager:
             prefix_queries=self.prefix_queries,
             prefix_hits=self.prefix_hits,
             waste=unfilled / slots if slots else 0.0,
+            invalidations=self.invalidations,
+            version_refusals=self.version_refusals,
+            by_namespace=self.by_namespace.snapshot(),
         )
 
     def check_invariants(self) -> None:
@@ -232,6 +292,15 @@ class BlockManager:
             assert self._key[b] == key
         assert sum(k is not None for k in self._key) == len(self._cached)
         assert self._cached_free == sum(1 for b in self._free if self._key[b] is not None)
+        for b in range(self.num_blocks):
+            assert (self._key[b] is None) == (self._block_scope[b] is None), f"block {b}: key and scope differ"
+            assert self._head[b] is None or self._key[b] is not None
+        heads: dict[bytes, set] = {}
+        for b, head in enumerate(self._head):
+            if head is not None:
+                heads.setdefault(head, set()).add(self._block_scope[b].version)  # type: ignore[union-attr]
+        assert heads == self._heads, "head keys differ from the first blocks holding them"
+        assert self._frozen <= self._scope.keys()
         filled: dict[int, int] = {}  # the waste, recounted per block over every table holding it
         for seq, table in self._tables.items():
             n = self._num_tokens[seq]

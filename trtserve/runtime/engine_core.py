@@ -7,10 +7,10 @@ Request keyed by its SequenceId.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import logging
 import time
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 
 import psutil
 import torch
@@ -18,10 +18,12 @@ import torch
 from trtserve.engine import kv_sizing
 from trtserve.engine.errors import UserError
 from trtserve.engine.kv_sizing import KVCacheSize
+from trtserve.engine.manifest import engine_fingerprint as manifest_fingerprint
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, TokenDelta
 from trtserve.engine.rules import check_request, finish_reason
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.runtime.block_manager import BlockManager
+from trtserve.runtime.guided import Grammars
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.runner import ModelRunner, StepLogits
@@ -52,8 +54,7 @@ def size_kv_cache(engine: LoadedEngine, cfg: RuntimeConfig, max_batch_size: int)
 
 
 def engine_fingerprint(engine: LoadedEngine) -> str:
-    files = sorted((k, v.sha256) for k, v in engine.manifest.files.items())
-    return hashlib.sha256(repr(files).encode()).hexdigest()
+    return manifest_fingerprint(engine.manifest)
 
 
 class EngineCore:
@@ -75,6 +76,9 @@ class EngineCore:
             log.info("%s", size.describe())
             num_blocks = size.num_blocks
         self._make_kv_cache(num_blocks)
+        vocab = engine.config.pretrained_config.vocab_size
+        self.grammars = Grammars(engine.tokenizer, vocab, sorted(engine.eos_token_ids))  # compiled lazily
+        self._compiling: list[tuple[Request, Future]] = []  # constrained requests waiting for their grammar
         self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
         self.steps = self.prompt_tokens = self.generated_tokens = 0
@@ -98,6 +102,8 @@ class EngineCore:
         del self.runner  # frees the old storage before the new is allocated: one cache at a time
         self._make_kv_cache(num_blocks)
         self.blocks.prefix_queries, self.blocks.prefix_hits = old_blocks.prefix_queries, old_blocks.prefix_hits
+        self.blocks.by_namespace, self.blocks.invalidations = old_blocks.by_namespace, old_blocks.invalidations
+        self.blocks.version_refusals = old_blocks.version_refusals
         self.scheduler.num_preemptions = preemptions
 
     # ---- requests --------------------------------------------------------------------------
@@ -114,6 +120,8 @@ class EngineCore:
                 f"the request needs {blocks_needed} KV blocks but the cache has {self.blocks.num_blocks}; "
                 "lower max_tokens or n, or give the server a larger kv_cache_memory"
             )
+        if req.params.guided is not None:
+            self.grammars.validate(req.params.guided)  # UserError for a spec that does not parse
 
     def add_request(self, req: GenerateRequest) -> None:
         self.check(req)
@@ -126,12 +134,17 @@ class EngineCore:
             next(self._arrival),
             req.priority,
             req.cache_salt,
+            cache_namespace=req.cache_namespace,
+            context_version=req.context_version,
             prompt_logprobs=[None] * len(req.prompt_token_ids) if req.params.prompt_logprobs is not None else None,
         )
         r.arrival_time = time.monotonic()
         r.make_generator()
         self.groups[req.request_id] = [r]
-        self.scheduler.add(r)
+        if req.params.guided is None:
+            self.scheduler.add(r)
+        else:  # joins the queue when its grammar is compiled (at once if cached): see _admit_compiled
+            self._compiling.append((r, self.grammars.submit(req.params.guided)))
 
     def abort(self, request_id: RequestId, index: int | None = None) -> list[TokenDelta]:
         """Finish every sequence of the request (or only sequence `index`) now; their blocks are
@@ -144,11 +157,18 @@ class EngineCore:
         self._drop_if_done(request_id)
         return deltas
 
+    def invalidate_cache(self, namespace: str | None, before_version: int | None = None) -> int:
+        """Drop the namespace's cached prefixes (block_manager.py: invalidate); running requests keep theirs."""
+        return self.blocks.invalidate(namespace, before_version)
+
     def has_unfinished(self) -> bool:
-        return self.scheduler.num_unfinished > 0
+        return self.scheduler.num_unfinished > 0 or bool(self._compiling)
 
     # ---- the step --------------------------------------------------------------------------
     def step(self) -> list[TokenDelta]:
+        failed = self._admit_compiled()
+        if failed:
+            return failed
         out = self.scheduler.schedule()
         if not out.chunks:
             return []
@@ -174,6 +194,26 @@ class EngineCore:
                 deltas.append(self._emit(child, ctok, clp, None))
         return deltas
 
+    def _admit_compiled(self) -> list[TokenDelta]:
+        """Constrained requests whose grammar is ready join the queue; a failed compile fails its request."""
+        if not self._compiling:
+            return []
+        if not self.scheduler.num_unfinished:  # nothing else to run: wait a little rather than spin
+            wait([f for _, f in self._compiling], timeout=0.02, return_when=FIRST_COMPLETED)
+        deltas, still = [], []
+        for r, fut in self._compiling:
+            if r.is_finished:  # aborted while its grammar compiled
+                continue
+            if not fut.done():
+                still.append((r, fut))
+            elif fut.exception() is not None:
+                deltas += self._fail(r, fut.exception())
+            else:
+                r.guided = self.grammars.state_of(fut.result())  # not from the LRU: it may have evicted it
+                self.scheduler.add(r)
+        self._compiling = still
+        return deltas
+
     def _sample(self, reqs: list[Request], rows):
         """rows: (len(reqs), vocab) logits, one row per request."""
         if not reqs:
@@ -182,7 +222,9 @@ class EngineCore:
 
     def _row(self, r: Request) -> SampleRow:
         banned = list(r.params.stop_token_ids) + ([] if r.params.ignore_eos else sorted(self.engine.eos_token_ids))
-        return SampleRow(r.params, r.prompt_token_ids, r.output_token_ids, r.generator, banned)
+        if r.guided is not None:
+            r.guided.sync(r.output_token_ids)  # a no-op unless a path dropped or replayed tokens
+        return SampleRow(r.params, r.prompt_token_ids, r.output_token_ids, r.generator, banned, r.guided)
 
     def _prompt_logprobs(self, out: SchedulerOutput, logits: StepLogits) -> dict[SequenceId, list]:
         """Record the prompt logprobs each chunk computed; returns the lists completed this step."""
@@ -214,8 +256,12 @@ class EngineCore:
                 parent.arrival,
                 parent.priority,
                 parent.cache_salt,
+                cache_namespace=parent.cache_namespace,
+                context_version=parent.context_version,
             )
             child.make_generator()
+            if parent.params.guided is not None:  # the parent has accepted nothing yet: a fresh matcher
+                child.guided = self.grammars.new_state(parent.params.guided)
             self.scheduler.fork(parent, child)
             self.groups[parent.seq.request].append(child)
             tok, lp = sample(row, [self._row(child)])
@@ -228,6 +274,8 @@ class EngineCore:
         finish, r.stop_reason = finish_reason(
             token, len(r.output_token_ids), r.num_tokens, r.params, self.engine.eos_token_ids, self.max_seq_len
         )
+        if r.guided is not None and r.guided.accept(token) and r.guided.is_terminated and not finish:
+            finish = "stop"  # the grammar is complete (its stop token was emitted though ignore_eos is set)
         if finish:
             self.scheduler.finish(r, finish)
             self._drop_if_done(r.seq.request)
@@ -259,6 +307,7 @@ class EngineCore:
             stop_reason=r.stop_reason,
             num_prompt_tokens=r.num_prompt_tokens,
             num_cached_tokens=r.num_cached_tokens,
+            num_preemptions=r.num_preemptions,
             queue_time=queued,
         )
 
@@ -280,4 +329,7 @@ class EngineCore:
             prompt_tokens=self.prompt_tokens,
             generated_tokens=self.generated_tokens,
             steps=self.steps,
+            cache_invalidations=s.invalidations,
+            prefix_version_refusals=s.version_refusals,
+            prefix_by_namespace=s.by_namespace,
         )

@@ -7,8 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 
-from trtserve.engine.errors import UserError
+from trtserve.engine.errors import EngineIntegrityError, UserError
 from trtserve.engine.layout import ENGINE_WEIGHTS, TOKENIZER_DIR, EngineConfig, read_engine_config
 from trtserve.engine.manifest import Manifest, verify_engine_dir
 from trtserve.engine.rules import load_tokenizer
@@ -37,8 +38,20 @@ def load_engine(engine_dir: str | Path, device: str | None = None, deterministic
     config = read_engine_config(path)
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     log.info("loading %s weights from %s on %s", config.pretrained_config.dtype, path, dev)
-    model = DecoderModel.load(
-        path / ENGINE_WEIGHTS, config.pretrained_config, config.build_config.max_seq_len, dev, deterministic
-    )
+    # The manifest is unsigned: a file edited together with its manifest entry passes verification,
+    # so what cannot be a working engine is refused here, naming the file (tests/unit/test_build_robustness.py).
+    rebuild = "rebuild the engine with `trtserve build ... --force`"
+    try:
+        model = DecoderModel.load(
+            path / ENGINE_WEIGHTS, config.pretrained_config, config.build_config.max_seq_len, dev, deterministic
+        )
+    except SafetensorError as err:
+        raise EngineIntegrityError(f"engine file {ENGINE_WEIGHTS} cannot be read ({err}); {rebuild}") from None
+    cfg = config.pretrained_config
+    if tuple(model.embed.shape) != (cfg.vocab_size, cfg.hidden_size):
+        raise EngineIntegrityError(
+            f"config.json says vocab {cfg.vocab_size} x hidden {cfg.hidden_size} but {ENGINE_WEIGHTS} holds an "
+            f"embedding of {tuple(model.embed.shape)}; {rebuild}"
+        )
     tokenizer, eos = load_tokenizer(path / TOKENIZER_DIR)
     return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos))

@@ -2,7 +2,7 @@
 
 Owners: the scheduler writes the scheduling state (status, num_computed_tokens, num_cached_tokens,
 scheduled_time, forked); the engine core writes the output (output_token_ids, prompt_logprobs,
-finish_reason via the scheduler's `finish`). Nothing else writes a Request.
+finish_reason via the scheduler's `finish`, the grammar matcher `guided`). Nothing else writes a Request.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import torch
 
 from trtserve.engine.messages import SequenceId
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
+from trtserve.runtime.guided import GuidedState
+from trtserve.runtime.prefix_scope import PrefixScope
 
 
 class Status(enum.Enum):
@@ -30,6 +32,8 @@ class Request:
     arrival: int  # admission order (monotonic counter), for FCFS
     priority: float = 0.0  # higher is served first
     cache_salt: str | None = None
+    cache_namespace: str | None = None
+    context_version: int | None = None
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at first admission
@@ -42,6 +46,7 @@ class Request:
     prompt_logprobs: list[TokenLogprob | None] | None = None  # gathered chunk by chunk; None: not wanted or sent
     arrival_time: float = 0.0  # time.monotonic() when added
     scheduled_time: float | None = None  # time.monotonic() when first admitted to the batch
+    guided: GuidedState | None = None  # grammar matcher of a constrained sequence (engine core writes it)
 
     @property
     def index(self) -> int:
@@ -51,6 +56,11 @@ class Request:
     def wants_prompt_logprobs(self) -> bool:
         """Prompt logprobs are still being gathered (they need every prompt position computed)."""
         return self.prompt_logprobs is not None
+
+    @property
+    def prefix_scope(self) -> PrefixScope:
+        """What another request must share to reuse this one's cached blocks (besides the tokens)."""
+        return PrefixScope(self.cache_salt, self.cache_namespace, self.context_version)
 
     @property
     def num_tokens(self) -> int:

@@ -1,7 +1,11 @@
-"""Token selection for one step: penalties, masks, temperature, top-k/top-p/min-p, logprobs.
+"""Token selection for one step: penalties, logit bias, masks, grammar, temperature,
+top-k/top-p/min-p, logprobs.
 
 Rows are processed as one batch where the math allows; only the draw itself runs per request,
 with the request's own generator, so a seeded request gets the same tokens in any batch.
+Order: penalties, logit_bias, min_tokens and bad-word masks, then the grammar's mask (guided.py).
+Logprobs are those of that final distribution, before temperature: a constrained sequence
+reports logprobs after masking (forbidden tokens have -inf and never appear among the top-N).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
+from trtserve.runtime.guided import GuidedState, apply_grammar_masks
 
 
 @dataclass
@@ -21,6 +26,7 @@ class SampleRow:
     output_ids: Sequence[int]
     generator: torch.Generator | None
     banned_until_min: Sequence[int] = ()  # EOS and stop ids, masked while output < min_tokens
+    guided: GuidedState | None = None  # the sequence's grammar matcher, standing after output_ids
 
 
 def apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
@@ -37,6 +43,14 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
         if r.output_ids and (p.presence_penalty or p.frequency_penalty):
             ids, counts = torch.tensor(r.output_ids, dtype=torch.long).unique(return_counts=True)
             row[ids] -= p.frequency_penalty * counts.float() + p.presence_penalty
+
+
+def apply_logit_bias(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
+    """In place: add each row's bias (OpenAI's logit_bias, token id -> [-100, 100])."""
+    for i, r in enumerate(rows):
+        if r.params.logit_bias:
+            ids = torch.tensor(list(r.params.logit_bias), dtype=torch.long)
+            logits[i, ids] += torch.tensor(list(r.params.logit_bias.values()), dtype=logits.dtype)
 
 
 def apply_min_tokens(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
@@ -62,7 +76,8 @@ def logprobs_of(logprobs: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
     top = []
     if top_n:
         vals, ids = logprobs.topk(top_n)
-        top = list(zip(ids.tolist(), vals.tolist(), strict=True))
+        # A grammar or ban leaves some tokens at -inf: they are not alternatives (and not JSON).
+        top = [(i, v) for i, v in zip(ids.tolist(), vals.tolist(), strict=True) if v != float("-inf")]
     return TokenLogprob(token, lp, rank, top)
 
 
@@ -71,7 +86,9 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], 
     logits = logits.clone()
     apply_penalties(logits, rows)
     apply_min_tokens(logits, rows)
+    apply_logit_bias(logits, rows)
     apply_bad_words(logits, rows)
+    apply_grammar_masks(logits, [r.guided for r in rows])
     tokens = logits.argmax(dim=-1).tolist()  # greedy for every row; sampled rows overwrite below
     sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
     if sampled:

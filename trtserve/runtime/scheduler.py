@@ -141,13 +141,13 @@ class Scheduler:
             if len(self.running) + self._num_seqs(req) > self.config.max_batch_size:
                 return
             # Prompt logprobs need every prompt position computed, so they bypass the prefix cache.
-            cached = [] if req.wants_prompt_logprobs else self.blocks.lookup_prefix(req.all_token_ids, req.cache_salt)
+            cached = [] if req.wants_prompt_logprobs else self.blocks.lookup_prefix(req.all_token_ids, req.prefix_scope)
             num_cached = len(cached) * self.blocks.block_size
             n = min(req.num_tokens - num_cached, budget)
             no_evict = self.config.policy == "guaranteed_no_evict"
             if no_evict and self._worst_case(req) - len(cached) > self.blocks.num_free_blocks - self._reserved():
                 return
-            if not self.blocks.allocate(req.seq, cached, num_cached + n, req.cache_salt):
+            if not self.blocks.allocate(req.seq, cached, num_cached + n, req.prefix_scope):
                 return  # FCFS: nothing behind the head of the queue jumps it
             self.waiting.pop(0)
             if req.num_computed_tokens == 0 and not req.output_token_ids:

@@ -1,52 +1,58 @@
-"""The FastAPI app: loads the engine in the background, warms it up, then reports ready."""
+"""The FastAPI app: opens the model repository (an engine dir is a repository of one), loads its
+versions in the background, and reports ready once every loaded model's default version is."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
-from trtserve.engine.open import open_engine
-from trtserve.engine.protocol import Engine
-from trtserve.engine.sampling import SamplingParams
+from trtserve.serve import durable
+from trtserve.serve.batch.routes import router as batch_router
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import install_handlers
-from trtserve.serve.generation import GenerationService
+from trtserve.serve.idempotency import IdempotencyMiddleware
 from trtserve.serve.kserve.routes import router as kserve_router
-from trtserve.serve.kserve.serving import KServeServing
 from trtserve.serve.metrics import Metrics
 from trtserve.serve.middleware import ServerMiddleware
 from trtserve.serve.openai.routes import router as openai_router
-from trtserve.serve.openai.serving import OpenAIServing
+from trtserve.serve.openapi import HEALTH, V2_HEALTH
+from trtserve.serve.receipts.install import close_receipts, install_receipts
+from trtserve.serve.repository.admin import router as admin_router
+from trtserve.serve.repository.repository import EngineFactory, Repository
+from trtserve.serve.repository.watch import install_watchers
 from trtserve.serve.state import ServerState
 
 log = logging.getLogger(__name__)
 
 
-def default_engine_factory(engine_dir: Path, config: ServeConfig) -> Callable[[], Engine]:
-    """The engine the manifest's backend names (engine/backends.py), loaded when called."""
-    return lambda: open_engine(engine_dir, config.engine)
-
-
-def create_app(engine_dir: Path, config: ServeConfig, engine_factory: Callable[[], Engine] | None = None) -> FastAPI:
-    """engine_factory() -> an Engine (trtserve/engine/protocol.py); it is called in a worker
-    thread so health checks answer while it loads."""
-    server = ServerState(config, config.model_name or Path(engine_dir).resolve().name)
-    factory = engine_factory or default_engine_factory(engine_dir, config)
+def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | None = None) -> FastAPI:
+    """path: an engine dir or a model repository (serve/repository/scan.py).
+    engine_factory(engine_dir, RuntimeConfig) -> an Engine (trtserve/engine/protocol.py); it is
+    called in a worker thread so health checks and other models answer while it loads."""
+    metrics = Metrics(config.model_name or Path(path).resolve().name)
+    repository = Repository(Path(path), config, metrics, engine_factory, config.model_control_mode)
+    metrics.model = repository.default_name
+    server = ServerState(config, repository.default_name, repository=repository, metrics=metrics)
+    install_watchers(repository)
+    server.store = durable.open_store(config, server.model_name)  # before serving: a busy --state-dir fails here
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         grpc_server = await _start_grpc(server) if config.grpc_port is not None else None
-        task = asyncio.create_task(_load(server, factory))
+        task = asyncio.create_task(_load(server))
+        durable.start(app, server)
         try:
             yield
         finally:
+            await durable.stop_runner(app)  # batch lines in flight are aborted and rerun on the next start
+            await asyncio.to_thread(close_receipts, app)  # queued receipts are committed before the store closes
+            durable.close_store(server)
             if grpc_server is not None:
                 from trtserve.serve.grpc.server import stop
 
@@ -54,15 +60,18 @@ def create_app(engine_dir: Path, config: ServeConfig, engine_factory: Callable[[
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task
-            if server.engine is not None:
-                await asyncio.to_thread(server.engine.shutdown)
+            await repository.shutdown()
 
-    app = FastAPI(title="trtserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
+    app = FastAPI(title="trtserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.server = server
     install_handlers(app)
     app.include_router(openai_router)
+    app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
     app.include_router(kserve_router)
+    app.include_router(batch_router)
+    install_receipts(app, server)  # receipt and cache admin routes; with --receipts, a recorder over the store
     _health_routes(app, server)
+    app.add_middleware(IdempotencyMiddleware, server=server)  # inside ServerMiddleware: after auth and limits
     if config.cors_allow_origins:
         app.add_middleware(
             CORSMiddleware, allow_origins=config.cors_allow_origins, allow_methods=["*"], allow_headers=["*"]
@@ -78,52 +87,39 @@ async def _start_grpc(server: ServerState):
     return await start(server)
 
 
-async def _load(server: ServerState, factory: Callable[[], Engine]) -> None:
-    name, config = server.model_name, server.config
-    try:
-        log.info("loading engine for model %r", name)
-        engine = await asyncio.to_thread(factory)
-        server.engine = engine
-        metrics = Metrics(name, engine.stats)
-        service = GenerationService(engine, engine.tokenizer, name, config, metrics)
-        server.metrics = metrics
-        server.openai = OpenAIServing(service)
-        server.kserve = KServeServing(service, platform=engine.platform)
-        server.service = service  # loaded: requests are routed from here on
-        if config.warmup:
-            log.info("warming up")
-            ids = list(engine.tokenizer.encode("Hello")) or [0]
-            run = service.start("warmup", ids, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
-            await run.collect()
-        server.ready = True
-        log.info("ready: serving %r", name)
-    except Exception as err:  # the server stays up, unready, and says why
-        server.load_error = f"{type(err).__name__}: {err}"
-        log.exception("loading the engine failed")
+async def _load(server: ServerState) -> None:
+    """The start-up loads; if nothing at all could load, /health says why."""
+    repo = server.repository
+    await repo.startup()
+    failed = [mv for mv in repo.versions() if mv.state == "UNAVAILABLE"]
+    if failed and not any(mv.ready for mv in repo.versions()):
+        server.load_error = "; ".join(f"{mv.name}: {mv.reason}" for mv in failed)
+    else:
+        log.info("ready: serving %s", ", ".join(mv.name for mv in repo.versions() if mv.ready) or "nothing yet")
 
 
 def _health_routes(app: FastAPI, server: ServerState) -> None:
-    @app.get("/health")
+    @app.get("/health", responses=HEALTH)
     async def health(request: Request):
         if "ready" in request.query_params:
             return await health_ready()
         if server.load_error:
             return JSONResponse({"status": "error", "error": server.load_error}, status_code=503)
-        if server.engine is None:
+        if not server.repository.started:
             return JSONResponse({"status": "loading"}, status_code=503)
         alive = server.alive
         return JSONResponse({"status": "ok" if alive else "dead"}, status_code=200 if alive else 503)
 
-    @app.get("/health/ready")
+    @app.get("/health/ready", responses=HEALTH)
     async def health_ready():
         ok = server.is_ready
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
-    @app.get("/v2/health/live")
+    @app.get("/v2/health/live", responses=V2_HEALTH)
     async def live():
         return Response(status_code=200 if server.alive else 400)
 
-    @app.get("/v2/health/ready")
+    @app.get("/v2/health/ready", responses=V2_HEALTH)
     async def v2_ready():
         return Response(status_code=200 if server.is_ready else 400)
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trtserve.engine.config_file import describe_validation_error, read_yaml
 from trtserve.engine.errors import UserError
 from trtserve.engine.run_config import RuntimeConfig
 
+ReceiptsMode = Literal["off", "on", "hashes"]
 MAX_CLIENT_ID = 1024  # characters of a client-chosen request id (X-Request-Id, KServe `id`); only echoed
 
 
@@ -21,6 +23,13 @@ class ServeConfig(BaseModel):
     grpc_port: int | None = Field(None, ge=0, le=65535)  # Triton's gRPC protocol beside HTTP; off when unset
     model_name: str | None = None  # the name clients use; default: the engine dir's name
     api_key: str | None = None  # Bearer key required on everything but health (or TRTSERVE_API_KEY)
+    # REPO_DIR's models: "none" loads each policy's versions at start; "explicit" only what is asked for
+    model_control_mode: Literal["none", "explicit"] = "none"
+    # Bearer key of the admin routes (receipts, cache invalidation, repository /admin/... and load/unload);
+    # unset: those answer only clients on localhost
+    admin_key: str | None = None
+    # Store a receipt of every generation: "on" (prompt token ids too), "hashes" (only their sha256), "off".
+    receipts: ReceiptsMode = "off"
     max_queued_requests: int = Field(256, ge=1)  # waiting (not yet generating) requests before 429
     max_queued_tokens: int = Field(1 << 20, ge=1)  # prompt tokens of waiting requests before 429
     request_timeout: float | None = Field(600.0, gt=0)  # seconds; a request's `timeout` may lower it
@@ -28,7 +37,22 @@ class ServeConfig(BaseModel):
     cors_allow_origins: list[str] = []  # CORS is off unless origins are listed
     drain_timeout: float = Field(30.0, ge=0)  # seconds in-flight requests get after SIGTERM
     warmup: bool = True  # run one request before reporting ready
+    # serve/watchdog.py: readiness turns false when an engine loop made no progress for this many s
+    # while work waited; when an engine dies, the process exits with status 3 after dead_exit_after s.
+    stall_timeout: float = Field(60.0, gt=0)
+    dead_exit_after: float = Field(2.0, ge=0)
+    # Durable state (batches, Idempotency-Key): a dir, "none" (off), or unset: ~/.local/share/trtserve/<model name>
+    state_dir: str | None = None
+    idempotency_ttl: float = Field(86400.0, gt=0)  # seconds an Idempotency-Key's stored response is kept
+    batch_max_in_flight: int = Field(4, ge=1)  # batch lines generating at once (they also run at the lowest priority)
+    max_file_bytes: int = Field(100 << 20, ge=1024)  # largest upload to POST /v1/files
     engine: RuntimeConfig = RuntimeConfig()
+
+    @field_validator("receipts", mode="before")
+    @classmethod
+    def _receipts_bool(cls, v):
+        """YAML reads `receipts: on` / `true` as a bool."""
+        return {True: "on", False: "off"}.get(v, v) if isinstance(v, bool) else v
 
 
 def load_serve_config(path: Path | None, overrides: dict) -> ServeConfig:

@@ -7,7 +7,9 @@ import logging
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import ClientDisconnect
 
 from trtserve.engine.errors import UserError
 
@@ -17,11 +19,50 @@ _TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    409: "conflict_error",
     413: "invalid_request_error",
+    422: "invalid_request_error",
     429: "rate_limit_error",
     503: "service_unavailable",
     504: "timeout_error",
 }
+
+
+_WHY = {
+    400: "The request is invalid; the message names the field and how to fix it.",
+    401: "The API key is missing or wrong.",
+    404: "No such model (or version).",
+    413: "The request body is larger than the server's limit.",
+    429: "The queue is full; retry after Retry-After seconds.",
+    501: "The model's backend cannot do what was asked.",
+    503: "The model is loading, the server is draining, or the engine died; retry on another replica.",
+    504: "The request's deadline passed before it finished.",
+}
+
+
+class OpenAIErrorDetail(BaseModel):
+    message: str  # one sentence: what was wrong and how to fix it
+    type: str  # e.g. invalid_request_error, rate_limit_error, service_unavailable
+    param: str | None = None  # the request field at fault, when one is
+    code: int  # the HTTP status
+
+
+class OpenAIErrorBody(BaseModel):
+    """Every non-2xx answer on /v1 and the extras."""
+
+    error: OpenAIErrorDetail
+
+
+class KServeErrorBody(BaseModel):
+    """Every non-2xx answer on /v2 (KServe v2's `{"error": message}`)."""
+
+    error: str
+
+
+def error_responses(*statuses: int, kserve: bool = False) -> dict:
+    """The OpenAPI `responses=` of a route: each error status it can return, with its body."""
+    model = KServeErrorBody if kserve else OpenAIErrorBody
+    return {s: {"model": model, "description": _WHY[s]} for s in statuses}
 
 
 class APIError(Exception):
@@ -59,6 +100,10 @@ def describe_request_error(err: RequestValidationError) -> tuple[str, str | None
 
 
 def install_handlers(app) -> None:
+    from trtserve.serve.openapi import install_openapi  # it documents these handlers' answers
+
+    install_openapi(app)
+
     @app.exception_handler(APIError)
     async def _api(request: Request, err: APIError):
         return error_response(request.url.path, err.status, err.message, err.param, err.headers)
@@ -66,6 +111,12 @@ def install_handlers(app) -> None:
     @app.exception_handler(UserError)
     async def _user(request: Request, err: UserError):
         return error_response(request.url.path, 400, str(err))
+
+    @app.exception_handler(ClientDisconnect)
+    async def _gone(request: Request, err: ClientDisconnect):
+        # The client left while its body was being read (scripts/soak.py found this as a 500 with a
+        # stack trace): nobody reads the answer; 499 keeps the access log and metrics honest.
+        return error_response(request.url.path, 499, "the client disconnected before its request was read")
 
     @app.exception_handler(RequestValidationError)
     async def _validation(request: Request, err: RequestValidationError):

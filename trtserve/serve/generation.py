@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 
 from starlette.requests import Request as HTTPRequest
 
+from trtserve.engine.errors import EngineDeadError
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.protocol import Engine
 from trtserve.engine.sampling import SamplingParams
@@ -19,20 +20,28 @@ from trtserve.serve.admission import Admission
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import APIError
 from trtserve.serve.metrics import Metrics
+from trtserve.serve.receipts.book import ReceiptBook, engine_identity
+from trtserve.serve.receipts.model import new_receipt_id
 from trtserve.serve.statistics import InferStatistics
 from trtserve.text.outputs import OutputProcessor, RequestOutput, TextDelta
 
 
 class GenerationService:
-    def __init__(self, engine: Engine, tokenizer, model_name: str, config: ServeConfig, metrics: Metrics):
+    def __init__(
+        self, engine: Engine, tokenizer, model_name: str, config: ServeConfig, metrics: Metrics, version: str = "1"
+    ):
         self.engine = engine
         self.tokenizer = tokenizer
         self.model_name = model_name
+        self.version = version  # the repository version this engine serves (metrics label, responses)
+        self.observers: list = []  # observer(run, ok) after every run: the repository's guard and shadow
         self.config = config
         self.metrics = metrics
         self.admission = Admission(config.max_queued_requests, config.max_queued_tokens)
         self.statistics = InferStatistics()  # every front end's requests, for gRPC ModelStatistics
         self.started = time.time()
+        # receipt ids, drawn seeds; receipts themselves are recorded by serve/receipts/install.py
+        self.receipts = ReceiptBook(engine_identity(engine, config.engine.deterministic), config.receipts)
 
     @property
     def max_seq_len(self) -> int:
@@ -57,14 +66,20 @@ class GenerationService:
         cache_salt: str | None = None,
         log: dict | None = None,
         protocol: str = "http",
+        cache_namespace: str | None = None,
+        context_version: int | None = None,
     ) -> GenerationRun:
         """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated.
         client_id is only logged and echoed: the engine names the request itself. `protocol`
         ("http" | "grpc") labels its latency metrics."""
-        req = GenerateRequest(prompt_ids, params, priority, cache_salt, client_id=client_id)
+        params = self.receipts.prepare(params)  # a drawn seed when none was given, so it can be replayed
+        req = GenerateRequest(prompt_ids, params, priority, cache_salt, cache_namespace, context_version, client_id)
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
-        return GenerationRun(self, req, ticket, self.deadline(timeout), log, protocol)
+        run = GenerationRun(self, req, ticket, self.deadline(timeout), log, protocol)
+        if log is not None:  # the middleware returns them in X-Trtserve-Receipt
+            log.setdefault("receipts", []).append(run.receipt_id)
+        return run
 
 
 class GenerationRun:
@@ -82,6 +97,12 @@ class GenerationRun:
         self.service, self.req, self.ticket, self.deadline, self.log = service, req, ticket, deadline, log
         self.protocol = protocol
         self.proc = OutputProcessor(service.tokenizer, client_id_or(req), req.prompt_token_ids, req.params)
+        self.ttft: float | None = None  # seconds to the first token, once it came
+        self.queued: float | None = None  # seconds in the engine's queue, once scheduled
+        self.e2e: float | None = None  # seconds from admission to the end, once it ended
+        self.preemptions = 0  # times the engine preempted (and recomputed) it, as its deltas said
+        self.receipt_id = new_receipt_id()
+        self.created_at = time.time()
 
     @property
     def output(self) -> RequestOutput:
@@ -95,7 +116,7 @@ class GenerationRun:
     async def deltas(self) -> AsyncIterator[TextDelta]:
         """Raises APIError 504 on the deadline and 500 if the engine failed the request."""
         svc, req = self.service, self.req
-        m, labels = svc.metrics, (svc.model_name, self.protocol)
+        m, labels = svc.metrics, (svc.model_name, svc.version, self.protocol)
         itl = m.itl.labels(*labels)  # resolved once: it is observed for every token
         start = last = time.monotonic()
         first, ok, queued = True, False, None
@@ -107,6 +128,7 @@ class GenerationRun:
                     if first and d.token_ids:
                         first = False
                         self.ticket.started()
+                        self.ttft = now - start
                         m.ttft.labels(*labels).observe(now - start)
                         if self.log is not None:
                             self.log.setdefault("ttft_ms", round((now - start) * 1000, 1))
@@ -116,6 +138,7 @@ class GenerationRun:
                         queued = d.queue_time
                         m.queue.labels(*labels).observe(d.queue_time)
                     last = now
+                    self.preemptions = max(self.preemptions, d.num_preemptions)
                     td = self.proc.process(d)
                     if td is None:
                         continue
@@ -131,11 +154,16 @@ class GenerationRun:
             raise APIError(
                 504, f"the request did not finish within its {self.deadline:g} s deadline and was aborted"
             ) from None
+        except EngineDeadError as err:  # the watchdog (serve/watchdog.py) is about to exit the process
+            raise APIError(503, f"{err}; this server is restarting, retry on another replica") from None
         finally:
             await gen.aclose()  # aborts the request in the engine if it is still running
             self.ticket.release()
             m.e2e.labels(*labels).observe(time.monotonic() - start)
             svc.statistics.record(ok, time.monotonic() - start, queued)
+            self.queued, self.e2e = queued, time.monotonic() - start
+            for observe in svc.observers:
+                observe(self, ok)
             if self.log is not None:
                 self.log["prompt_tokens"] = self.log.get("prompt_tokens", 0) + len(req.prompt_token_ids)
                 done = sum(len(o.token_ids) for o in self.output.outputs)
@@ -171,6 +199,9 @@ async def until_disconnected(http: HTTPRequest) -> None:
 async def run_or_abort_on_disconnect(http: HTTPRequest, coro):
     """Run `coro`; if the client disconnects first, cancel it (which aborts its engine requests)."""
     work = asyncio.ensure_future(coro)
+    # A gather cancelled here ends with a CancelledError nobody awaits; take it, or asyncio logs an
+    # ERROR with a traceback for every client that leaves (seen in the soak, scripts/soak.py).
+    work.add_done_callback(lambda f: f.cancelled() or f.exception())
     watch = asyncio.ensure_future(until_disconnected(http))
     try:
         done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)

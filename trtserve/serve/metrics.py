@@ -13,51 +13,75 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from trtserve.engine.messages import EngineStats
+from trtserve.serve.load import LoadCollector, LoadTracker
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
 
 class _EngineCollector:
-    def __init__(self, model: str, stats: Callable[[], EngineStats]):
-        self.model, self.stats = model, stats
+    """Every loaded engine's gauges and counters, one sample per (model, version), read at scrape time."""
+
+    def __init__(self):
+        self.engines: dict[tuple[str, str], Callable[[], EngineStats]] = {}
 
     def collect(self):
-        s = self.stats()
+        stats = [(key, s()) for key, s in list(self.engines.items())]
         gauges = {
-            "trtserve_num_requests_running": ("Sequences in the running batch.", s.running),
-            "trtserve_num_requests_waiting": ("Requests waiting in the engine's queue.", s.waiting),
-            "trtserve_kv_cache_usage_ratio": ("Fraction of KV blocks in use.", s.kv_utilization),
-            "trtserve_kv_cache_waste_ratio": (
-                "Allocated but unfilled KV token slots / allocated slots.",
-                s.kv_waste,
-            ),
-            "trtserve_kv_cache_cached_blocks": ("Free KV blocks holding a reusable prefix.", s.kv_blocks_cached),
-            "trtserve_kv_cache_free_blocks": ("Free KV blocks with no cached prefix.", s.kv_blocks_free),
-            "trtserve_kv_cache_total_blocks": ("KV blocks in the pool.", s.kv_blocks_total),
+            "trtserve_num_requests_running": ("Sequences in the running batch.", "running"),
+            "trtserve_num_requests_waiting": ("Requests waiting in the engine's queue.", "waiting"),
+            "trtserve_kv_cache_usage_ratio": ("Fraction of KV blocks in use.", "kv_utilization"),
+            "trtserve_kv_cache_waste_ratio": ("Allocated but unfilled KV token slots / allocated slots.", "kv_waste"),
+            "trtserve_kv_cache_cached_blocks": ("Free KV blocks holding a reusable prefix.", "kv_blocks_cached"),
+            "trtserve_kv_cache_free_blocks": ("Free KV blocks with no cached prefix.", "kv_blocks_free"),
+            "trtserve_kv_cache_total_blocks": ("KV blocks in the pool.", "kv_blocks_total"),
         }
-        for name, (doc, value) in gauges.items():
-            g = GaugeMetricFamily(name, doc, labels=["model"])
-            g.add_metric([self.model], value)
+        for name, (doc, field) in gauges.items():
+            g = GaugeMetricFamily(name, doc, labels=["model", "version"])
+            for key, s in stats:
+                g.add_metric(list(key), getattr(s, field))
             yield g
         counters = {
-            "trtserve_prompt_tokens": ("Prompt tokens computed (prefix-cache hits excluded).", s.prompt_tokens),
-            "trtserve_generation_tokens": ("Tokens generated.", s.generated_tokens),
-            "trtserve_prefix_cache_queries": ("Prompt tokens looked up in the prefix cache.", s.prefix_queries),
-            "trtserve_prefix_cache_hits": ("Prompt tokens found in the prefix cache.", s.prefix_hits),
-            "trtserve_num_preemptions": ("Requests preempted for lack of KV blocks.", s.preemptions),
+            "trtserve_prompt_tokens": ("Prompt tokens computed (prefix-cache hits excluded).", "prompt_tokens"),
+            "trtserve_generation_tokens": ("Tokens generated.", "generated_tokens"),
+            "trtserve_prefix_cache_queries": ("Prompt tokens looked up in the prefix cache.", "prefix_queries"),
+            "trtserve_prefix_cache_hits": ("Prompt tokens found in the prefix cache.", "prefix_hits"),
+            "trtserve_num_preemptions": ("Requests preempted for lack of KV blocks.", "preemptions"),
+            "trtserve_prefix_cache_invalidations": ("POST /v1/cache/invalidate calls.", "cache_invalidations"),
+            "trtserve_prefix_cache_version_refusals": (
+                "Prefix lookups whose prompt was cached only under another context_version.",
+                "prefix_version_refusals",
+            ),
         }
-        for name, (doc, value) in counters.items():
-            c = CounterMetricFamily(name, doc, labels=["model"])
-            c.add_metric([self.model], value)
+        for name, (doc, field) in counters.items():
+            c = CounterMetricFamily(name, doc, labels=["model", "version"])
+            for key, s in stats:
+                c.add_metric(list(key), getattr(s, field))
             yield c
+        yield from _by_namespace(stats)
 
 
-_REQUEST = ["model", "protocol"]  # protocol: "http" | "grpc"
+def _by_namespace(stats):
+    """Prefix-cache hit and missed prompt tokens by cache_namespace ("default": none named; at most
+    64 names, the rest as "_other", so clients cannot grow the series without bound)."""
+    for name, doc, i in (
+        ("trtserve_prefix_cache_namespace_hits", "Prompt tokens found in the prefix cache, by namespace.", 0),
+        ("trtserve_prefix_cache_namespace_misses", "Prompt tokens looked up but not cached, by namespace.", 1),
+    ):
+        c = CounterMetricFamily(name, doc, labels=["model", "version", "namespace"])
+        for key, s in stats:
+            for namespace, counts in s.prefix_by_namespace.items():
+                c.add_metric([*key, namespace], counts[i])
+        yield c
+
+
+_REQUEST = ["model", "version", "protocol"]  # protocol: "http" | "grpc"
 
 
 class Metrics:
-    def __init__(self, model: str, stats: Callable[[], EngineStats]):
-        self.model = model
+    """One registry for the server; every loaded version adds its engine with `add_engine`."""
+
+    def __init__(self, model: str, stats: Callable[[], EngineStats] | None = None, version: str = "1"):
+        self.model = model  # the default model: the label of series no request names a model for
         self.registry = CollectorRegistry()
         reg = self.registry
 
@@ -75,15 +99,47 @@ class Metrics:
             registry=reg,
         )
         self.http = Counter(
-            "trtserve_http_requests", "HTTP responses by status code.", ["model", "status"], registry=reg
+            "trtserve_http_requests", "HTTP responses by status code.", ["model", "version", "status"], registry=reg
         )
         self.grpc = Counter(
             "trtserve_grpc_requests",
             "gRPC calls (and requests on a ModelStreamInfer stream) by method and status code.",
-            ["model", "method", "code"],
+            ["model", "version", "method", "code"],
             registry=reg,
         )
-        reg.register(_EngineCollector(model, stats))
+        self.routed = Counter(
+            "trtserve_routed_requests",
+            "Requests by the version that answered and the routing decision (weighted, pinned, label, shadow).",
+            ["model", "version", "decision"],
+            registry=reg,
+        )
+        self.shadow = Counter(
+            "trtserve_shadow_comparisons",
+            "Shadow pairs compared by whether the greedy outputs agreed.",
+            ["model", "version", "agree"],
+            registry=reg,
+        )
+        self.rollbacks = Counter("trtserve_rollbacks", "Routing rollbacks by cause.", ["model", "cause"], registry=reg)
+        self._engines = _EngineCollector()
+        reg.register(self._engines)
+        if stats is not None:
+            self.add_engine(model, version, stats)
+
+    def add_engine(self, model: str, version: str, stats: Callable[[], EngineStats]) -> None:
+        self._engines.engines[(model, version)] = stats
+
+    def remove_engine(self, model: str, version: str, stats: Callable[[], EngineStats] | None = None) -> None:
+        """Forget a version's engine (only if it is still `stats`' engine, when given)."""
+        if stats is None or self._engines.engines.get((model, version)) == stats:
+            self._engines.engines.pop((model, version), None)
+
+    def add_collector(self, collector) -> None:
+        """A custom collector (the repository's version states, shadow agreement)."""
+        self.registry.register(collector)
+
+    def watch_load(self, tracker: LoadTracker) -> None:
+        """Export the autoscaling signals (serve/load.py) of this model."""
+        self.registry.register(LoadCollector(self.model, tracker))
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,10 +12,17 @@ import uuid
 
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError, error_body
+from trtserve.serve.repository.admin import is_admin_path
 from trtserve.serve.state import ServerState
 
 access_log = logging.getLogger("trtserve.access")
 HEALTH_PATHS = ("/health", "/health/ready", "/v2/health/live", "/v2/health/ready")
+
+
+def body_limit(cfg, path: str) -> int:
+    """Bytes a request body may have: batch input uploads (POST /v1/files) have their own limit,
+    plus room for the multipart envelope."""
+    return cfg.max_file_bytes + (64 << 10) if path == "/v1/files" else cfg.max_body_bytes
 
 
 class ServerMiddleware:
@@ -38,6 +45,10 @@ class ServerMiddleware:
                 status["code"] = message["status"]
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", rid.encode("latin-1"))]
+                if "version" in log:  # the repository version that answered (serve/repository/lookup.py)
+                    message["headers"].append((b"x-model-version", log["version"].encode("latin-1")))
+                if log.get("receipts"):  # the generations this request started (serve/receipts/)
+                    message["headers"].append((b"x-trtserve-receipt", ",".join(log["receipts"]).encode()))
             await send(message)
 
         try:
@@ -55,7 +66,7 @@ class ServerMiddleware:
             return 400, f"X-Request-Id is longer than {MAX_CLIENT_ID} characters; send a shorter id", {}
         if path in HEALTH_PATHS:
             return None
-        if cfg.api_key:
+        if cfg.api_key and not is_admin_path(path):  # admin routes check the admin key themselves
             given = headers.get("authorization", "")
             token = given[7:] if given.lower().startswith("bearer ") else ""
             if not hmac.compare_digest(token.encode(), cfg.api_key.encode()):
@@ -66,15 +77,15 @@ class ServerMiddleware:
                 )
         if self.server.draining:
             return 503, "the server is shutting down; retry on another replica", {"Retry-After": "5"}
-        if not self.server.loaded and path != "/metrics":
+        if not self.server.loaded and path not in ("/metrics", "/openapi.json"):
             return 503, "the model is still loading; retry when /v2/health/ready returns 200", {"Retry-After": "2"}
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
-            return 413, f"the request body has {length} bytes; the limit is {cfg.max_body_bytes}", {}
+        if length is not None and length.isdigit() and int(length) > body_limit(cfg, path):
+            return 413, f"the request body has {length} bytes; the limit is {body_limit(cfg, path)}", {}
         return None
 
     def _limited(self, receive, path: str):
-        limit, seen = self.server.config.max_body_bytes, 0
+        limit, seen = body_limit(self.server.config, path), 0
 
         async def wrapped():
             nonlocal seen
@@ -98,7 +109,8 @@ class ServerMiddleware:
     def _log(self, scope, rid: str, status: int, start: float, log: dict) -> None:
         metrics = self.server.metrics
         if metrics is not None:
-            metrics.http.labels(metrics.model, str(status)).inc()
+            # the model and version the repository routed this request to, when it named one
+            metrics.http.labels(log.get("model", metrics.model), log.get("version", ""), str(status)).inc()
         line = {
             "request_id": rid,
             "method": scope["method"],

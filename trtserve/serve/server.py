@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
+import threading
 import time
 from pathlib import Path
 
@@ -14,19 +16,24 @@ from trtserve.engine.errors import UserError
 from trtserve.serve.app import create_app
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.state import ServerState
+from trtserve.serve.watchdog import EXIT_ENGINE_DEAD, Watchdog
 
 log = logging.getLogger(__name__)
 
 
 class DrainingServer(uvicorn.Server):
     """On SIGTERM: readiness false and new requests 503 at once; exit when in-flight requests
-    finish or the drain deadline passes. A second signal exits immediately."""
+    finish or the drain deadline passes. A second signal exits immediately.
+    Every tick also runs the engine watchdog (serve/watchdog.py): a dead engine ends the process
+    with exit_code EXIT_ENGINE_DEAD."""
 
     def __init__(self, config: uvicorn.Config, server: ServerState, drain_timeout: float):
         super().__init__(config)
         self.server = server
         self.drain_timeout = drain_timeout
         self.drain_deadline: float | None = None
+        self.watchdog = Watchdog(server)
+        self.exit_code = 0
 
     def handle_exit(self, sig, frame) -> None:
         if sig == signal.SIGTERM and self.drain_deadline is None:
@@ -40,6 +47,10 @@ class DrainingServer(uvicorn.Server):
         draining = self.drain_deadline is not None and not self.should_exit
         if draining and (self.server.in_flight == 0 or time.monotonic() > self.drain_deadline):
             self.should_exit = True
+        if self.watchdog.tick() and not self.should_exit:
+            self.exit_code = EXIT_ENGINE_DEAD
+            self.should_exit = True
+            _exit_anyway(EXIT_ENGINE_DEAD, after=30.0)
         return await super().on_tick(counter)
 
 
@@ -74,4 +85,14 @@ def serve(engine_dir: Path, config: ServeConfig) -> None:
     uv = uvicorn.Config(
         app, host=config.host, port=config.port, log_level="info", timeout_graceful_shutdown=1, access_log=False
     )
-    DrainingServer(uv, app.state.server, config.drain_timeout).run()
+    server = DrainingServer(uv, app.state.server, config.drain_timeout)
+    server.run()
+    if server.exit_code:
+        raise SystemExit(server.exit_code)
+
+
+def _exit_anyway(code: int, after: float) -> None:
+    """If an orderly shutdown hangs (a wedged engine thread), end the process regardless."""
+    timer = threading.Timer(after, os._exit, (code,))
+    timer.daemon = True
+    timer.start()

@@ -1,7 +1,8 @@
 """The server's lifecycle, one typed object (on `app.state.server`) instead of loose flags.
 
-loading -> loaded (engine up, routes answer) -> ready (warm-up ran) ; draining after SIGTERM
-failed: loading raised; the server stays up, unready, and says why
+The repository (serve/repository/) holds every model version and its engine; an engine dir is a
+repository of one. `engine`, `service`, `openai` and `kserve` are the default model's default
+version, for code that serves one model. Draining after SIGTERM: readiness false, new requests 503.
 """
 
 from __future__ import annotations
@@ -17,33 +18,65 @@ if TYPE_CHECKING:  # the serving objects import this module's users; only their 
     from trtserve.serve.kserve.serving import KServeServing
     from trtserve.serve.metrics import Metrics
     from trtserve.serve.openai.serving import OpenAIServing
+    from trtserve.serve.repository.repository import Repository
+    from trtserve.serve.repository.version import ModelVersion
+    from trtserve.state import StateStore
 
 
 @dataclass
 class ServerState:
     config: ServeConfig
-    model_name: str
-    engine: Engine | None = None  # set once loaded
-    service: GenerationService | None = None
-    openai: OpenAIServing | None = None
-    kserve: KServeServing | None = None
+    model_name: str  # the default model (an engine dir's, or the repository's first)
+    repository: Repository | None = None  # set by create_app
     metrics: Metrics | None = None
-    ready: bool = False  # the warm-up request finished
     draining: bool = False  # SIGTERM seen: readiness false, new requests 503
-    load_error: str | None = None  # why loading failed, for /health
+    stalled: bool = False  # serve/watchdog.py: an engine made no progress while work waited
+    load_error: str | None = None  # why loading failed when no version at all could load, for /health
+    store: StateStore | None = None  # the durable state store (trtserve/state); None with --state-dir none
+
+    @property
+    def default_version(self) -> ModelVersion | None:
+        repo = self.repository
+        return None if repo is None else repo.models[repo.default_name].default_version()
+
+    @property
+    def engine(self) -> Engine | None:
+        mv = self.default_version
+        return None if mv is None else mv.engine
+
+    @property
+    def service(self) -> GenerationService | None:
+        mv = self.default_version
+        return None if mv is None else mv.service
+
+    @property
+    def openai(self) -> OpenAIServing | None:
+        mv = self.default_version
+        return None if mv is None else mv.openai
+
+    @property
+    def kserve(self) -> KServeServing | None:
+        mv = self.default_version
+        return None if mv is None else mv.kserve
 
     @property
     def loaded(self) -> bool:
-        return self.service is not None
+        """Routes answer (each model says 503 with Retry-After while none of its versions is ready)."""
+        return self.repository is not None
+
+    @property
+    def ready(self) -> bool:
+        return self.repository is not None and self.repository.is_ready()
 
     @property
     def alive(self) -> bool:
-        return self.engine is not None and self.engine.health()
+        return self.repository is not None and self.repository.alive()
 
     @property
     def is_ready(self) -> bool:
-        return self.ready and not self.draining and self.alive
+        return self.ready and not self.draining and not self.stalled and self.alive
 
     @property
     def in_flight(self) -> int:
-        return 0 if self.service is None else self.service.admission.in_flight
+        repo = self.repository
+        return 0 if repo is None else sum(mv.in_flight for mv in repo.versions())

@@ -24,10 +24,15 @@ from pathlib import Path
 
 from trtserve.backends.tensorrt_llm.llm import create_llm, open_tensorrt_llm, read_options
 from trtserve.backends.tensorrt_llm.outputs import DeltaTracker
-from trtserve.backends.tensorrt_llm.sampling import ALLOW_N_GREEDY_ENV, check_supported, to_trtllm_sampling
+from trtserve.backends.tensorrt_llm.sampling import (
+    ALLOW_N_GREEDY_ENV,
+    GUIDED_BACKEND_KEY,
+    check_supported,
+    to_trtllm_sampling,
+)
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
 from trtserve.backends.tensorrt_llm.stats import engine_stats, latest
-from trtserve.engine.errors import UserError
+from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.layout import TOKENIZER_DIR, read_engine_config
 from trtserve.engine.manifest import verify_engine_dir
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
@@ -48,6 +53,8 @@ class TrtllmEngine:
         cfg = config or RuntimeConfig()
         path = Path(engine_dir)
         manifest = verify_engine_dir(path)
+        self.manifest = manifest  # its identity, for receipts
+        self.deterministic = False  # TensorRT-LLM's kernels are not batch-invariant
         self._tllm, self.capabilities = open_tensorrt_llm(path, manifest)
         self._allow_n_greedy = bool(os.environ.get(ALLOW_N_GREEDY_ENV))  # TensorRT-LLM reads the same variable
         ecfg = read_engine_config(path)
@@ -66,6 +73,7 @@ class TrtllmEngine:
             max_num_tokens=cfg.max_num_tokens,
         )
         log.info("starting %s for a %s engine dir: %s", self.capabilities.label, manifest.backend, path)
+        self._guided_backend = options.get(GUIDED_BACKEND_KEY)  # None: guided requests are refused (400)
         tp = int(manifest.build_config.get("tp_size", 1))
         self.llm = create_llm(self._tllm, self.capabilities, manifest.backend, path, options, path / TOKENIZER_DIR, tp)
         self._results: dict[RequestId, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
@@ -80,7 +88,7 @@ class TrtllmEngine:
         check_request(
             request, max_seq_len=self.max_seq_len, vocab_size=self.vocab_size, max_batch_size=self.max_batch_size
         )
-        check_supported(request, allow_n_greedy=self._allow_n_greedy)
+        check_supported(request, allow_n_greedy=self._allow_n_greedy, guided_backend=self._guided_backend)
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
         """Stream the request's deltas; leaving early (cancel, disconnect) aborts it in TensorRT-LLM."""
@@ -89,7 +97,10 @@ class TrtllmEngine:
         self.check(request)
         rid, p = request.request_id, request.params
         try:  # SamplingParams validates too (ranges, greedy with n > 1), so it is built in here
-            sp = self._tllm.SamplingParams(**to_trtllm_sampling(p, self.eos_token_ids))
+            kw = to_trtllm_sampling(p, self.eos_token_ids)
+            if "guided_decoding" in kw:
+                kw["guided_decoding"] = self._tllm.llmapi.GuidedDecodingParams(**kw["guided_decoding"])
+            sp = self._tllm.SamplingParams(**kw)
             result = self.llm.generate_async(list(request.prompt_token_ids), sampling_params=sp, streaming=True)
         except ValueError as err:  # TensorRT-LLM's own argument checks (lengths, n vs max_batch_size, ...)
             raise UserError(f"TensorRT-LLM refused the request: {err}") from None
@@ -126,6 +137,12 @@ class TrtllmEngine:
             if len(stopped) < n:
                 return
         _abort(result)
+
+    async def invalidate_cache(self, namespace: str | None, before_version: int | None = None) -> int:
+        raise UnsupportedError(
+            "cache invalidation is not supported by the tensorrt_llm backend (TensorRT-LLM's KV cache "
+            "manager has no per-namespace eviction); serve the engine with the torch backend to use it"
+        )
 
     def stats(self) -> EngineStats:
         return engine_stats(self._latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)

@@ -59,7 +59,7 @@ def gone_code(context) -> grpc.StatusCode:
 def unknown_model(name: str, version: str, served: str) -> APIError:
     """Triton's message (clients match on it), then what is served here."""
     which = f"'{name}'" + (f" version {version}" if version else "")
-    return APIError(404, f"Request for unknown model: {which} is not found (this server serves '{served}', version 1)")
+    return APIError(404, f"Request for unknown model: {which} is not found (this server serves {served})")
 
 
 def check_id(rid: str) -> None:
@@ -79,7 +79,8 @@ class CallLog:
     def finish(self, code: grpc.StatusCode) -> None:
         metrics = self.server.metrics
         if metrics is not None:
-            metrics.grpc.labels(metrics.model, self.method, code.name).inc()
+            model, version = self.fields.get("model", metrics.model), self.fields.get("version", "")
+            metrics.grpc.labels(model, version, self.method, code.name).inc()
         line = {
             "request_id": self.rid,
             "method": "GRPC",
@@ -98,17 +99,28 @@ def admit(server: ServerState, method: str, metadata: dict[str, str]) -> None:
     if method in HEALTH:
         return
     key = server.config.api_key
-    if key:
+    admin = server.config.admin_key and method in ("RepositoryModelLoad", "RepositoryModelUnload")
+    if key and not admin:  # those take the admin key instead (check_admin)
         given = metadata.get("authorization", "")
         token = given[7:] if given.lower().startswith("bearer ") else ""
         if not hmac.compare_digest(token.encode(), key.encode()):
             raise APIError(401, "missing or wrong API key; send the metadata `authorization: Bearer <key>`")
     if server.draining:
         raise APIError(503, "the server is shutting down; retry on another replica")
-    if server.load_error and method != "RepositoryIndex":
+    if server.load_error and not method.startswith("Repository"):
         raise APIError(503, f"loading the model failed ({server.load_error}); fix it and restart the server")
-    if not server.loaded and method != "RepositoryIndex":
+    if not server.loaded and not method.startswith("Repository"):
         raise APIError(503, "the model is still loading; retry when ServerReady says ready")
+
+
+def check_admin(server: ServerState, metadata: dict[str, str]) -> None:
+    """Repository load / unload take the admin key when the server has one (the API key is not enough)."""
+    key = server.config.admin_key
+    if key:
+        given = metadata.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), key.encode()):
+            raise APIError(401, "missing or wrong admin key; send the metadata `authorization: Bearer <admin key>`")
 
 
 def metadata_of(context) -> dict[str, str]:

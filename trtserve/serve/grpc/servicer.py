@@ -11,11 +11,12 @@ from tritonclient.grpc import service_pb2 as pb
 
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import collect_all
-from trtserve.serve.grpc.calls import CallLog, check_id, unary, unknown_model
+from trtserve.serve.grpc.calls import CallLog, check_admin, check_id, metadata_of, unary, unknown_model
 from trtserve.serve.grpc.stream import StreamSession
 from trtserve.serve.grpc.tensors import infer_response, parameters, request_tensors
 from trtserve.serve.kserve.infer import infer_call
-from trtserve.serve.kserve.serving import VERSION, KServeServing
+from trtserve.serve.kserve.serving import KServeServing
+from trtserve.serve.repository.lookup import version_ready
 from trtserve.serve.state import ServerState
 from trtserve.serve.statistics import Duration
 
@@ -35,11 +36,19 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, server: ServerState):
         self.server = server
 
-    def serving(self, name: str, version: str) -> KServeServing:
-        """The serving logic, once `name` (and `version`, "" meaning the latest) is the served model."""
-        if name != self.server.model_name or version not in ("", VERSION):
-            raise unknown_model(name, version, self.server.model_name)
-        return self.server.kserve
+    def serving(self, name: str, version: str, call: CallLog | None = None) -> KServeServing:
+        """The serving logic of the version the repository routes `name` (`name:V`, `name@L`) and
+        `version` ("": the routing choice) to; Triton's not-found message if there is none."""
+        repo = self.server.repository
+        try:
+            mv = repo.route(name, None, version or None)
+        except APIError as err:
+            if err.status == 404:
+                raise unknown_model(name, version, ", ".join(repo.models)) from None
+            raise
+        if call is not None:
+            call.fields["model"], call.fields["version"] = mv.model, str(mv.version)
+        return mv.kserve
 
     # ---- health ------------------------------------------------------------------------------------
     @unary
@@ -52,13 +61,16 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @unary
     async def ModelReady(self, request, context, call: CallLog):
-        ours = request.name == self.server.model_name and request.version in ("", VERSION)
-        return pb.ModelReadyResponse(ready=ours and self.server.is_ready)
+        try:
+            ready = version_ready(self.server.repository, request.name, request.version or None)
+        except APIError:
+            ready = False  # unknown model or version: not ready
+        return pb.ModelReadyResponse(ready=ready and not self.server.draining)
 
     # ---- metadata and configuration ------------------------------------------------------------------
     @unary
     async def ServerMetadata(self, request, context, call: CallLog):
-        return json_format.ParseDict(self.server.kserve.server_metadata(), pb.ServerMetadataResponse())
+        return json_format.ParseDict(KServeServing.server_metadata(), pb.ServerMetadataResponse())
 
     @unary
     async def ModelMetadata(self, request, context, call: CallLog):
@@ -72,12 +84,11 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @unary
     async def ModelStatistics(self, request, context, call: CallLog):
-        if request.name:  # "" asks for every model
-            self.serving(request.name, request.version)
-        s = self.server.service.statistics
+        serving = self.serving(request.name or self.server.model_name, request.version)
+        s = serving.svc.statistics
         stats = pb.ModelStatistics(
-            name=self.server.model_name,
-            version=VERSION,
+            name=serving.svc.model_name,
+            version=serving.svc.version,
             last_inference=s.last_inference_ms,
             inference_count=s.inference_count,
             execution_count=s.inference_count,  # each request runs as its own sequence
@@ -87,41 +98,31 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             getattr(stats.inference_stats, name).CopyFrom(pb.StatisticDuration(count=d.count, ns=d.ns))
         return pb.ModelStatisticsResponse(model_stats=[stats])
 
-    # ---- model repository (one engine dir per server) ------------------------------------------------
+    # ---- model repository (serve/repository/) --------------------------------------------------------
     @unary
     async def RepositoryIndex(self, request, context, call: CallLog):
-        s = self.server
-        state = "READY" if s.loaded else ("UNAVAILABLE" if s.load_error else "LOADING")
-        if request.ready and state != "READY":
-            return pb.RepositoryIndexResponse()
-        entry = pb.RepositoryIndexResponse.ModelIndex(
-            name=s.model_name, version=VERSION, state=state, reason=s.load_error or ""
-        )
-        return pb.RepositoryIndexResponse(models=[entry])
+        entries = self.server.repository.index(ready_only=request.ready)
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**e) for e in entries])
 
     @unary
     async def RepositoryModelLoad(self, request, context, call: CallLog):
-        if request.model_name != self.server.model_name:
-            raise APIError(
-                404,
-                f"cannot load {request.model_name!r}: this server serves one engine dir "
-                f"({self.server.model_name!r}); start another `trtserve run` for another model",
-            )
-        return pb.RepositoryModelLoadResponse()  # already loaded: loading it again changes nothing
+        """Needs the admin key (in `authorization`) when the server has one, as over HTTP."""
+        check_admin(self.server, metadata_of(context))
+        version = _version_parameter(parameters(request.parameters))
+        await self.server.repository.load(request.model_name, version)
+        return pb.RepositoryModelLoadResponse()
 
     @unary
     async def RepositoryModelUnload(self, request, context, call: CallLog):
-        if request.model_name != self.server.model_name:
-            raise unknown_model(request.model_name, "", self.server.model_name)
-        raise APIError(
-            501,
-            f"trtserve cannot unload the model it serves ({request.model_name!r}); stop the server (SIGTERM drains it)",
-        )
+        check_admin(self.server, metadata_of(context))
+        version = _version_parameter(parameters(request.parameters))
+        await self.server.repository.unload(request.model_name, version)
+        return pb.RepositoryModelUnloadResponse()
 
     # ---- inference ------------------------------------------------------------------------------------
     @unary
     async def ModelInfer(self, request, context, call: CallLog):
-        serving = self.serving(request.model_name, request.model_version)
+        serving = self.serving(request.model_name, request.model_version, call)
         check_id(request.id)
         rid = request.id or call.rid
         call.rid = rid
@@ -129,11 +130,22 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         ic = infer_call(request_tensors(request), parameters(request.parameters), outputs)
         runs = serving.start_infer(ic, rid, call.fields, "grpc", context.time_remaining())
         outs = await collect_all(runs)
-        return infer_response(serving.svc.model_name, VERSION, request.id, serving.infer_arrays(ic, outs))
+        resp = infer_response(serving.svc.model_name, serving.svc.version, request.id, serving.infer_arrays(ic, outs))
+        resp.parameters["receipt"].string_param = ",".join(r.receipt_id for r in runs)
+        return resp
 
     async def ModelStreamInfer(self, request_iterator, context):
         async for response in StreamSession(self, context).run(request_iterator):
             yield response
+
+
+def _version_parameter(params: dict) -> list[int] | None:
+    v = params.get("version")
+    if v is None:
+        return None
+    if not str(v).isdigit() or int(v) < 1:
+        raise APIError(400, f"parameter 'version' is {v!r}; give a positive integer")
+    return [int(v)]
 
 
 def _unsupported(name: str):

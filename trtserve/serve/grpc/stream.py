@@ -85,7 +85,8 @@ class StreamSession:
     async def _infer(self, req: pb.ModelInferRequest, call: CallLog) -> None:
         if self.server.draining:
             raise APIError(503, "the server is shutting down; retry on another replica")
-        serving = self.servicer.serving(req.model_name, req.model_version)
+        serving = self.servicer.serving(req.model_name, req.model_version, call)
+        req.model_version = serving.svc.version  # responses name the version that answered
         check_id(req.id)
         params = parameters(req.parameters)
         empty_final = params.get(EMPTY_FINAL, False)
@@ -103,7 +104,8 @@ class StreamSession:
             await self._stream(req, ic, runs[0], empty_final)
             return
         outs = await collect_all(runs)
-        self._send(req, serving.infer_arrays(ic, outs), final=not empty_final)
+        receipt = ",".join(r.receipt_id for r in runs)
+        self._send(req, serving.infer_arrays(ic, outs), final=not empty_final, receipt=receipt)
         if empty_final:
             self._send(req, {}, final=True)
 
@@ -122,15 +124,20 @@ class StreamSession:
                     "cum_log_probs": np.array([cum], dtype=np.float32).reshape(shape),
                 }
                 final_sent = d.finish_reason is not None and not empty_final
-                self._send(req, {n: arrays[n] for n in ic.outputs}, final=final_sent)
+                receipt = run.receipt_id if d.finish_reason is not None else None
+                self._send(req, {n: arrays[n] for n in ic.outputs}, final=final_sent, receipt=receipt)
         finally:
             run.ticket.release()  # idempotent: covers a run cancelled before it started
         if not final_sent:  # asked for, or the engine ended without a finish reason
             self._send(req, {}, final=True)
 
-    def _send(self, req: pb.ModelInferRequest, arrays: dict[str, np.ndarray], final: bool) -> None:
+    def _send(
+        self, req: pb.ModelInferRequest, arrays: dict[str, np.ndarray], final: bool, receipt: str | None = None
+    ) -> None:
         resp = infer_response(req.model_name, req.model_version or VERSION, req.id, arrays)
         resp.parameters["triton_final_response"].bool_param = final
+        if receipt is not None:  # on the response that ends the request's generation
+            resp.parameters["receipt"].string_param = receipt
         self.out.put_nowait(pb.ModelStreamInferResponse(infer_response=resp))
 
     @staticmethod

@@ -80,7 +80,10 @@ def infer_call(tensors: dict[str, np.ndarray], parameters: dict[str, Any], outpu
     values, timeout, priority = _split_parameters(parameters)
     values.update(tensors)
     g = generate_inputs(values)
-    prompts = [t.decode("utf-8", "replace") if isinstance(t, bytes) else str(t) for t in text.reshape(-1)]
+    try:  # strict: invalid UTF-8 was read as U+FFFD and generated from (found by tests/fuzz)
+        prompts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in text.reshape(-1)]
+    except UnicodeDecodeError as err:
+        raise APIError(400, f"input 'text_input' is not valid UTF-8 ({err.reason} at byte {err.start})") from None
     if not prompts:
         raise APIError(400, "input 'text_input' has no elements; send at least one prompt")
     wanted = outputs or ["text_output"] + (["cum_log_probs", "output_log_probs"] if g.return_log_probs else [])

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trtserve.engine.sampling import GuidedDecoding
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
+from trtserve.serve.unicode import check_unicode
 
 DTYPES = {
     "BOOL": np.bool_,
@@ -89,7 +91,7 @@ def decode_tensor(inp: InferInput, raw: bytes | None) -> np.ndarray:
                 raise ValueError("it has neither data nor binary_data_size")
             flat = list(_flatten(inp.data))
             if inp.datatype == "BYTES":
-                arr = np.array([v.encode() if isinstance(v, str) else bytes(v) for v in flat], dtype=np.object_)
+                arr = np.array([_bytes_element(v) for v in flat], dtype=np.object_)
             else:
                 arr = np.array(flat, dtype=DTYPES[inp.datatype])
     except (ValueError, TypeError, OverflowError) as err:
@@ -99,12 +101,27 @@ def decode_tensor(inp: InferInput, raw: bytes | None) -> np.ndarray:
     return arr.reshape(inp.shape) if inp.shape else arr.reshape(())
 
 
+def _bytes_element(v) -> bytes:
+    """A BYTES element: a string in JSON (bytes from gRPC). A number was bytes(n), n zero bytes:
+    1e9 allocated a GB (tests/fuzz)."""
+    if isinstance(v, bytes):
+        return v
+    if not isinstance(v, str):
+        raise ValueError(f"BYTES elements in JSON are strings, not {type(v).__name__}")
+    return v.encode()
+
+
 def _flatten(data):
-    for v in data:
-        if isinstance(v, list):
-            yield from _flatten(v)
-        else:
+    """Depth-first, without recursion: a client's nesting can be deeper than Python's stack."""
+    stack = [iter(data)]
+    while stack:
+        for v in stack[-1]:
+            if isinstance(v, list):
+                stack.append(iter(v))
+                break
             yield v
+        else:
+            stack.pop()
 
 
 def parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, dict[str, np.ndarray]]:
@@ -116,14 +133,20 @@ def parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, d
     except ValueError:
         raise APIError(400, f"{HEADER} must be an integer between 1 and the body size ({len(body)})") from None
     try:
-        req = InferRequest.model_validate(json.loads(body[:split]))
-    except json.JSONDecodeError:
+        header = json.loads(body[:split])
+        check_unicode(header)
+        req = InferRequest.model_validate(header)
+    except (json.JSONDecodeError, UnicodeDecodeError):
         raise APIError(400, "the infer request header is not valid JSON") from None
+    except RecursionError:  # tests/fuzz: a deeply nested header was a 500
+        raise APIError(400, "the infer request header is nested too deeply") from None
     except ValidationError as err:
         e = err.errors()[0]
         field = ".".join(str(x) for x in e["loc"])
         msg = "unknown field" if e["type"] == "extra_forbidden" else e["msg"]
         raise APIError(400, f"{field}: {msg}") from None
+    except ValueError as err:  # check_unicode
+        raise APIError(400, str(err)) from None
     blob, offset, tensors = body[split:], 0, {}
     for inp in req.inputs:
         size = (inp.parameters or {}).get("binary_data_size")
@@ -159,31 +182,52 @@ class GenerateInputs(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_tokens: int = Field(16, ge=1)
+    max_tokens: int = Field(16, ge=1, lt=2**31)  # int32 bounds: a larger int was a 500 (tests/fuzz)
     temperature: float | None = Field(None, ge=0.0, le=100.0)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, lt=2**31)
     top_p: float | None = Field(None, ge=0.0, le=1.0)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
-    min_tokens: int | None = Field(None, ge=0)
+    min_tokens: int | None = Field(None, ge=0, lt=2**31)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    length_penalty: float | None = None  # beam search only; accepted and unused, as TensorRT-LLM does without beams
+    # beam search only; accepted and unused, as TensorRT-LLM does without beams
+    length_penalty: float | None = Field(None, allow_inf_nan=False)
     seed: int | None = Field(None, ge=0, le=2**64 - 1)
     random_seed: int | None = Field(None, ge=0, le=2**64 - 1)
     beam_width: int = Field(1, ge=1, le=1)
     num_return_sequences: int = Field(1, ge=1, le=16)
     stop_words: list[str] = []
     bad_words: list[str] = []
-    end_id: int | None = None
-    pad_id: int | None = None
+    end_id: int | None = Field(None, ge=-1, lt=2**31)  # -1: no end token
+    pad_id: int | None = Field(None, ge=-1, lt=2**31)
     stream: bool = False
     exclude_input_in_output: bool = False
     return_log_probs: bool = False
     return_context_logits: bool = Field(False, le=False)
     return_generation_logits: bool = Field(False, le=False)
     timeout: float | None = Field(None, gt=0.0)
-    priority: float = 0.0
+    priority: float = Field(0.0, allow_inf_nan=False)
+    # trtserve extensions (parameters): a named context and its version, for the prefix cache
+    cache_namespace: str | None = Field(None, min_length=1, max_length=256)
+    context_version: int | None = Field(None, ge=0, le=2**63 - 1)
+
+    # guided decoding, as TensorRT-LLM's Triton backend names it (guided_decoding_guide_type / _guide)
+    guided_decoding_guide_type: Literal["json", "json_schema", "regex", "ebnf_grammar"] | None = None
+    guided_decoding_guide: str | None = None
+
+    def guided(self) -> GuidedDecoding | None:
+        """The grammar the output must follow ("json": any JSON object)."""
+        kind, guide = self.guided_decoding_guide_type, self.guided_decoding_guide
+        if kind is None:
+            if guide is not None:
+                raise APIError(400, "guided_decoding_guide needs guided_decoding_guide_type (json_schema, regex, ...)")
+            return None
+        if kind == "json":
+            return GuidedDecoding(kind="json_object")
+        if not guide:
+            raise APIError(400, f"guided_decoding_guide_type {kind} needs a guided_decoding_guide")
+        return GuidedDecoding(kind={"ebnf_grammar": "grammar"}.get(kind, kind), spec=guide)
 
     @field_validator("stop_words", "bad_words", mode="before")
     @classmethod

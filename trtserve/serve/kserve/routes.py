@@ -6,13 +6,19 @@ import json
 
 from fastapi import APIRouter, Request, Response
 
+from trtserve.serve import openapi as doc
 from trtserve.serve.errors import APIError
+from trtserve.serve.kserve.serving import KServeServing
+from trtserve.serve.repository.lookup import routed, version_ready
+from trtserve.serve.repository.router import parse_target
+from trtserve.serve.unicode import check_unicode
 
 router = APIRouter()
 
 
-def _serving(request: Request):
-    return request.app.state.server.kserve
+def _serving(request: Request, model: str, version: str | None = None):
+    """The serving logic of the version the repository routes `model` (and `version`) to."""
+    return routed(request, model, version).kserve
 
 
 def _log(request: Request) -> dict:
@@ -21,53 +27,60 @@ def _log(request: Request) -> dict:
 
 async def _json(request: Request):
     try:
-        return json.loads(await request.body())
+        body = json.loads(await request.body())
+        check_unicode(body)
+        return body
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise APIError(400, "the request body is not valid JSON") from None
+    except RecursionError:  # tests/fuzz: a deeply nested body was a 500
+        raise APIError(400, "the request body is nested too deeply") from None
+    except ValueError as err:
+        raise APIError(400, str(err)) from None
 
 
-@router.get("/v2")
+@router.get("/v2", **doc.SERVER)
 async def server_metadata(request: Request):
-    return _serving(request).server_metadata()
+    return KServeServing.server_metadata()
 
 
-@router.get("/v2/models/{model}")
-@router.get("/v2/models/{model}/versions/{version}")
+@router.get("/v2/models/{model}", **doc.METADATA)
+@router.get("/v2/models/{model}/versions/{version}", **doc.METADATA)
 async def model_metadata(request: Request, model: str, version: str | None = None):
-    _serving(request).check_model(model, version)
-    return _serving(request).model_metadata()
+    meta = _serving(request, model, version).model_metadata()
+    m = request.app.state.server.repository.model(parse_target(model).model)
+    return {**meta, "versions": [str(mv.version) for mv in m.ready_versions()]}
 
 
-@router.get("/v2/models/{model}/ready")
-@router.get("/v2/models/{model}/versions/{version}/ready")
+@router.get("/v2/models/{model}/ready", **doc.READY)
+@router.get("/v2/models/{model}/versions/{version}/ready", **doc.READY)
 async def model_ready(request: Request, model: str, version: str | None = None):
-    _serving(request).check_model(model, version)
-    return Response(status_code=200 if request.app.state.server.is_ready else 400)
+    server = request.app.state.server
+    ready = not server.draining and version_ready(server.repository, model, version)
+    return Response(status_code=200 if ready else 400)
 
 
-@router.get("/v2/models/{model}/config")
-@router.get("/v2/models/{model}/versions/{version}/config")
+@router.get("/v2/models/{model}/config", **doc.METADATA)
+@router.get("/v2/models/{model}/versions/{version}/config", **doc.METADATA)
 async def model_config(request: Request, model: str, version: str | None = None):
-    _serving(request).check_model(model, version)
-    return _serving(request).model_config()
+    return _serving(request, model, version).model_config()
 
 
-@router.post("/v2/models/{model}/infer")
-@router.post("/v2/models/{model}/versions/{version}/infer")
+@router.post("/v2/models/{model}/infer", **doc.INFER)
+@router.post("/v2/models/{model}/versions/{version}/infer", **doc.INFER)
 async def infer(request: Request, model: str, version: str | None = None):
-    _serving(request).check_model(model, version)
-    return await _serving(request).infer(await request.body(), request.headers, request, _log(request))
+    raw = await request.body()  # read before routing: no await between the choice and admission
+    return await _serving(request, model, version).infer(raw, request.headers, request, _log(request))
 
 
-@router.post("/v2/models/{model}/generate")
-@router.post("/v2/models/{model}/versions/{version}/generate")
+@router.post("/v2/models/{model}/generate", **doc.GENERATE)
+@router.post("/v2/models/{model}/versions/{version}/generate", **doc.GENERATE)
 async def generate(request: Request, model: str, version: str | None = None):
-    _serving(request).check_model(model, version)
-    return await _serving(request).generate(await _json(request), request, _log(request))
+    body = await _json(request)
+    return await _serving(request, model, version).generate(body, request, _log(request))
 
 
-@router.post("/v2/models/{model}/generate_stream")
-@router.post("/v2/models/{model}/versions/{version}/generate_stream")
+@router.post("/v2/models/{model}/generate_stream", **doc.GENERATE_STREAM)
+@router.post("/v2/models/{model}/versions/{version}/generate_stream", **doc.GENERATE_STREAM)
 async def generate_stream(request: Request, model: str, version: str | None = None):
-    _serving(request).check_model(model, version)
-    return _serving(request).generate_stream(await _json(request), _log(request))
+    body = await _json(request)
+    return _serving(request, model, version).generate_stream(body, _log(request))

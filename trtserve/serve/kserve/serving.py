@@ -57,7 +57,9 @@ class KServeServing:
         if version not in (None, "", VERSION):
             raise APIError(404, f"model {name!r} has no version {version!r}; the only version is {VERSION}")
 
-    def server_metadata(self) -> dict:
+    @staticmethod
+    def server_metadata() -> dict:
+        """The same with or without a model loaded (a repository may have none ready)."""
         return {
             "name": "trtserve",
             "version": trtserve.__version__,
@@ -69,7 +71,7 @@ class KServeServing:
         inputs += [{"name": k, "datatype": v, "shape": [-1]} for k, v in OPTIONAL_INPUTS.items()]
         return {
             "name": self.svc.model_name,
-            "versions": [VERSION],
+            "versions": [self.svc.version],
             "platform": self.platform,
             "inputs": inputs,
             "outputs": [{"name": k, "datatype": v, "shape": [-1]} for k, v in OUTPUTS.items()],
@@ -116,12 +118,14 @@ class KServeServing:
             ignore_eos=g.end_id is not None,
             bad_words_ids=[list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words],
             logprobs=0 if g.return_log_probs else None,
+            guided=g.guided(),
         )
 
     def _start(self, prompt: str, g: GenerateInputs, rid: str, log: dict, **kw) -> GenerationRun:
         """kw: timeout, priority (default: g's), protocol."""
         ids = list(self.tok.encode(prompt))
         kw = {"timeout": g.timeout, "priority": g.priority, **kw}
+        kw |= {"cache_namespace": g.cache_namespace, "context_version": g.context_version}
         return self.svc.start(rid, ids, self.sampling(g), log=log, **kw)
 
     def _text(self, prompt: str, out: RequestOutput, g: GenerateInputs) -> list[str]:
@@ -139,7 +143,8 @@ class KServeServing:
         binary = bool((req.parameters or {}).get("binary_data_output")) or any(
             (o.parameters or {}).get("binary_data") for o in (req.outputs or [])
         )
-        head = {"model_name": self.svc.model_name, "model_version": VERSION, "id": rid, "outputs": []}
+        head = {"model_name": self.svc.model_name, "model_version": self.svc.version, "id": rid, "outputs": []}
+        head["parameters"] = {"receipt": ",".join(r.receipt_id for r in runs)}
         return self._respond(head, arrays, binary)
 
     def start_infer(
@@ -220,10 +225,11 @@ class KServeServing:
         texts = self._text(text, out, g)
         resp = {
             "model_name": self.svc.model_name,
-            "model_version": VERSION,
+            "model_version": self.svc.version,
             **({"id": client_id} if client_id is not None else {}),
             "text_output": texts[0] if len(texts) == 1 else texts,
             "finish_reason": [c.finish_reason for c in out.outputs] if len(texts) > 1 else out.outputs[0].finish_reason,
+            "receipt": run.receipt_id,
         }
         if g.return_log_probs:
             lps = [[lp.logprob for lp in (c.logprobs or [])] for c in out.outputs]
@@ -244,13 +250,14 @@ class KServeServing:
                     if d.index not in sent_prefix:
                         sent_prefix.add(d.index)
                         piece = prefix + piece
-                    ev = {"model_name": self.svc.model_name, "model_version": VERSION, "text_output": piece}
+                    ev = {"model_name": self.svc.model_name, "model_version": self.svc.version, "text_output": piece}
                     if client_id is not None:
                         ev["id"] = client_id
                     if g.num_return_sequences > 1:
                         ev["sequence_index"] = d.index
                     if d.finish_reason:
                         ev["finish_reason"] = d.finish_reason
+                        ev["receipt"] = run.receipt_id
                     if g.return_log_probs and d.logprobs:
                         ev["output_log_probs"] = [lp.logprob for lp in d.logprobs]
                     yield event(ev)

@@ -3,12 +3,24 @@
 from __future__ import annotations
 
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from trtserve.engine.sampling import MAX_LOGPROBS, SamplingParams, TokenLogprob
+from trtserve.engine.sampling import MAX_LOGPROBS, GuidedDecoding, SamplingParams, TokenLogprob
+from trtserve.serve.openai.tools import Tool, ToolCall, ToolChoice, ToolPlan
+from trtserve.serve.unicode import check_unicode
 from trtserve.text.outputs import CompletionOutput, RequestOutput
+
+# Bounds every integer the engine turns into a tensor index or size (a larger one was a 500, found by
+# tests/fuzz); whether an id lies in the vocabulary is checked against the model (engine/rules.py).
+TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+
+
+def _is_token_id(key: str) -> bool:
+    """A logit_bias key: ASCII digits ("²" is a digit to str.isdigit, not to int) of an int32."""
+    k = key.strip()
+    return k.isascii() and k.isdigit() and len(k) <= 10 and int(k) < 2**31
 
 
 class StreamOptions(BaseModel):
@@ -17,36 +29,64 @@ class StreamOptions(BaseModel):
     continuous_usage_stats: bool = False
 
 
+class JsonSchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    name: str = Field("response", max_length=64)
+    description: str | None = None
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    strict: bool | None = None  # the output always follows the schema; accepted for compatibility
+
+
+class ResponseFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _schema(self):
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError('response_format needs json_schema exactly when type is "json_schema"')
+        return self
+
+
 class SamplingFields(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    max_tokens: int | None = Field(None, ge=1, lt=2**31)
     temperature: float | None = Field(None, ge=0.0, le=2.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=-1)
+    top_k: int | None = Field(None, ge=-1, lt=2**31)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     n: int = Field(1, ge=1, le=16)
     best_of: int | None = Field(None, ge=1)
     stop: str | list[str] | None = None
-    stop_token_ids: list[int] | None = None
+    stop_token_ids: list[TokenId] | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = None  # token id (as text, as OpenAI sends it) -> [-100, 100]
+    response_format: ResponseFormat | None = None
+    guided_json: dict[str, Any] | str | None = None  # vLLM's extra fields: a JSON schema,
+    guided_regex: str | None = None  # a regex,
+    guided_choice: list[str] | None = Field(None, min_length=1)  # one of these strings,
+    guided_grammar: str | None = None  # or an EBNF grammar (xgrammar dialect, root rule `root`)
     ignore_eos: bool = False
-    min_tokens: int = Field(0, ge=0)
+    min_tokens: int = Field(0, ge=0, lt=2**31)
     include_stop_str_in_output: bool = False
     skip_special_tokens: bool = True
     user: str | None = None
     stream: bool = False
     stream_options: StreamOptions | None = None
     timeout: float | None = Field(None, gt=0.0)  # seconds; trtserve extension
-    priority: float = 0.0  # higher is served first; trtserve extension
+    priority: float = Field(0.0, allow_inf_nan=False)  # higher is served first; trtserve extension
     cache_salt: str | None = None  # isolates prefix-cache entries; trtserve extension
+    # trtserve extensions: a named context and its version; prefixes cached under another version are not reused
+    cache_namespace: str | None = Field(None, min_length=1, max_length=256)
+    context_version: int | None = Field(None, ge=0, le=2**63 - 1)
 
     @field_validator("stop")
     @classmethod
@@ -56,10 +96,24 @@ class SamplingFields(BaseModel):
             raise ValueError("give at most 16 non-empty stop strings")
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data):
+        check_unicode(data)  # a lone surrogate reached the tokenizer: a 500 (tests/fuzz)
+        return data
+
     @model_validator(mode="after")
     def _unsupported(self):
-        if self.logit_bias:
-            raise ValueError("logit_bias is not supported by trtserve; leave it out")
+        if self.logit_bias and any(not _is_token_id(k) for k in self.logit_bias):
+            raise ValueError("logit_bias keys must be token ids (non-negative integers)")
+        if self.logit_bias and any(not abs(v) <= 100 for v in self.logit_bias.values()):  # NaN too
+            raise ValueError("logit_bias values must lie in [-100, 100]")
+        guides = [self.guided_json, self.guided_regex, self.guided_choice, self.guided_grammar]
+        guides.append(None if self.response_format is None or self.response_format.type == "text" else 1)
+        if sum(g is not None for g in guides) > 1:
+            raise ValueError(
+                "give at most one of response_format, guided_json, guided_regex, guided_choice, guided_grammar"
+            )
         if self.best_of is not None and self.best_of != self.n:
             raise ValueError("best_of other than n is not supported; leave it out")
         if self.stream_options is not None and not self.stream:
@@ -89,11 +143,33 @@ class SamplingFields(BaseModel):
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             skip_special_tokens=self.skip_special_tokens,
+            guided=self.guided_decoding(),
+            logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
         )
+
+    def guided_decoding(self) -> GuidedDecoding | None:
+        """The grammar the output must follow, from response_format or a guided_* field."""
+        import json
+
+        rf = self.response_format
+        if rf is not None and rf.type == "json_schema":
+            return GuidedDecoding(kind="json_schema", spec=json.dumps(rf.json_schema.schema_))
+        if rf is not None and rf.type == "json_object":
+            return GuidedDecoding(kind="json_object")
+        if self.guided_json is not None:
+            spec = self.guided_json if isinstance(self.guided_json, str) else json.dumps(self.guided_json)
+            return GuidedDecoding(kind="json_schema", spec=spec)
+        if self.guided_regex is not None:
+            return GuidedDecoding(kind="regex", spec=self.guided_regex)
+        if self.guided_choice is not None:
+            return GuidedDecoding(kind="choice", spec=json.dumps(self.guided_choice))
+        if self.guided_grammar is not None:
+            return GuidedDecoding(kind="grammar", spec=self.guided_grammar)
+        return None
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[int] | list[list[int]]
+    prompt: str | list[str] | list[TokenId] | list[list[TokenId]]
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     suffix: None = None
@@ -114,9 +190,11 @@ class TextPart(BaseModel):
 
 class ChatMessage(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
+    tool_call_id: str | None = None  # role "tool": the call this message answers
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -124,24 +202,32 @@ class ChatMessage(BaseModel):
         return self.content or ""
 
 
-class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    type: Literal["text"]
-
-
 class ChatCompletionRequest(SamplingFields):
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, lt=2**31)
     add_generation_prompt: bool = True
-    response_format: ResponseFormat | None = None
+    tools: list[Tool] | None = Field(None, max_length=128)
+    tool_choice: ToolChoice | None = None  # default: "auto" with tools, else "none"
+    parallel_tool_calls: bool = True
 
     @model_validator(mode="after")
     def _logprobs(self):
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs requires logprobs: true")
         return self
+
+    @model_validator(mode="after")
+    def _tools(self):
+        plan = self.tool_plan(None)
+        if plan.guided() is not None and self.guided_decoding() is not None:
+            raise ValueError(f"tool_choice {plan.mode!r} constrains the output; leave out response_format and guided_*")
+        return self
+
+    def tool_plan(self, template: str | None) -> ToolPlan:
+        """How the tools are used, for a chat template (its text picks the tool-call parser)."""
+        return ToolPlan(self.tools, self.tool_choice, template, self.parallel_tool_calls)
 
 
 class TokenizeRequest(BaseModel):
@@ -151,6 +237,12 @@ class TokenizeRequest(BaseModel):
     messages: list[ChatMessage] | None = None
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
+
+    @model_validator(mode="before")
+    @classmethod
+    def _valid_unicode(cls, data):
+        check_unicode(data)
+        return data
 
     @model_validator(mode="after")
     def _one(self):
@@ -162,7 +254,7 @@ class TokenizeRequest(BaseModel):
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str | None = None
-    tokens: list[int]
+    tokens: list[TokenId]
 
 
 # ---- responses -----------------------------------------------------------------------------

@@ -4,50 +4,54 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Request
 
-from trtserve.serve.errors import APIError
+from trtserve.serve.errors import error_responses
 from trtserve.serve.openai import protocol as p
+from trtserve.serve.repository.lookup import model_list, routed
 
 router = APIRouter()
+_STREAM = {
+    200: {
+        "content": {"text/event-stream": {}},
+        "description": "JSON, or with stream: true server-sent events",
+    }
+}
+_GENERATE = _STREAM | error_responses(400, 401, 404, 413, 429, 501, 503, 504)
 
 
-def _serving(request: Request):
-    return request.app.state.server.openai
+def _serving(request: Request, model: str | None = None, user: str | None = None):
+    """The serving logic of the version the repository routes `model` to (sticky on `user`)."""
+    return routed(request, model, key=user).openai
 
 
 def _log(request: Request) -> dict:
     return request.scope.setdefault("trtserve_log", {})
 
 
-@router.get("/v1/models")
+@router.get("/v1/models", responses=error_responses(401, 503))
 async def models(request: Request):
-    return _serving(request).models()
+    return model_list(request.app.state.server.repository)
 
 
-@router.get("/v1/models/{model_id:path}")
+@router.get("/v1/models/{model_id:path}", responses=error_responses(401, 404, 503))
 async def model(model_id: str, request: Request):
-    serving = _serving(request)
-    if model_id != serving.svc.model_name:
-        raise APIError(
-            404, f"model {model_id!r} does not exist; this server serves {serving.svc.model_name!r}", "model"
-        )
-    return serving.model_card()
+    return _serving(request, model_id).model_card(model_id)
 
 
-@router.post("/v1/completions")
+@router.post("/v1/completions", responses=_GENERATE)
 async def completions(body: p.CompletionRequest, request: Request):
-    return await _serving(request).completions(body, request, _log(request))
+    return await _serving(request, body.model, body.user).completions(body, request, _log(request))
 
 
-@router.post("/v1/chat/completions")
+@router.post("/v1/chat/completions", responses=_GENERATE)
 async def chat(body: p.ChatCompletionRequest, request: Request):
-    return await _serving(request).chat(body, request, _log(request))
+    return await _serving(request, body.model, body.user).chat(body, request, _log(request))
 
 
-@router.post("/tokenize")
+@router.post("/tokenize", responses=error_responses(400, 401, 404, 413, 503))
 async def tokenize(body: p.TokenizeRequest, request: Request):
-    return _serving(request).tokenize(body)
+    return _serving(request, body.model).tokenize(body)
 
 
-@router.post("/detokenize")
+@router.post("/detokenize", responses=error_responses(400, 401, 404, 413, 503))
 async def detokenize(body: p.DetokenizeRequest, request: Request):
-    return _serving(request).detokenize(body)
+    return _serving(request, body.model).detokenize(body)

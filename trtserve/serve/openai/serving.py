@@ -11,6 +11,9 @@ from trtserve.engine.errors import UserError
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.generation import GenerationRun, GenerationService, run_or_abort_on_disconnect
 from trtserve.serve.openai import protocol as p
+from trtserve.serve.openai import tools
+from trtserve.serve.receipts.model import receipt_field
+from trtserve.serve.repository.router import parse_target
 from trtserve.serve.sse import DONE, event, merged
 from trtserve.text.outputs import RequestOutput
 
@@ -21,8 +24,14 @@ class OpenAIServing:
         self.tok = service.tokenizer
 
     # ---- helpers -------------------------------------------------------------------------
+    @property
+    def served_name(self) -> str:
+        """`name:VERSION`: the `model` of every response says which version answered."""
+        return f"{self.svc.model_name}:{self.svc.version}"
+
     def check_model(self, model: str | None) -> None:
-        if model is not None and model != self.svc.model_name:
+        # the repository routed `name`, `name:VERSION` or `name@LABEL` here
+        if model is not None and parse_target(model).model != self.svc.model_name:
             raise APIError(404, f"model {model!r} does not exist; this server serves {self.svc.model_name!r}", "model")
 
     def max_tokens(self, asked: int | None, prompt_len: int) -> int:
@@ -36,11 +45,13 @@ class OpenAIServing:
             )
         return room
 
-    def encode_chat(self, messages: list[p.ChatMessage], add_generation_prompt: bool) -> list[int]:
-        convo = [{"role": m.role if m.role != "developer" else "system", "content": m.text()} for m in messages]
+    def encode_chat(
+        self, messages: list[p.ChatMessage], add_generation_prompt: bool, tool_defs: list[dict] | None = None
+    ) -> list[int]:
+        convo = [tools.template_message(m) for m in messages]
         try:
             enc = self.tok.apply_chat_template(
-                convo, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=True
+                convo, tools=tool_defs, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=True
             )
         except Exception as err:  # jinja raises for conversations the template rejects
             raise APIError(400, f"the chat template rejected these messages: {err}", "messages") from None
@@ -60,6 +71,8 @@ class OpenAIServing:
                         timeout=body.timeout,
                         priority=body.priority,
                         cache_salt=body.cache_salt,
+                        cache_namespace=body.cache_namespace,
+                        context_version=body.context_version,
                         log=log,
                     )
                 )
@@ -95,7 +108,7 @@ class OpenAIServing:
 
         rid = self.svc.new_id("cmpl")
         runs = self.start_all(rid, prompts, make, body, log)
-        name = self.svc.model_name
+        name = self.served_name
         if body.stream:
             return self.stream(self._stream_completions(rid, name, body, runs, texts))
         outputs = await self.wait(http, runs)
@@ -109,7 +122,8 @@ class OpenAIServing:
                     gen = p.completion_logprobs(self.tok, c.logprobs or [], offset=len(texts[i]) if body.echo else 0)
                     lps = {k: lps[k] + gen[k] for k in gen}
                 choices.append(p.completion_choice(i * body.n + c.index, text, c, lps))
-        return JSONResponse(p.envelope("text_completion", rid, name, choices, p.usage(outputs)))
+        envelope = p.envelope("text_completion", rid, name, choices, p.usage(outputs))
+        return JSONResponse(envelope | {"receipt": receipt_field(runs)})
 
     def _prompts(self, prompt) -> tuple[list[str], list[list[int]]]:
         if isinstance(prompt, str):
@@ -155,28 +169,40 @@ class OpenAIServing:
     # ---- /v1/chat/completions ----------------------------------------------------------------
     async def chat(self, body: p.ChatCompletionRequest, http: HTTPRequest, log: dict):
         self.check_model(body.model)
-        ids = self.encode_chat(body.messages, body.add_generation_prompt)
+        plan = body.tool_plan(getattr(self.tok, "chat_template", None))
+        ids = self.encode_chat(body.messages, body.add_generation_prompt, plan.template_tools())
         top = body.top_logprobs or 0 if body.logprobs else None
         max_tokens = self.max_tokens(body.max_completion_tokens or body.max_tokens, len(ids))
         rid = self.svc.new_id("chatcmpl")
-        runs = self.start_all(rid, [ids], lambda _: body.sampling_params(max_tokens, top), body, log)
-        name = self.svc.model_name
-        if body.stream:
-            return self.stream(self._stream_chat(rid, name, body, runs))
-        (out,) = await self.wait(http, runs)
-        choices = [
-            {
-                "index": c.index,
-                "message": {"role": "assistant", "content": c.text},
-                "logprobs": p.chat_logprobs(self.tok, c.logprobs or []) if body.logprobs else None,
-                "finish_reason": c.finish_reason,
-                "stop_reason": c.stop_reason,
-            }
-            for c in out.outputs
-        ]
-        return JSONResponse(p.envelope("chat.completion", rid, name, choices, p.usage([out])))
 
-    async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs):
+        def make(_):
+            params = body.sampling_params(max_tokens, top)
+            return params.model_copy(update={"guided": plan.guided()}) if plan.guided() else params
+
+        runs = self.start_all(rid, [ids], make, body, log)
+        name = self.served_name
+        if body.stream:
+            return self.stream(self._stream_chat(rid, name, body, runs, plan))
+        (out,) = await self.wait(http, runs)
+        choices = []
+        for c in out.outputs:
+            message, has_calls = {"role": "assistant", "content": c.text}, False
+            if plan.active:
+                message, has_calls = plan.parser().message(c.text)
+            choices.append(
+                {
+                    "index": c.index,
+                    "message": message,
+                    "logprobs": p.chat_logprobs(self.tok, c.logprobs or []) if body.logprobs else None,
+                    "finish_reason": tools.finish_reason(c.finish_reason, has_calls),
+                    "stop_reason": c.stop_reason,
+                }
+            )
+        return JSONResponse(
+            p.envelope("chat.completion", rid, name, choices, p.usage([out])) | {"receipt": receipt_field(runs)}
+        )
+
+    async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs, plan: tools.ToolPlan):
         kind = "chat.completion.chunk"
         for j in range(body.n):
             yield event(
@@ -194,15 +220,19 @@ class OpenAIServing:
                     ],
                 )
             )
+        parsers = {j: plan.parser() for j in range(body.n)} if plan.active else {}
         async for _, d in merged(runs):
             delta = {"content": d.text} if d.text or not d.finish_reason else {}
+            finish = d.finish_reason
+            if plan.active:
+                delta, finish = _tool_delta(parsers[d.index], d.text, d.finish_reason)
             lps = p.chat_logprobs(self.tok, d.logprobs) if body.logprobs and d.logprobs else None
             yield event(
                 p.envelope(
                     kind,
                     rid,
                     name,
-                    [{"index": d.index, "delta": delta, "logprobs": lps, "finish_reason": d.finish_reason}],
+                    [{"index": d.index, "delta": delta, "logprobs": lps, "finish_reason": finish}],
                 )
             )
         if body.stream_options and body.stream_options.include_usage:
@@ -212,9 +242,9 @@ class OpenAIServing:
     def models(self) -> dict:
         return {"object": "list", "data": [self.model_card()]}
 
-    def model_card(self) -> dict:
+    def model_card(self, model_id: str | None = None) -> dict:
         return {
-            "id": self.svc.model_name,
+            "id": model_id or self.svc.model_name,
             "object": "model",
             "created": int(self.svc.started),
             "owned_by": "trtserve",
@@ -235,3 +265,15 @@ class OpenAIServing:
         if any(t < 0 or t >= vocab for t in body.tokens):
             raise APIError(400, f"token ids must lie in [0, {vocab})", "tokens")
         return {"prompt": self.tok.decode(body.tokens)}
+
+
+def _tool_delta(parser: tools.ToolCallStream, text: str, finish: str | None) -> tuple[dict, str | None]:
+    """A streamed chat delta of a reply that may hold tool calls: content shown so far, and the
+    calls' `tool_calls` deltas (OpenAI's shape: the first of a call carries id, type and name)."""
+    content, calls = parser.feed(text, final=finish is not None)
+    delta: dict = {}
+    if content or (not calls and not finish):
+        delta["content"] = content
+    if calls:
+        delta["tool_calls"] = calls
+    return delta, tools.finish_reason(finish, bool(parser.calls))

@@ -1,0 +1,71 @@
+"""One batch line through the same OpenAI serving path online requests take (same validation,
+admission, engine and response builder), at the lowest priority."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+
+from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
+
+from trtserve.engine.errors import UserError
+from trtserve.serve.errors import APIError, describe_request_error, error_body
+from trtserve.serve.openai import protocol as p
+from trtserve.serve.state import ServerState
+
+# Below any online request's priority (the scheduler serves higher first and preempts lower first).
+BATCH_PRIORITY = -1e9
+# Backends that refuse request priorities (a 400): there the in-flight cap alone keeps batch work polite.
+NO_PRIORITY = {"tensorrt_llm"}
+REQUESTS = {"/v1/completions": p.CompletionRequest, "/v1/chat/completions": p.ChatCompletionRequest}
+
+
+def serving_for(server: ServerState, model: str | None, user: str | None = None):
+    """The OpenAI serving object that answers a line naming `model`, routed by the model
+    repository exactly as an online request is (APIError 404 / 503 as online)."""
+    return server.repository.route(model, user, None).openai
+
+
+class NoClient:
+    """Stands in for the HTTP request the serving layer watches for a disconnect: a batch line has
+    no client, so it never disconnects (cancelling the line's task aborts it instead)."""
+
+    async def receive(self):
+        await asyncio.Event().wait()
+
+
+class Retry(Exception):
+    """The server refused for now (queue full, draining): run the line again later, record nothing."""
+
+    def __init__(self, status: int):
+        super().__init__(status)
+        self.status = status
+
+
+async def execute(server: ServerState, endpoint: str, body: dict) -> tuple[int, str, dict]:
+    """-> (HTTP status, request id, response body) exactly as the online endpoint would answer.
+    Raises Retry for 429/503, which say nothing about the request itself."""
+    request_id = "req_" + uuid.uuid4().hex
+    try:
+        req = REQUESTS[endpoint].model_validate(body)
+    except ValidationError as err:
+        message, field = describe_request_error(RequestValidationError(err.errors()))
+        return 400, request_id, error_body(endpoint, 400, message, field)
+    if req.stream:
+        return 400, request_id, error_body(endpoint, 400, "stream is not supported in a batch; leave it out", "stream")
+    try:
+        serving = serving_for(server, req.model, req.user)
+        if serving.svc.engine.platform not in NO_PRIORITY:
+            req.priority = BATCH_PRIORITY
+        handler = serving.completions if endpoint == "/v1/completions" else serving.chat
+        response = await handler(req, NoClient(), {"batch": True})
+    except APIError as err:
+        if err.status in (429, 503):
+            raise Retry(err.status) from None
+        return err.status, request_id, error_body(endpoint, err.status, err.message, err.param)
+    except UserError as err:
+        return 400, request_id, error_body(endpoint, 400, str(err))
+    out = json.loads(response.body)
+    return response.status_code, out.get("id", request_id), out

@@ -1,0 +1,121 @@
+"""Admin routes of receipts and the prefix cache (the admin key guards them: admin.py).
+
+GET  /v1/receipts/{id}      a stored receipt (--receipts on|hashes)
+POST /v1/replay             {receipt, prompt_token_ids?, allow_other_engine?}: run it again here
+POST /v1/cache/invalidate   {namespace, before_version?, model?}: drop a namespace's cached prefixes
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trtserve.engine.errors import UnsupportedError, UserError
+from trtserve.serve.errors import APIError
+from trtserve.serve.generation import GenerationService
+from trtserve.serve.receipts.admin import require_admin
+from trtserve.serve.receipts.model import Receipt
+from trtserve.serve.receipts.replay import ReplayResult, ReplaySequence, check_engine, params_of, prompt_of
+
+router = APIRouter()
+
+
+class InvalidateRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    namespace: str = Field(min_length=1, max_length=256)
+    before_version: int | None = Field(None, ge=0)  # only versions older than this (and unversioned blocks)
+    model: str | None = None  # one model's engines; default: every loaded one
+
+
+class ReplayRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    receipt: Receipt
+    prompt_token_ids: list[int] | None = None  # for a receipt stored with --receipts hashes
+    allow_other_engine: bool = False
+
+
+def services(request: Request, model: str | None = None) -> list[GenerationService]:
+    """The loaded generation services (every model version's), or those of `model`."""
+    server = request.app.state.server
+    repo = getattr(server, "repository", None)
+    found = [mv.service for mv in repo.versions() if mv.service is not None] if repo is not None else []
+    if repo is None and server.service is not None:
+        found = [server.service]
+    if model is not None:
+        found = [s for s in found if s.model_name == model]
+        if not found:
+            raise APIError(404, f"model {model!r} has no loaded version here; check GET /v1/models")
+    return found
+
+
+@router.get("/v1/receipts/{receipt_id}")
+async def get_receipt(receipt_id: str, request: Request):
+    require_admin(request)
+    recorder = getattr(request.app.state, "receipts", None)
+    if recorder is None:
+        raise APIError(404, "receipts are not stored on this server; start it with --receipts on (or hashes)")
+    receipt = await asyncio.to_thread(recorder.get, receipt_id)
+    if receipt is None:
+        raise APIError(404, f"no receipt {receipt_id!r} is stored here")
+    return receipt
+
+
+@router.post("/v1/cache/invalidate")
+async def invalidate(request: Request):
+    require_admin(request)
+    body = _parse(InvalidateRequest, await request.body())
+    dropped = 0
+    try:
+        for svc in services(request, body.model):
+            invalidate_cache = getattr(svc.engine, "invalidate_cache", None)
+            if invalidate_cache is None:  # an engine written before the contract had it
+                raise UnsupportedError(f"the {svc.engine.platform} engine cannot invalidate its prefix cache")
+            dropped += await invalidate_cache(body.namespace, body.before_version)
+    except UnsupportedError as err:
+        raise APIError(501, str(err)) from None
+    return {"namespace": body.namespace, "before_version": body.before_version, "blocks_invalidated": dropped}
+
+
+@router.post("/v1/replay")
+async def replay(request: Request):
+    """Run a receipt's request again on this server's engine for that model; the client compares."""
+    require_admin(request)
+    body = _parse(ReplayRequest, await request.body())
+    receipt = body.receipt
+    svc = next((s for s in services(request) if s.model_name == receipt.model), None)
+    if svc is None:
+        raise APIError(404, f"model {receipt.model!r} of receipt {receipt.id} is not loaded on this server")
+    try:
+        check_engine(receipt, svc.receipts.identity, body.allow_other_engine)
+    except UserError as err:
+        raise APIError(409, str(err)) from None
+    prompt, params = prompt_of(receipt, body.prompt_token_ids), params_of(receipt)
+    c = receipt.cache
+    run = svc.start(
+        f"replay-{receipt.id}", prompt, params, cache_namespace=c.namespace, context_version=c.context_version
+    )
+    out = await run.collect()
+    outputs = [
+        ReplaySequence(
+            index=o.index,
+            token_ids=o.token_ids,
+            logprobs=[lp.logprob for lp in o.logprobs] if o.logprobs is not None else None,
+            finish_reason=o.finish_reason,
+        )
+        for o in out.outputs
+    ]
+    result = ReplayResult(
+        engine=svc.receipts.identity, outputs=outputs, cached_tokens=out.num_cached_tokens, receipt=run.receipt_id
+    )
+    return result.model_dump(mode="json")
+
+
+def _parse(model: type[BaseModel], raw: bytes):
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(x) for x in e["loc"]) or "body"
+        raise APIError(400, f"{where}: {e['msg']}") from None

@@ -1,0 +1,198 @@
+"""Repository routes. Triton's repository API (`POST /v2/repository/index`, `.../models/{m}/load`
+and `/unload`) and trtserve's admin routes (`/admin/...`: status, load, unload, promote, canary,
+rollback, shadow), which `trtserve repo` calls.
+
+Load, unload and every /admin route change what is served, so they take the admin key
+(`Authorization: Bearer ADMIN_KEY`), never the API key; without an admin key configured they are
+open to clients on the loopback interface only.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field
+
+from trtserve.serve.errors import APIError
+from trtserve.serve.receipts.admin import ADMIN_PATHS
+from trtserve.serve.repository import operations
+from trtserve.serve.repository.repository import Repository
+
+router = APIRouter()
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+def is_admin_path(path: str) -> bool:
+    """Paths the admin key guards (the middleware skips its API-key check for them)."""
+    return path.startswith(("/admin/", *ADMIN_PATHS)) or (
+        path.startswith("/v2/repository/models/") and path.endswith(("/load", "/unload"))
+    )
+
+
+def _admin(request: Request) -> Repository:
+    server = request.app.state.server
+    key = server.config.admin_key
+    if key:
+        given = request.headers.get("authorization", "")
+        token = given[7:] if given.lower().startswith("bearer ") else ""
+        if not hmac.compare_digest(token.encode(), key.encode()):
+            raise APIError(401, "missing or wrong admin key; send `Authorization: Bearer <admin key>`")
+    elif request.client is None or request.client.host not in LOOPBACK:
+        raise APIError(403, "admin routes are open only to localhost unless the server has --admin-key; set one")
+    return server.repository
+
+
+async def _body(request: Request) -> dict:
+    raw = await request.body()
+    if not raw:
+        return {}
+    try:
+        body = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise APIError(400, "the request body is not valid JSON") from None
+    if not isinstance(body, dict):
+        raise APIError(400, "the request body must be a JSON object")
+    return body
+
+
+def _versions(params: dict) -> list[int] | None:
+    """Triton load/unload parameters: trtserve reads `version` ("2" or 2) to act on one version."""
+    v = params.get("version")
+    if v is None:
+        return None
+    if not str(v).isdigit() or int(v) < 1:
+        raise APIError(400, f"parameter 'version' is {v!r}; give a positive integer")
+    return [int(v)]
+
+
+# ---- Triton's repository API -----------------------------------------------------------------------
+@router.post("/v2/repository/index")
+async def index(request: Request):
+    body = await _body(request)
+    return request.app.state.server.repository.index(ready_only=bool(body.get("ready")))
+
+
+@router.post("/v2/repository/models/{model}/load")
+async def triton_load(model: str, request: Request):
+    repo = _admin(request)
+    await repo.load(model, _versions((await _body(request)).get("parameters") or {}))
+    return {}
+
+
+@router.post("/v2/repository/models/{model}/unload")
+async def triton_unload(model: str, request: Request):
+    repo = _admin(request)
+    await repo.unload(model, _versions((await _body(request)).get("parameters") or {}))
+    return {}
+
+
+# ---- trtserve's admin routes -------------------------------------------------------------------------
+class VersionsBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    versions: list[int] | None = None
+    reload: bool = False  # load: a READY version loads again from its dir and replaces the serving one
+
+
+class VersionBody(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    version: int = Field(ge=1)
+
+
+class CanaryBody(VersionBody):
+    weight: float
+    guard: str | None = None  # "error_rate<0.01,p95_ttft<1.5x"
+    window: int = Field(20, ge=1)
+
+
+class ShadowBody(VersionBody):
+    fraction: float
+
+
+@router.get("/admin/repository")
+async def status(request: Request):
+    return status_of(_admin(request))
+
+
+@router.post("/admin/models/{model}/load")
+async def load(model: str, body: VersionsBody, request: Request):
+    repo = _admin(request)
+    await repo.load(model, body.versions, reload=body.reload)
+    return status_of(repo, model)
+
+
+@router.post("/admin/models/{model}/unload")
+async def unload(model: str, body: VersionsBody, request: Request):
+    repo = _admin(request)
+    await repo.unload(model, body.versions)
+    return status_of(repo, model)
+
+
+@router.post("/admin/models/{model}/promote")
+async def promote(model: str, body: VersionBody, request: Request):
+    repo = _admin(request)
+    operations.promote(repo.model(model), body.version)
+    return status_of(repo, model)
+
+
+@router.post("/admin/models/{model}/canary")
+async def canary(model: str, body: CanaryBody, request: Request):
+    repo = _admin(request)
+    operations.canary(repo.model(model), body.version, body.weight, body.guard, body.window)
+    return status_of(repo, model)
+
+
+@router.post("/admin/models/{model}/rollback")
+async def rollback(model: str, request: Request):
+    repo = _admin(request)
+    operations.rollback(repo.model(model), repo.metrics)
+    return status_of(repo, model)
+
+
+@router.post("/admin/models/{model}/shadow")
+async def shadow(model: str, body: ShadowBody, request: Request):
+    repo = _admin(request)
+    operations.shadow(repo.model(model), body.version, body.fraction)
+    repo.shadow.reset(model, body.version)
+    return status_of(repo, model)
+
+
+def status_of(repo: Repository, only: str | None = None) -> dict:
+    """Every model (or one): versions with state, reason, in-flight requests, KV bytes and guard
+    outcomes; labels, weights, shadow agreement, the guard's last verdict."""
+    models = {}
+    for name, m in repo.models.items():
+        if only is not None and name != only:
+            continue
+        shadow_stats = None
+        if m.policy.shadow is not None:
+            stats = repo.shadow.stats.get((name, m.policy.shadow.version))
+            shadow_stats = {**m.policy.shadow.model_dump(), **(stats.summary() if stats else {})}
+        models[name] = {
+            "versions": {
+                str(v): {
+                    "state": mv.state.value,
+                    "reason": mv.reason,
+                    "in_flight": mv.in_flight,
+                    "kv_cache_bytes": mv.kv_bytes,
+                    "served": mv.served,
+                    "errors": sum(not o.ok for o in mv.recent),
+                }
+                for v, mv in sorted(m.versions.items())
+            },
+            "default": getattr(m.default_version(), "version", None),
+            "labels": m.policy.labels,
+            "weights": {str(k): w for k, w in m.policy.weights.items()},
+            "guard": m.policy.guard.model_dump() if m.policy.guard else None,
+            "guard_verdict": repo.guard.last.get(name),
+            "shadow": shadow_stats,
+            "rollback_depth": len(m.policy.history),
+        }
+    budget = repo.budget
+    return {
+        "model_control_mode": repo.mode,
+        "kv_cache_memory": budget.total,
+        "kv_cache_used": budget.used(),
+        "models": models,
+    }

@@ -1,0 +1,251 @@
+"""The model repository of a running server: its models, routing a request to a version, and
+loading / unloading versions in the background while the others keep serving.
+
+Invariants: a version is routed to only while READY; a load that fails leaves every other version
+as it was; an unload (or a failed engine) never routes another model's answer to a client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import gc
+import logging
+from collections.abc import Callable
+from pathlib import Path
+
+from trtserve.engine.errors import UserError
+from trtserve.engine.open import open_engine, preflight
+from trtserve.engine.protocol import Engine
+from trtserve.engine.run_config import RuntimeConfig
+from trtserve.engine.sampling import SamplingParams
+from trtserve.serve.config import ServeConfig
+from trtserve.serve.errors import APIError
+from trtserve.serve.generation import GenerationService
+from trtserve.serve.kserve.serving import KServeServing
+from trtserve.serve.load import LoadTracker, engine_batch_size
+from trtserve.serve.metrics import Metrics
+from trtserve.serve.openai.serving import OpenAIServing
+from trtserve.serve.repository.budget import KVBudget
+from trtserve.serve.repository.model import RepoModel
+from trtserve.serve.repository.router import Target, parse_target
+from trtserve.serve.repository.scan import scan, scan_versions
+from trtserve.serve.repository.version import ModelVersion, State
+
+log = logging.getLogger(__name__)
+EngineFactory = Callable[[Path, RuntimeConfig], Engine]
+DRAIN_POLL = 0.02  # s between in-flight checks while a version drains
+
+
+def default_engine_factory(engine_dir: Path, run: RuntimeConfig) -> Engine:
+    """Verify the dir against its manifest, then open the engine its backend names (blocking)."""
+    preflight(engine_dir)
+    return open_engine(engine_dir, run)
+
+
+class Repository:
+    def __init__(
+        self,
+        root: Path,
+        config: ServeConfig,
+        metrics: Metrics,
+        factory: EngineFactory | None = None,
+        mode: str = "none",
+    ):
+        self.root, self.config, self.metrics, self.mode = Path(root), config, metrics, mode
+        self.factory = factory or default_engine_factory
+        self.models: dict[str, RepoModel] = scan(self.root, config.model_name)
+        self.single = len(self.models) == 1 and next(iter(self.models.values())).dir is None
+        self.budget = KVBudget(config.engine, self.models, single=self.single)
+        self.observers: list[Callable] = []  # (version, run, ok) after every request: shadow, guard
+        self.started = False  # the start-up loads have finished (successfully or not)
+        self._load_watched = False
+        self._opening = asyncio.Lock()
+        self.shadow = None  # watch.py's ShadowMirror and GuardWatch, set by install_watchers
+        self.guard = None
+
+    # ---- lookup and routing ----------------------------------------------------------------------
+    @property
+    def default_name(self) -> str:
+        return next(iter(self.models))
+
+    def model(self, name: str | None) -> RepoModel:
+        if name is None:
+            if len(self.models) == 1:
+                return self.models[self.default_name]
+            raise APIError(400, f"name a model: this server serves {', '.join(map(repr, self.models))}", "model")
+        found = self.models.get(name)
+        if found is None:
+            served = ", ".join(repr(m) for m in self.models)
+            raise APIError(404, f"model {name!r} is not served here; this server serves {served}", "model")
+        return found
+
+    def route(self, spec: str | None, key: str | None = None, version: str | None = None) -> ModelVersion:
+        """The READY version that answers `spec` (`name`, `name:V`, `name@L`; None: the only model)."""
+        target = parse_target(spec, version) if spec is not None else Target(self.model(None).name)
+        mv, decision = self.model(target.model).route(target, key)
+        self.metrics.routed.labels(mv.model, str(mv.version), decision).inc()
+        return mv
+
+    def versions(self) -> list[ModelVersion]:
+        return [mv for m in self.models.values() for _, mv in sorted(m.versions.items())]
+
+    def index(self, ready_only: bool = False) -> list[dict]:
+        return [mv.index_entry() for mv in self.versions() if not ready_only or mv.state == State.READY]
+
+    def is_ready(self) -> bool:
+        """Every model that is loaded (or loading) has its default version ready."""
+        return self.started and all(m.default_version() is not None for m in self.models.values() if m.wants_loaded())
+
+    def alive(self) -> bool:
+        engines = [mv.engine for mv in self.versions() if mv.engine is not None and mv.state == State.READY]
+        return any(e.health() for e in engines) if engines else self.started
+
+    # ---- loading ---------------------------------------------------------------------------------
+    async def startup(self) -> None:
+        """With model control mode `none`, load what each policy names (and what its labels,
+        weights and shadow route to); with `explicit`, nothing until asked."""
+        try:
+            if self.mode == "none":
+                jobs = []
+                for m in self.models.values():
+                    wanted = set(m.policy.version_policy.select(list(m.versions))) | m.policy.referenced()
+                    jobs += [self.load_version(m, m.versions[v]) for v in sorted(wanted) if v in m.versions]
+                await asyncio.gather(*jobs, return_exceptions=True)
+        finally:
+            self.started = True
+
+    async def load(self, name: str, versions: list[int] | None = None, reload: bool = False) -> list[ModelVersion]:
+        """Load `versions` of a model (default: what its version policy names); rescans its dir
+        first so that versions built after start-up are found. `reload`: a READY version is loaded
+        again from its dir beside the serving one, then swapped in. Raises APIError 400 if one fails."""
+        m = self.model(name)
+        if m.dir is not None:
+            for v, mv in scan_versions(m.dir).items():
+                m.versions.setdefault(v, mv)
+        numbers = versions or m.policy.version_policy.select(list(m.versions))
+        targets = [m.version(v) for v in numbers]
+        if reload:
+            for mv in targets:
+                await (self.replace_version(m, mv) if mv.state == State.READY else self.load_version(m, mv))
+            targets = [m.versions[v] for v in numbers]
+        else:
+            await asyncio.gather(*(self.load_version(m, mv) for mv in targets))
+        failed = [mv for mv in targets if mv.state != State.READY]
+        if failed:
+            raise APIError(400, "; ".join(f"failed to load {mv.name}: {mv.reason}" for mv in failed))
+        return targets
+
+    async def load_version(self, m: RepoModel, mv: ModelVersion) -> None:
+        async with m.lock:
+            if mv.state == State.READY:
+                return  # loaded already: loading again changes nothing
+            await self._open(mv)
+
+    async def replace_version(self, m: RepoModel, old: ModelVersion) -> None:
+        """The old engine serves until the new one is warm; then new requests go to the new one
+        and the old drains. A failed reload leaves the old one serving."""
+        async with m.lock:
+            new = ModelVersion(old.model, old.version, old.path)
+            await self._open(new)
+            if new.state != State.READY:
+                raise APIError(400, f"failed to reload {old.name} ({new.reason}); the loaded one keeps serving")
+            m.versions[old.version] = new  # one assignment: the next request routes to the new engine
+            await self._drain(old, self.config.drain_timeout)
+
+    async def _open(self, mv: ModelVersion) -> None:
+        """Reserve its KV budget, open and warm up its engine: READY, or UNAVAILABLE with why."""
+        try:
+            run = self.budget.reserve(mv)
+        except UserError as err:
+            mv.state, mv.reason = State.UNAVAILABLE, str(err)
+            raise APIError(400, str(err)) from None
+        mv.state, mv.reason = State.LOADING, ""
+        log.info("loading %s from %s", mv.name, mv.path)
+        try:
+            async with self._opening:  # one engine opens at a time (imports are not thread-safe)
+                engine = await asyncio.to_thread(self.factory, mv.path, run)
+            mv.engine = engine
+            await self._attach(mv, engine)
+            mv.state = State.READY
+            log.info("ready: %s", mv.name)
+        except Exception as err:  # the others keep serving; this one says why
+            log.exception("loading %s failed", mv.name)
+            await self._release(mv)
+            mv.state, mv.reason = State.UNAVAILABLE, f"{type(err).__name__}: {err}"
+
+    async def _attach(self, mv: ModelVersion, engine: Engine) -> None:
+        service = GenerationService(
+            engine, engine.tokenizer, mv.model, self.config, self.metrics, version=str(mv.version)
+        )
+        service.observers.append(lambda run, ok, mv=mv: self._finished(mv, run, ok))
+        mv.service, mv.openai = service, OpenAIServing(service)
+        mv.kserve = KServeServing(service, platform=engine.platform)
+        self.metrics.add_engine(mv.model, str(mv.version), engine.stats)
+        if not self._load_watched:  # serve/load.py's autoscaling gauges: the first version loaded
+            self._load_watched = True
+            batch = engine_batch_size(mv.path, self.config.engine.max_batch_size)
+            self.metrics.watch_load(LoadTracker(engine.stats, service.admission, batch))
+        if self.config.warmup:
+            ids = list(engine.tokenizer.encode("Hello")) or [0]
+            run = service.start("warmup", ids, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
+            await run.collect()
+
+    def _finished(self, mv: ModelVersion, run, ok: bool) -> None:
+        if run.req.client_id in ("warmup",) or (run.req.client_id or "").startswith("shadow-"):
+            return
+        mv.record(ok, getattr(run, "ttft", None))
+        for observer in self.observers:
+            observer(mv, run, ok)
+
+    # ---- unloading -------------------------------------------------------------------------------
+    async def unload(self, name: str, versions: list[int] | None = None) -> list[ModelVersion]:
+        m = self.model(name)
+        if self.single:
+            raise APIError(
+                501,
+                f"trtserve cannot unload the model it serves from one engine dir ({name!r}); stop the server "
+                "(SIGTERM drains it), or serve a repository (trtserve run REPO_DIR) to unload versions",
+            )
+        targets = [m.version(v) for v in versions] if versions else list(m.versions.values())
+        await asyncio.gather(*(self.unload_version(m, mv) for mv in targets))
+        return targets
+
+    async def unload_version(self, m: RepoModel, mv: ModelVersion, timeout: float | None = None) -> None:
+        """Drain: new requests go elsewhere at once, in-flight ones finish (or the drain timeout
+        passes), then the engine stops and its memory goes back to the system."""
+        async with m.lock:
+            if mv.engine is not None:
+                await self._drain(mv, self.config.drain_timeout if timeout is None else timeout)
+
+    async def _drain(self, mv: ModelVersion, limit: float) -> None:
+        mv.state, mv.reason = State.UNLOADING, "draining"
+        deadline = asyncio.get_running_loop().time() + limit
+        while mv.in_flight > 0 and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(DRAIN_POLL)
+        await self._release(mv)
+        mv.state, mv.reason = State.UNAVAILABLE, "unloaded"
+        log.info("unloaded %s", mv.name)
+
+    async def _release(self, mv: ModelVersion) -> None:
+        engine, mv.engine, mv.service, mv.openai, mv.kserve = mv.engine, None, None, None, None
+        if engine is not None:  # a replacement of the same version may already be registered
+            self.metrics.remove_engine(mv.model, str(mv.version), engine.stats)
+        self.budget.release(mv)
+        if engine is not None:
+            await asyncio.to_thread(engine.shutdown)
+        del engine
+        gc.collect()
+        _trim_heap()
+
+    async def shutdown(self) -> None:
+        for mv in self.versions():
+            if mv.engine is not None:
+                await asyncio.to_thread(mv.engine.shutdown)
+
+
+def _trim_heap() -> None:
+    """Hand freed heap pages back to the OS (glibc keeps them otherwise), so RSS falls after an unload."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)

@@ -1,0 +1,46 @@
+"""What `trtserve run PATH` serves: an engine dir (a repository of one model, version 1) or a
+repository `PATH/<model>/<version>/` of engine dirs (versions are positive integers, as in Triton)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trtserve.engine.errors import UserError
+from trtserve.engine.manifest import MANIFEST
+from trtserve.serve.repository.model import RepoModel
+from trtserve.serve.repository.policy import Policy, read_policy
+from trtserve.serve.repository.version import ModelVersion
+
+
+def is_engine_dir(path: Path) -> bool:
+    return (path / MANIFEST).is_file()
+
+
+def scan(path: Path, model_name: str | None = None) -> dict[str, RepoModel]:
+    """The models under `path`; an engine dir is one model named `model_name` or after the dir."""
+    path = Path(path)
+    if not path.is_dir():
+        raise UserError(f"{path} does not exist or is not a directory; give an engine dir or a model repository")
+    if is_engine_dir(path):
+        name = model_name or path.resolve().name
+        return {name: RepoModel(name, None, {1: ModelVersion(name, 1, path)}, Policy())}
+    models = {}
+    for model_dir in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        versions = scan_versions(model_dir)
+        if versions:
+            models[model_dir.name] = RepoModel(model_dir.name, model_dir, versions, read_policy(model_dir))
+    if not models:
+        raise UserError(
+            f"{path} is neither an engine dir (no {MANIFEST}) nor a model repository (no <model>/<version>/ "
+            "dirs); build one with `trtserve build MODEL -o REPO/<model>/1`"
+        )
+    return models
+
+
+def scan_versions(model_dir: Path) -> dict[int, ModelVersion]:
+    """Version dirs are named by positive integers; anything else (policy.yaml, notes) is skipped."""
+    return {
+        int(p.name): ModelVersion(model_dir.name, int(p.name), p)
+        for p in model_dir.iterdir()
+        if p.is_dir() and p.name.isdigit() and int(p.name) > 0
+    }
