@@ -112,7 +112,7 @@ def test_bad_flags_and_unreachable_server(server, model_name):
     proc = _cli("--model", model_name, "--base-url", server.url, "--slo", "ttft=fast")
     assert proc.returncode == 2 and "--slo item 'ttft=fast' is not valid" in proc.stderr
     proc = _cli("--model", "nope", "--base-url", server.url, "-n", "2", "--input-len", "4", "--output-len", "2")
-    assert proc.returncode == 2 and "all 2 requests failed" in proc.stderr and "does not exist" in proc.stderr
+    assert proc.returncode == 2 and "all 2 requests failed" in proc.stderr and "is not served here" in proc.stderr
 
 
 def test_kserve_end_id_minus_one_ignores_eos(server, model_name, offline):
