@@ -33,7 +33,7 @@ def replay_offline(receipt, engine_dir: Path, prompt_ids, allow_other_engine: bo
     """Run it with the offline engine (torch), in the receipt's deterministic mode."""
     from trtserve.engine.manifest import verify_engine_dir
     from trtserve.serve.receipts.book import identity_of
-    from trtserve.serve.receipts.replay import ReplayResult, ReplaySequence, check_engine, params_of, prompt_of
+    from trtserve.serve.receipts.replay import ReplayResult, check_engine, params_of, prompt_of, sequences_of
 
     manifest = verify_engine_dir(engine_dir)
     if manifest.backend != "torch":
@@ -48,15 +48,7 @@ def replay_offline(receipt, engine_dir: Path, prompt_ids, allow_other_engine: bo
     (out,) = LLM(engine_dir, deterministic=receipt.engine.deterministic, kv_cache_memory=budget).generate(
         [prompt], params
     )
-    outputs = [
-        ReplaySequence(
-            index=o.index,
-            token_ids=o.token_ids,
-            logprobs=[lp.logprob for lp in o.logprobs] if o.logprobs is not None else None,
-            finish_reason=o.finish_reason,
-        )
-        for o in out.outputs
-    ]
+    outputs = sequences_of(out.outputs)
     return ReplayResult(engine=identity, outputs=outputs, cached_tokens=out.num_cached_tokens), other
 
 

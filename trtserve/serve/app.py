@@ -21,7 +21,7 @@ from trtserve.serve.kserve.routes import router as kserve_router
 from trtserve.serve.metrics import Metrics
 from trtserve.serve.middleware import ServerMiddleware
 from trtserve.serve.openai.routes import router as openai_router
-from trtserve.serve.openapi import HEALTH, V2_HEALTH
+from trtserve.serve.openapi import HEALTH, V2_HEALTH, install_openapi
 from trtserve.serve.receipts.install import close_receipts, install_receipts
 from trtserve.serve.repository.admin import router as admin_router
 from trtserve.serve.repository.repository import EngineFactory, Repository
@@ -65,6 +65,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     app = FastAPI(title="trtserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     app.state.server = server
     install_handlers(app)
+    install_openapi(app)  # documents those handlers' answers
     app.include_router(openai_router)
     app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
     app.include_router(kserve_router)

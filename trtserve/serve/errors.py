@@ -100,10 +100,6 @@ def describe_request_error(err: RequestValidationError) -> tuple[str, str | None
 
 
 def install_handlers(app) -> None:
-    from trtserve.serve.openapi import install_openapi  # it documents these handlers' answers
-
-    install_openapi(app)
-
     @app.exception_handler(APIError)
     async def _api(request: Request, err: APIError):
         return error_response(request.url.path, err.status, err.message, err.param, err.headers)

@@ -4,12 +4,12 @@ disconnects pass through untouched."""
 
 from __future__ import annotations
 
-import hmac
 import json
 import logging
 import time
 import uuid
 
+from trtserve.serve.admin_key import bearer_matches
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.repository.admin import is_admin_path
@@ -66,15 +66,17 @@ class ServerMiddleware:
             return 400, f"X-Request-Id is longer than {MAX_CLIENT_ID} characters; send a shorter id", {}
         if path in HEALTH_PATHS:
             return None
-        if cfg.api_key and not is_admin_path(path):  # admin routes check the admin key themselves
-            given = headers.get("authorization", "")
-            token = given[7:] if given.lower().startswith("bearer ") else ""
-            if not hmac.compare_digest(token.encode(), cfg.api_key.encode()):
-                return (
-                    401,
-                    "missing or wrong API key; send the header `Authorization: Bearer <key>`",
-                    {"WWW-Authenticate": "Bearer"},
-                )
+        # Admin routes check the admin key themselves.
+        if (
+            cfg.api_key
+            and not is_admin_path(path)
+            and not bearer_matches(headers.get("authorization", ""), cfg.api_key)
+        ):
+            return (
+                401,
+                "missing or wrong API key; send the header `Authorization: Bearer <key>`",
+                {"WWW-Authenticate": "Bearer"},
+            )
         if self.server.draining:
             return 503, "the server is shutting down; retry on another replica", {"Retry-After": "5"}
         if not self.server.loaded and path not in ("/metrics", "/openapi.json"):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import hmac
 import json
 import logging
 import time
@@ -19,6 +18,7 @@ import uuid
 import grpc
 
 from trtserve.engine.errors import UserError
+from trtserve.serve.admin_key import bearer_matches
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
 from trtserve.serve.state import ServerState
@@ -100,11 +100,9 @@ def admit(server: ServerState, method: str, metadata: dict[str, str]) -> None:
         return
     key = server.config.api_key
     admin = server.config.admin_key and method in ("RepositoryModelLoad", "RepositoryModelUnload")
-    if key and not admin:  # those take the admin key instead (check_admin)
-        given = metadata.get("authorization", "")
-        token = given[7:] if given.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), key.encode()):
-            raise APIError(401, "missing or wrong API key; send the metadata `authorization: Bearer <key>`")
+    # Repository load / unload take the admin key instead (check_admin).
+    if key and not admin and not bearer_matches(metadata.get("authorization", ""), key):
+        raise APIError(401, "missing or wrong API key; send the metadata `authorization: Bearer <key>`")
     if server.draining:
         raise APIError(503, "the server is shutting down; retry on another replica")
     if server.load_error and not method.startswith("Repository"):
@@ -116,11 +114,8 @@ def admit(server: ServerState, method: str, metadata: dict[str, str]) -> None:
 def check_admin(server: ServerState, metadata: dict[str, str]) -> None:
     """Repository load / unload take the admin key when the server has one (the API key is not enough)."""
     key = server.config.admin_key
-    if key:
-        given = metadata.get("authorization", "")
-        token = given[7:] if given.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), key.encode()):
-            raise APIError(401, "missing or wrong admin key; send the metadata `authorization: Bearer <admin key>`")
+    if key and not bearer_matches(metadata.get("authorization", ""), key):
+        raise APIError(401, "missing or wrong admin key; send the metadata `authorization: Bearer <admin key>`")
 
 
 def metadata_of(context) -> dict[str, str]:

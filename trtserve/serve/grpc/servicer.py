@@ -16,6 +16,7 @@ from trtserve.serve.grpc.stream import StreamSession
 from trtserve.serve.grpc.tensors import infer_response, parameters, request_tensors
 from trtserve.serve.kserve.infer import infer_call
 from trtserve.serve.kserve.serving import KServeServing
+from trtserve.serve.repository.admin import version_parameter
 from trtserve.serve.repository.lookup import version_ready
 from trtserve.serve.state import ServerState
 from trtserve.serve.statistics import Duration
@@ -108,14 +109,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def RepositoryModelLoad(self, request, context, call: CallLog):
         """Needs the admin key (in `authorization`) when the server has one, as over HTTP."""
         check_admin(self.server, metadata_of(context))
-        version = _version_parameter(parameters(request.parameters))
+        version = version_parameter(parameters(request.parameters))
         await self.server.repository.load(request.model_name, version)
         return pb.RepositoryModelLoadResponse()
 
     @unary
     async def RepositoryModelUnload(self, request, context, call: CallLog):
         check_admin(self.server, metadata_of(context))
-        version = _version_parameter(parameters(request.parameters))
+        version = version_parameter(parameters(request.parameters))
         await self.server.repository.unload(request.model_name, version)
         return pb.RepositoryModelUnloadResponse()
 
@@ -137,15 +138,6 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelStreamInfer(self, request_iterator, context):
         async for response in StreamSession(self, context).run(request_iterator):
             yield response
-
-
-def _version_parameter(params: dict) -> list[int] | None:
-    v = params.get("version")
-    if v is None:
-        return None
-    if not str(v).isdigit() or int(v) < 1:
-        raise APIError(400, f"parameter 'version' is {v!r}; give a positive integer")
-    return [int(v)]
 
 
 def _unsupported(name: str):

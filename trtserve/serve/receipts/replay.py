@@ -22,6 +22,19 @@ class ReplaySequence(BaseModel):
     finish_reason: str | None
 
 
+def sequences_of(outputs) -> list[ReplaySequence]:
+    """A replay's sequences from the text layer's CompletionOutputs (offline LLM or GenerationService)."""
+    return [
+        ReplaySequence(
+            index=o.index,
+            token_ids=o.token_ids,
+            logprobs=[lp.logprob for lp in o.logprobs] if o.logprobs is not None else None,
+            finish_reason=o.finish_reason,
+        )
+        for o in outputs
+    ]
+
+
 class ReplayResult(BaseModel):
     """What a replay produced."""
 

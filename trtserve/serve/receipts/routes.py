@@ -13,11 +13,11 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtserve.engine.errors import UnsupportedError, UserError
+from trtserve.serve.admin_key import require_admin
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationService
-from trtserve.serve.receipts.admin import require_admin
 from trtserve.serve.receipts.model import Receipt
-from trtserve.serve.receipts.replay import ReplayResult, ReplaySequence, check_engine, params_of, prompt_of
+from trtserve.serve.receipts.replay import ReplayResult, check_engine, params_of, prompt_of, sequences_of
 
 router = APIRouter()
 
@@ -97,15 +97,7 @@ async def replay(request: Request):
         f"replay-{receipt.id}", prompt, params, cache_namespace=c.namespace, context_version=c.context_version
     )
     out = await run.collect()
-    outputs = [
-        ReplaySequence(
-            index=o.index,
-            token_ids=o.token_ids,
-            logprobs=[lp.logprob for lp in o.logprobs] if o.logprobs is not None else None,
-            finish_reason=o.finish_reason,
-        )
-        for o in out.outputs
-    ]
+    outputs = sequences_of(out.outputs)
     result = ReplayResult(
         engine=svc.receipts.identity, outputs=outputs, cached_tokens=out.num_cached_tokens, receipt=run.receipt_id
     )

@@ -9,39 +9,29 @@ open to clients on the loopback interface only.
 
 from __future__ import annotations
 
-import hmac
 import json
 
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
+from trtserve.serve.admin_key import RECEIPT_PATHS, require_admin
 from trtserve.serve.errors import APIError
-from trtserve.serve.receipts.admin import ADMIN_PATHS
 from trtserve.serve.repository import operations
 from trtserve.serve.repository.repository import Repository
 
 router = APIRouter()
-LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 def is_admin_path(path: str) -> bool:
     """Paths the admin key guards (the middleware skips its API-key check for them)."""
-    return path.startswith(("/admin/", *ADMIN_PATHS)) or (
+    return path.startswith(("/admin/", *RECEIPT_PATHS)) or (
         path.startswith("/v2/repository/models/") and path.endswith(("/load", "/unload"))
     )
 
 
 def _admin(request: Request) -> Repository:
-    server = request.app.state.server
-    key = server.config.admin_key
-    if key:
-        given = request.headers.get("authorization", "")
-        token = given[7:] if given.lower().startswith("bearer ") else ""
-        if not hmac.compare_digest(token.encode(), key.encode()):
-            raise APIError(401, "missing or wrong admin key; send `Authorization: Bearer <admin key>`")
-    elif request.client is None or request.client.host not in LOOPBACK:
-        raise APIError(403, "admin routes are open only to localhost unless the server has --admin-key; set one")
-    return server.repository
+    require_admin(request)
+    return request.app.state.server.repository
 
 
 async def _body(request: Request) -> dict:
@@ -57,7 +47,7 @@ async def _body(request: Request) -> dict:
     return body
 
 
-def _versions(params: dict) -> list[int] | None:
+def version_parameter(params: dict) -> list[int] | None:
     """Triton load/unload parameters: trtserve reads `version` ("2" or 2) to act on one version."""
     v = params.get("version")
     if v is None:
@@ -77,14 +67,14 @@ async def index(request: Request):
 @router.post("/v2/repository/models/{model}/load")
 async def triton_load(model: str, request: Request):
     repo = _admin(request)
-    await repo.load(model, _versions((await _body(request)).get("parameters") or {}))
+    await repo.load(model, version_parameter((await _body(request)).get("parameters") or {}))
     return {}
 
 
 @router.post("/v2/repository/models/{model}/unload")
 async def triton_unload(model: str, request: Request):
     repo = _admin(request)
-    await repo.unload(model, _versions((await _body(request)).get("parameters") or {}))
+    await repo.unload(model, version_parameter((await _body(request)).get("parameters") or {}))
     return {}
 
 
