@@ -18,7 +18,7 @@ import uuid
 import grpc
 
 from trtserve.engine.errors import UserError
-from trtserve.serve.admin_key import bearer_matches
+from trtserve.serve.admin_key import LOOPBACK, bearer_matches
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
 from trtserve.serve.state import ServerState
@@ -111,11 +111,18 @@ def admit(server: ServerState, method: str, metadata: dict[str, str]) -> None:
         raise APIError(503, "the model is still loading; retry when ServerReady says ready")
 
 
-def check_admin(server: ServerState, metadata: dict[str, str]) -> None:
-    """Repository load / unload take the admin key when the server has one (the API key is not enough)."""
+def check_admin(server: ServerState, metadata: dict[str, str], peer: str) -> None:
+    """Repository load / unload take the admin key when the server has one (the API key is not enough);
+    without one they are open to loopback clients only, the rule of the HTTP admin routes
+    (serve/admin_key.py). peer: gRPC's `context.peer()`, e.g. "ipv4:127.0.0.1:5123" or "ipv6:[::1]:5123"."""
     key = server.config.admin_key
     if key and not bearer_matches(metadata.get("authorization", ""), key):
         raise APIError(401, "missing or wrong admin key; send the metadata `authorization: Bearer <admin key>`")
+    host = peer.split(":", 1)[-1].rsplit(":", 1)[0].strip("[]")
+    if not key and host not in LOOPBACK:
+        raise APIError(
+            403, "repository load/unload is open only to localhost unless the server has --admin-key; set one"
+        )
 
 
 def metadata_of(context) -> dict[str, str]:

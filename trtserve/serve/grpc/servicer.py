@@ -108,14 +108,14 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     @unary
     async def RepositoryModelLoad(self, request, context, call: CallLog):
         """Needs the admin key (in `authorization`) when the server has one, as over HTTP."""
-        check_admin(self.server, metadata_of(context))
+        check_admin(self.server, metadata_of(context), context.peer())
         version = version_parameter(parameters(request.parameters))
         await self.server.repository.load(request.model_name, version)
         return pb.RepositoryModelLoadResponse()
 
     @unary
     async def RepositoryModelUnload(self, request, context, call: CallLog):
-        check_admin(self.server, metadata_of(context))
+        check_admin(self.server, metadata_of(context), context.peer())
         version = version_parameter(parameters(request.parameters))
         await self.server.repository.unload(request.model_name, version)
         return pb.RepositoryModelUnloadResponse()
