@@ -38,12 +38,13 @@ def test_linear_runs_the_kernel_only_for_decode_batches_in_the_weights_dtype(mon
     real = dense.load()
     monkeypatch.setattr(dense, "load", lambda: lambda *a: calls.append(a[2]) or real(*a))  # a[2]: rows
     w = torch.randn(32, 64)
-    for rows in (1, dense.MAX_ROWS, dense.MAX_ROWS + 1):
+    top = dense.max_rows(torch.float32)
+    for rows in (1, top, top + 1):
         x = torch.randn(rows, 64)
         torch.testing.assert_close(dense.linear(x, w), F.linear(x, w), rtol=1e-5, atol=1e-5)
     dense.linear(torch.randn(1, 64, dtype=torch.bfloat16), w.bfloat16().t().contiguous().t())  # a strided weight
     dense.linear(torch.randn(2, 1, 64), w)  # 3-D x
-    assert calls == [1, dense.MAX_ROWS]
+    assert calls == [1, top]
 
 
 def test_linear_without_the_kernel_is_torchs(monkeypatch):

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trtserve.models.quantized import make_linear, unpack_fp4, unpack_int4_rows
+from trtserve.kernels import widen
+from trtserve.models.quantized import make_linear, unpack_int4_rows
 from trtserve.quant.calibration import calibration_batches, read_text_file, stdlib_text
 
 OUT, IN = 64, 256
@@ -25,7 +26,9 @@ def test_int4_unpack_roundtrip():
 
 def test_fp4_unpack():
     codes = torch.tensor([[0x21, 0xF7]], dtype=torch.uint8)  # low nibble first: 1, 2, 7, 15
-    assert unpack_fp4(codes).tolist() == [[0.5, 1.0, 6.0, -6.0]]
+    out = torch.empty(1, 4)
+    widen.widen_nibbles(codes, widen.INPUTS_PACKED, widen.E2M1, torch.ones(1, 1), None, torch.float32, out)
+    assert out.tolist() == [[0.5, 1.0, 6.0, -6.0]]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

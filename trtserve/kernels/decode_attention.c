@@ -27,23 +27,24 @@ int trtserve_decode_attention(const void* q, const void* k, const void* v, int d
         if (kv_lens[g] < 1 || kv_lens[g] > n_blk * bs) return -1;
         longest = kv_lens[g] > longest ? kv_lens[g] : longest;
     }
+    const split_t sp = split_heads(G, n_kv, group, threads);
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
-        float* buf = malloc(sizeof(float) * (size_t)(longest + hd));
+        float* buf = malloc(sizeof(float) * (size_t)head_scratch(sp.nkv * sp.nr, longest, hd));
         if (!buf) {
 #pragma omp atomic write
             failed = 1;
         }
-#pragma omp for schedule(static)
-        for (int64_t w = 0; w < G * n_kv * group; w++) { /* one query head a task: balances 2 threads */
+#pragma omp for schedule(dynamic) /* sequences' lengths differ: a static split left one thread waiting */
+        for (int64_t w = 0; w < G * sp.per_seq; w++) {
             if (!buf) continue;
-            const int64_t g = w / (n_kv * group), kvh = (w / group) % n_kv, r = w % group;
-            const int64_t qoff = ((rows[g] * n_kv + kvh) * group + r) * hd;
+            const int64_t g = w / sp.per_seq, i = w % sp.per_seq, per_kv = group / sp.nr;
+            const int64_t kv0 = i / per_kv * sp.nkv, r0 = i % per_kv * sp.nr, qoff = rows[g] * n_kv * group * hd;
             switch (dt) { /* one specialised copy per dtype */
-            case F32: head(q, F32, k, v, F32, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
-            case BF16: head(q, BF16, k, v, BF16, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
-            default: head(q, F16, k, v, F16, qoff, n_kv, kvh, 1, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf);
+            case F32: heads(q, F32, k, v, F32, qoff, n_kv, kv0, sp.nkv, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
+            case BF16: heads(q, BF16, k, v, BF16, qoff, n_kv, kv0, sp.nkv, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
+            default: heads(q, F16, k, v, F16, qoff, n_kv, kv0, sp.nkv, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf);
             }
         }
         free(buf);

@@ -34,6 +34,7 @@ typedef struct { /* one layer's weights; biases may be NULL, scales are NULL unl
 
 typedef struct {
     int64_t M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs;
+    split_t split; /* attention's tasks */
     float eps, scale;
     const void *cos, *sin;
     const int64_t *pos, *slots, *tables;
@@ -78,11 +79,12 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
                 for (int64_t i = 0; i < hd; i++) store1(v_cache, dt, dst + i, qkv[src + n_kv * hd + i]);
             }
         }
-#pragma omp for schedule(static)
-        for (int64_t j = 0; j < M * n_h; j++) { /* one query head a task */
-            const int64_t m = j / n_h, kvh = (j % n_h) / group;
-            head(q, F32, k_cache, v_cache, dt, j * hd, n_kv, kvh, 1, hd, s->tables + m * s->n_blk, s->pos[m] + 1,
-                 s->bs, s->scale, att, att_buf);
+#pragma omp for schedule(dynamic) /* sequences' lengths differ: a static split left one thread waiting */
+        for (int64_t j = 0; j < M * s->split.per_seq; j++) {
+            const int64_t m = j / s->split.per_seq, i = j % s->split.per_seq, per_kv = group / s->split.nr;
+            heads(q, F32, k_cache, v_cache, dt, m * n_h * hd, n_kv, i / per_kv * s->split.nkv, s->split.nkv, group,
+                  i % per_kv * s->split.nr, s->split.nr, hd, s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale,
+                  att, att_buf);
         }
         linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, NULL, H, d, dt);
 #pragma omp for schedule(static)
@@ -107,10 +109,12 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
         if (pos[m] < 0 || pos[m] >= n_blk * bs) return -1;
         longest = pos[m] + 1 > longest ? pos[m] + 1 : longest;
     }
-    const step_t s = {M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs, eps, scale, cos, sin, pos, slots, tables};
+    const split_t split = split_heads(M, n_kv, n_h / n_kv, threads);
+    const step_t s = {M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs, split, eps, scale, cos, sin, pos, slots, tables};
     const int64_t width = (n_h + 2 * n_kv) * hd;
     float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I)));
-    float* att_bufs = malloc(sizeof(float) * (size_t)(threads * (longest + hd)));
+    const int64_t att_scratch = head_scratch(split.nkv * split.nr, longest, hd);
+    float* att_bufs = malloc(sizeof(float) * (size_t)(threads * att_scratch));
     if (!scratch || !att_bufs) {
         free(scratch);
         free(att_bufs);
@@ -118,7 +122,7 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     }
 #pragma omp parallel num_threads(threads)
     {
-        float* buf = att_bufs + (size_t)(omp_get_thread_num() * (longest + hd));
+        float* buf = att_bufs + (size_t)(omp_get_thread_num() * att_scratch);
         switch (dt * 4 + (wdt == I8)) { /* one specialised copy per dtype, weights in it or int8 */
         case F32 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, F32, F32); break;
         case F32 * 4 + 1: layers(L, n_layers, &s, h, kv, scratch, buf, F32, I8); break;

@@ -9,25 +9,35 @@ weight [out, in] (int8 / fp8), [out/2, in] packed int4, or [out, in/2] packed fp
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 
-from trtserve.kernels import dense
+from trtserve.kernels import dense, native, widen
 from trtserve.kernels import int4 as int4_kernel
 from trtserve.models.quant_formats import quant_format
 
-_FP8_MAX = 448.0
-_SLAB_ELEMENTS = 1 << 20  # weights widened to float32 at once by Int8WeightOnly's prefill GEMM (4 MB)
-# E2M1 code -> value (bit 3 is the sign).
-_E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
+_FP8_MAX = widen.FP8_MAX
+# Weights widened to float32 at once by the dequantizing GEMMs (4 MB): a bounded temporary, never
+# the whole weight. Even, so a slab of packed int4 rows starts on a byte row.
+_SLAB_ELEMENTS = 1 << 20
+# float32 rows from which W4A16 widens slabs rather than run the int4 decode kernel: (1536, 576) in
+# groups of 64 on one Zen 3 thread, kernel / slabs: 1.66 / 1.55 ms at 32 rows, 3.4 / 2.2 at 64.
+_INT4_SLAB_ROWS = 64
+
+# (rows a, rows b, out): write rows a:b of a linear's weight, as float32 values rounded to the
+# activation dtype, into out ((b - a, in) float32)
+Widen = Callable[[int, int, torch.Tensor], None]
 
 
 def _fp8_fake_quant(x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-    """Round activations through e4m3 with a per-tensor (or per-token, broadcast) scale, with
-    ModelOpt's arithmetic (multiply by 448 / amax, then by its float32 reciprocal)."""
+    """Round activations (tokens, in) through e4m3 with a per-tensor (or per-token, (tokens, 1))
+    scale, with ModelOpt's arithmetic (multiply by 448 / amax, then by its float32 reciprocal);
+    float32 holding values of x's dtype."""
     mult = _FP8_MAX / (scale.float() * _FP8_MAX)
-    q = (x.float() * mult).clamp(-_FP8_MAX, _FP8_MAX).to(torch.float8_e4m3fn)
-    return (q.float() * (1 / mult)).to(x.dtype)
+    return widen.fp8_round(x, mult, 1 / mult, x.dtype)
 
 
 def unpack_int4_rows(packed: torch.Tensor) -> torch.Tensor:
@@ -38,11 +48,47 @@ def unpack_int4_rows(packed: torch.Tensor) -> torch.Tensor:
     return torch.stack([lo, hi], dim=1).reshape(-1, p.shape[1])
 
 
-def unpack_fp4(packed: torch.Tensor) -> torch.Tensor:
-    """[out, in/2] E2M1 bytes, even input index in the low nibble -> float32 [out, in]."""
-    p = packed.view(torch.uint8)
-    codes = torch.stack([p & 0xF, p >> 4], dim=-1).reshape(p.shape[0], -1)
-    return _E2M1[codes.long()]
+def _gemm_dtype(dtype: torch.dtype, rows: int, device: torch.device) -> torch.dtype:
+    """The dtype a GEMM of `rows` rows of `dtype` runs in: float32 for bf16 / fp16 prefill batches on a
+    CPU without that dtype's matmul instructions (as trtserve/kernels/dense.py's `upcast`: torch's
+    GEMM emulates them several times slower), `dtype` otherwise."""
+    if dtype == torch.float32 or rows < dense.UPCAST_ROWS or device.type != "cpu":
+        return dtype
+    return torch.float32 if dtype in dense.NATIVE and not native.cpu_flags() & dense.NATIVE[dtype] else dtype
+
+
+def slab_linear(
+    x: torch.Tensor,
+    dtype: torch.dtype,
+    widen_rows: Widen,
+    out_features: int,
+    scale: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """(F.linear(x, W) * scale + bias) in `dtype`, W (out, in) written a slab of output rows at a time
+    by `widen_rows`, so no copy of the whole weight is made: x (tokens, in) holds values of `dtype`
+    (in float32 or `dtype`); scale: (out,) per output channel, or None. The GEMM runs in _gemm_dtype;
+    results equal those over the whole widened weight up to the GEMM's summation order."""
+    gd = _gemm_dtype(dtype, x.shape[0], x.device)
+    x = x if x.dtype == gd else x.to(gd)  # exact: x holds values of dtype (the checks spare decode steps a few us)
+    (t, k), n = x.shape, out_features
+    rows = min(n, max(16, _SLAB_ELEMENTS // k // 2 * 2))
+    s = None if scale is None else scale.to(dtype).to(gd)
+    slab = torch.empty(rows, k, device=x.device)  # (rows, in) float32, reused by every slab
+    y = None if rows == n else torch.empty(t, n, dtype=gd, device=x.device)  # (tokens, out)
+    for a in range(0, n, rows):
+        b = min(a + rows, n)
+        w = slab if b - a == rows else slab[: b - a]
+        widen_rows(a, b, w)
+        part = F.linear(x, w if gd == torch.float32 else w.to(gd))  # exact: w holds values of dtype
+        if y is None:
+            y = part if s is None else part.mul_(s)
+        elif s is None:
+            y[:, a:b] = part
+        else:
+            torch.mul(part, s[a:b], out=y[:, a:b])
+    y = y if y.dtype == dtype else y.to(dtype)
+    return y if bias is None else y + bias
 
 
 class Int8WeightOnly:
@@ -65,25 +111,16 @@ class Int8WeightOnly:
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         y = dense.gemm(x, self.weight, self.scale_f32) if dense.usable(x, self.weight) else None
         if y is None and x.dtype == torch.float32 and x.dim() == 2:
-            y = self._dequantized_gemm(x)
+            # float32 rows past the decode kernel's (prefill): torch's int8 kernel runs float32
+            # inputs at 1-2 GFLOP/s where float32 GEMM runs 20-120 here. Equal to that kernel's
+            # result up to float32 summation order.
+            y = slab_linear(x, x.dtype, self.widen_rows, self.weight.shape[0], self.scale_f32)
         if y is None:
             y = torch._weight_int8pack_mm(x.contiguous(), self.weight, self.scale)
         return y if bias is None else y + bias
 
-    def _dequantized_gemm(self, x: torch.Tensor) -> torch.Tensor:
-        """float32 rows past the decode kernel's (prefill): torch's int8 kernel runs float32 inputs at
-        1-2 GFLOP/s where float32 GEMM runs 20-120 here, so the weight is widened to float32 a slab
-        of output rows at a time (a bounded temporary, about 4 MB) and multiplied densely. The result
-        equals the int8 kernel's up to float32 summation order."""
-        rows, (t, n) = max(16, _SLAB_ELEMENTS // self.weight.shape[1]), (x.shape[0], self.weight.shape[0])
-        if rows >= n:
-            return F.linear(x, self.weight.float()) * self.scale_f32
-        y = torch.empty(t, n, dtype=x.dtype)  # (tokens, out)
-        for a in range(0, n, rows):
-            torch.mul(
-                F.linear(x, self.weight[a : a + rows].float()), self.scale_f32[a : a + rows], out=y[:, a : a + rows]
-            )
-        return y
+    def widen_rows(self, a: int, b: int, out: torch.Tensor) -> None:
+        out.copy_(self.weight[a:b])  # torch's int8 -> float32 conversion is vectorized
 
 
 class Int4Groupwise:
@@ -105,10 +142,19 @@ class Int4Groupwise:
         self.pre_quant = None if pqs is None else pqs.to(dtype)  # (in,)
         self.kernel = int4_kernel.supports(dtype, self.out_features)
 
+    def widen_rows(self, a: int, b: int, out: torch.Tensor) -> None:
+        """Rows a:b of (int4 x group scale) in float32, from the pack (float32 engines only)."""
+        packed, n, gs = self.packed, self.out_features, self.group_size
+        widen.widen_int4pack(packed, n, int4_kernel.block_n(), a, self.scales_zeros, gs, out)
+
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
             x = x * self.pre_quant
         x = x.contiguous()
+        if self.kernel and x.dtype == torch.float32 and x.dim() == 2 and x.shape[0] >= _INT4_SLAB_ROWS:
+            # float32 prefill: our int4 kernel is a decode kernel (29.5 ms at 512 rows where the
+            # dense GEMM takes 14, one Zen 3 thread); widened slabs take 14.3.
+            return slab_linear(x, x.dtype, self.widen_rows, self.out_features, bias=bias)
         y = None
         mine = self.kernel and x.device.type == "cpu" and int4_kernel.preferred(x.dtype, x.shape[0])
         if mine and x.dtype == self.scales_zeros.dtype:
@@ -121,26 +167,28 @@ class Int4Groupwise:
 class Int4Fp8Awq:
     """W4A8_AWQ: int4 weights whose group-dequantized values ModelOpt rounds through e4m3 with the
     global scale (w = e4m3(int4 x group scale / scale_2) x scale_2), so they are not int4 x scale and
-    the int4 GEMM cannot run them: the packed weights are decoded per call. Activations: pre-quant
-    scale, then e4m3 rounding with the calibrated scale."""
+    the int4 GEMM cannot run them: the packed weights are widened a slab per call (slab_linear).
+    Activations: pre-quant scale, then e4m3 rounding with the calibrated scale."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
-        self.packed = t["weight"]  # (out / 2, in) int4 pairs
-        self.scale = t["weights_scaling_factor"].float()  # (out, in / group)
-        self.scale_2 = t["weights_scaling_factor_2"].float()  # (1,)
+        self.packed = t["weight"].contiguous()  # (out / 2, in) int4 pairs
+        self.scale = t["weights_scaling_factor"].float().contiguous()  # (out, in / group)
+        mult = _FP8_MAX / (t["weights_scaling_factor_2"].float() * _FP8_MAX)  # (1,)
+        self.weight_fq = (mult, 1 / mult)  # the weights' e4m3 rounding, as _fp8_fake_quant's
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)
         self.act_scale = t["activation_scaling_factor"].float()
 
-    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
-        w = unpack_int4_rows(self.packed).float()  # (out, in)
-        w = w * self.scale.repeat_interleave(w.shape[1] // self.scale.shape[1], dim=1)
-        return _fp8_fake_quant(w, self.scale_2).to(dtype)
+    def widen_rows(self, a: int, b: int, out: torch.Tensor, dtype: torch.dtype) -> None:
+        """Rows a:b (a, b even) of the weight, rounded to `dtype`, into out (float32)."""
+        packed = self.packed[a // 2 : b // 2]
+        widen.widen_nibbles(packed, widen.ROWS_PACKED, widen.INT4, self.scale[a:b], self.weight_fq, dtype, out)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
             x = x * self.pre_quant
-        return F.linear(_fp8_fake_quant(x, self.act_scale), self.dequantize(x.dtype), bias)
+        rows = partial(self.widen_rows, dtype=x.dtype)
+        return slab_linear(_fp8_fake_quant(x, self.act_scale), x.dtype, rows, self.scale.shape[0], bias=bias)
 
 
 class Int8SmoothQuant:
@@ -150,8 +198,10 @@ class Int8SmoothQuant:
     file for TensorRT-LLM; on SmolLM2-135M it costs +28% perplexity where per-token costs little.
 
     The product runs as an fp32 GEMM on the int8 values (exact for the sums that occur: fp32 holds
-    integers to 2**24): torch 2.13's CPU `torch._int_mm` measured 0.5-1 GOP/s here, against 5-22
-    GFLOP/s for fp32, single-threaded. Weights stay int8 in memory."""
+    integers to 2**24), the weight widened a slab at a time (slab_linear) or, for decode rows, read
+    as int8 by the decode kernel: torch 2.13's CPU
+    `torch._int_mm` measured 0.5-1 GOP/s here, against 5-22 GFLOP/s for fp32, single-threaded.
+    Weights stay int8 in memory."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         self.weight = t["weight"].contiguous()  # (out, in) int8
@@ -159,22 +209,28 @@ class Int8SmoothQuant:
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)
 
+    def widen_rows(self, a: int, b: int, out: torch.Tensor) -> None:
+        out.copy_(self.weight[a:b])  # torch's int8 -> float32 conversion is vectorized
+
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
             x = x * self.pre_quant
-        xf = x.float()
-        tok_scale = xf.abs().amax(dim=-1, keepdim=True).clamp_min(1e-8) / 127  # (T, 1)
-        xq = (xf / tok_scale).round_().clamp_(-127, 127)  # (T, in), int8 values
-        y = (F.linear(xq, self.weight.float()) * (tok_scale * self.w_scale)).to(x.dtype)  # (T, out)
+        xq, tok_scale = widen.int8_round(x)  # (T, in) int8 values in float32, (T, 1)
+        # Decode rows: our int8 kernel (trtserve/kernels/dense.py) reads the int8 weight directly.
+        y = dense.gemm(xq, self.weight) if dense.usable(xq, self.weight) else None  # (T, out)
+        if y is None:
+            y = slab_linear(xq, torch.float32, self.widen_rows, self.weight.shape[0])
+        y = widen.scale_outer(y, tok_scale, self.w_scale).to(x.dtype)
         return y if bias is None else y + bias
 
 
 class Fp8Linear:
     """FP8 (per-tensor weight and activation scales) and FP8_PER_CHANNEL_PER_TOKEN (per-channel
-    weight scales, dynamic per-token activation scales): e4m3 storage, dequantized in the GEMM."""
+    weight scales, dynamic per-token activation scales): e4m3 storage, widened a slab per call
+    (slab_linear); a per-tensor scale is folded into the byte -> value table."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
-        self.weight = t["weight"]  # (out, in) float8_e4m3fn
+        self.weight = t["weight"].contiguous()  # (out, in) float8_e4m3fn
         # (out,) for FP8_PER_CHANNEL_PER_TOKEN, and for FP8 where fused q/k/v (gate/up) keep their
         # own per-tensor scales; (1,) otherwise.
         scale = t.get("per_channel_scale", t.get("weights_scaling_factor"))
@@ -182,35 +238,46 @@ class Fp8Linear:
         self.w_scale = scale.float()
         act = t.get("activation_scaling_factor")
         self.act_scale = None if act is None else act.float()
+        self._luts: dict[torch.dtype, torch.Tensor | None] = {}
+
+    def lut(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """Byte -> weight value in `dtype` (as float32) with the per-tensor scale applied by torch's own
+        multiply, so each equals `weight.to(dtype) * scale.to(dtype)`; None: per-channel (the scale
+        goes on the GEMM's output, and e4m3 values are exact in every float dtype)."""
+        if dtype not in self._luts and not self.per_channel:
+            self._luts[dtype] = (widen.E4M3.to(self.w_scale.device, dtype) * self.w_scale.to(dtype)).float()
+        return self._luts.get(dtype)
+
+    def widen_rows(self, a: int, b: int, out: torch.Tensor, lut: torch.Tensor | None = None) -> None:
+        widen.widen_bytes(self.weight[a:b], lut, out)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.act_scale is not None:
-            x = _fp8_fake_quant(x, self.act_scale)
-        else:  # per token
-            amax = x.abs().amax(dim=-1, keepdim=True).float().clamp_min(2**-24)
-            x = _fp8_fake_quant(x, amax / _FP8_MAX)
-        w = self.weight.to(x.dtype)  # exact: every e4m3 value is a bf16/fp16 value
-        if self.per_channel:
-            return F.linear(x, w) * self.w_scale.to(x.dtype) + (0 if bias is None else bias)
-        return F.linear(x, w * self.w_scale.to(x.dtype), bias)
+            xq = _fp8_fake_quant(x, self.act_scale)
+        else:  # per token: scale = max(amax, 2^-24) / 448, in the kernel
+            xq = widen.fp8_round(x, None, None, x.dtype)
+        rows = partial(self.widen_rows, lut=self.lut(x.dtype))
+        scale = self.w_scale if self.per_channel else None
+        return slab_linear(xq, x.dtype, rows, self.weight.shape[0], scale, bias)
 
 
 class Nvfp4Linear:
-    """NVFP4: E2M1 weights with fp8 scales per 16 inputs and a global scale, dequantized per
-    call. Activations stay in the model dtype (no fp4 compute on CPU)."""
+    """NVFP4: E2M1 weights with fp8 scales per 16 inputs and a global scale, widened a slab per call
+    (slab_linear). Activations stay in the model dtype (no fp4 compute on CPU)."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
-        self.weight = t["weight"]  # (out, in / 2) uint8
-        self.block_scale = t["weights_scaling_factor"]  # (out, in / 16) float8_e4m3fn
+        self.weight = t["weight"].contiguous()  # (out, in / 2) uint8
+        self.block_scale = t["weights_scaling_factor"].contiguous()  # (out, in / 16) float8_e4m3fn
         self.global_scale = t["weights_scaling_factor_2"].float()  # (1,)
 
-    def dequantize(self, dtype: torch.dtype) -> torch.Tensor:
-        w = unpack_fp4(self.weight)  # (out, in)
-        s = self.block_scale.float() * self.global_scale  # (out, in / 16)
-        return (w.view(w.shape[0], s.shape[1], -1) * s[..., None]).view(w.shape).to(dtype)
+    def widen_rows(self, a: int, b: int, out: torch.Tensor, dtype: torch.dtype) -> None:
+        """Rows a:b of E2M1 x (block scale x global scale), rounded to `dtype`, into out (float32)."""
+        scales = (self.block_scale[a:b], widen.E4M3, float(self.global_scale))
+        widen.widen_nibbles(self.weight[a:b], widen.INPUTS_PACKED, widen.E2M1, scales, None, dtype, out)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-        return F.linear(x, self.dequantize(x.dtype), bias)
+        rows = partial(self.widen_rows, dtype=x.dtype)
+        return slab_linear(x, x.dtype, rows, self.weight.shape[0], bias=bias)
 
 
 def make_linear(t: dict[str, torch.Tensor], algo: str, dtype: torch.dtype, group_size: int = 128):
