@@ -1,14 +1,18 @@
 """The AVX2 W4A16 kernel (trtserve/kernels/int4_gemm.c) against a float GEMM on the weights it
-decodes and against torch's own int4 GEMM on the same pack; Int4Groupwise's choice between them;
+decodes and against torch's own int4 GEMM on the same pack; Int4Groupwise's choice between them,
+and the one-call decode step taking int4 layers only for the rows that choice gives this kernel;
 and a compile failure that falls back instead of failing the engine."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
+from trtserve.kernels import decode_layers, native
 from trtserve.kernels import int4 as int4_kernel
-from trtserve.kernels import native
+from trtserve.models import quantized
 from trtserve.models.quantized import Int4Groupwise
 
 needs_kernel = pytest.mark.skipif(
@@ -86,6 +90,28 @@ def test_groupwise_routes_inputs_to_the_faster_kernel(monkeypatch, block_n):
     f32 = [(torch.float32, r) for r in (1, top, top + 1)]
     bf16 = [(torch.bfloat16, r) for r in (1, top)] if block_n == 32 else []
     assert sorted(calls, key=str) == sorted(f32 + bf16, key=str)
+
+
+@needs_kernel
+def test_decode_step_takes_int4_layers_for_the_rows_the_per_op_path_gives_this_kernel():
+    shapes = {"qkv": (256, 128), "dense": (128, 128), "fc_gate": (256, 128), "proj": (128, 128)}
+
+    def layers(dtype: torch.dtype) -> list[SimpleNamespace]:
+        lin = {f: _groupwise(n, k, dtype)[0] for f, (n, k) in shapes.items()}
+        norms = {"input_norm": torch.ones(128, dtype=dtype), "post_norm": torch.ones(128, dtype=dtype)}
+        return [SimpleNamespace(**lin, **norms, qkv_bias=None, fc_gate_bias=None, proj_bias=None)]
+
+    f32 = decode_layers.pack(layers(torch.float32), torch.float32, shapes)
+    assert f32.wdt == decode_layers.INT4 and f32.max_rows == quantized._INT4_SLAB_ROWS - 1  # then slabs
+    bf16 = decode_layers.pack(layers(torch.bfloat16), torch.bfloat16, shapes)
+    if int4_kernel.block_n() == 32:
+        assert bf16.max_rows == int4_kernel.BF16_MAX_ROWS  # then torch's kernel
+    else:
+        assert bf16 is None  # torch's AVX-512 kernel runs bf16 decode rows
+    awq = layers(torch.float32)
+    awq[0].proj.pre_quant = torch.ones(128)  # an AWQ scale not folded into the norm
+    assert decode_layers.pack(awq, torch.float32, shapes) is None
+    assert decode_layers.pack(layers(torch.float32), torch.float32, {**shapes, "dense": (96, 128)}) is None
 
 
 def test_groupwise_without_the_kernel_uses_torchs(monkeypatch):

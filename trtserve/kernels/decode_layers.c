@@ -14,7 +14,8 @@
  * Layouts (dtype dt for h, norms, cache and tables: 0 float32, 1 bfloat16, 2 float16):
  *   h [M][H], the residual stream, updated in place; row m is sequence m's token at pos[m],
  *   written to cache slot slots[m], attending keys 0..pos[m] through tables[m][n_blk]
- *   layers[l]: weights (out, in) in dt, or in int8 (wdt 3, W8A16) with float32 scales per output:
+ *   layers[l]: weights (out, in) in dt, or in int8 (wdt 3, W8A16) with float32 scales per output,
+ *   or torch's CPU int4 pack (wdt 4, W4A16; int4.h) with scales and zeros per group of gs inputs:
  *   qkv [(n_h + 2 n_kv) hd][H], dense [H][n_h hd], fc_gate [2I][H] ([fc; gate]), proj [H][I];
  *   norms [H] in dt; biases (or NULL) of the outputs in dt
  *   kv [layers][2][slots][n_kv][hd]; cos, sin [positions][hd] (NeoX, sign in the sin table)
@@ -25,11 +26,14 @@
 
 #include "attention.h"
 #include "gemv.h"
+#include "int4.h"
 #include "pointwise.h"
 
 typedef struct { /* one layer's weights; biases may be NULL, scales are NULL unless weights are int8 */
     const void *in_norm, *qkv, *qkv_b, *dense, *post_norm, *fc_gate, *fc_gate_b, *proj, *proj_b;
     const float *qkv_s, *dense_s, *fc_gate_s, *proj_s;
+    const void *qkv_sz, *dense_sz, *fc_gate_sz, *proj_sz; /* int4: [K/gs][N][2] scale, zero in dt; else NULL */
+    int64_t gs, bn;                                       /* int4: inputs per group, outputs per pack block */
 } layer_t;
 
 typedef struct {
@@ -40,12 +44,22 @@ typedef struct {
     const int64_t *pos, *slots, *tables;
 } step_t;
 
-/* Work-shared y = (x w^T) * scale (+ bias) into float32 y holding dt-rounded values; w in wdt. */
+/* Work-shared y = (x w^T) * scale (+ bias) into float32 y holding dt-rounded values; w in wdt. int4 (sz, gs,
+ * bn; xsum: [M][K/gs] scratch) as int4_gemm.c computes it: the group sums, then 32 outputs a work item. */
 static inline __attribute__((always_inline)) void linear(const float* x, int64_t M, int64_t K, const void* w,
-                                                        int wdt, const float* scale, const void* bias, int64_t N,
+                                                        int wdt, const float* scale, const void* sz, int64_t gs,
+                                                        int64_t bn, float* xsum, const void* bias, int64_t N,
                                                         float* y, int dt) {
+    if (wdt == I4) {
+        const int64_t ng = K / gs;
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, x, M, K, w, N, wdt, scale, F32, y, dt);
+        for (int64_t i = 0; i < M * ng; i++) xsum[i] = int4_group_sum(x + i / ng * K + i % ng * gs, gs);
+#pragma omp for schedule(static)
+        for (int64_t u = 0; u < int4_units(N); u++) int4_unit(u, x, xsum, M, K, w, N, bn, sz, dt, gs, y, F32, dt);
+    } else {
+#pragma omp for schedule(static)
+        for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, x, M, K, w, N, wdt, scale, F32, y, dt);
+    }
     if (bias) {
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < M * N; i++) y[i] = rnd(y[i] + load1(bias, dt, i % N), dt);
@@ -58,7 +72,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
     const int64_t M = s->M, H = s->H, n_h = s->n_h, n_kv = s->n_kv, hd = s->hd, I = s->I;
     const int64_t width = (n_h + 2 * n_kv) * hd, group = n_h / n_kv, layer_kv = 2 * s->n_slots * n_kv * hd;
     float *x = scratch, *qkv = x + M * H, *q = qkv + M * width, *att = q + M * n_h * hd;
-    float *d = att + M * n_h * hd, *fg = d + M * H, *a = fg + M * 2 * I;
+    float *d = att + M * n_h * hd, *fg = d + M * H, *a = fg + M * 2 * I, *xsum = a + M * I;
     for (int64_t l = 0; l < n_layers; l++) {
         const layer_t* w = L + l;
         char* k_cache = (char*)kv + (size_t)(l * layer_kv) * (dt == F32 ? 4 : 2);
@@ -66,7 +80,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) /* the last layer's MLP output joins the residual first */
             norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, x, F32);
-        linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_b, width, qkv, dt);
+        linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_sz, w->gs, w->bn, xsum, w->qkv_b, width, qkv, dt);
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < M * (n_h + n_kv); j++) { /* q and k heads rotated; k and v to the cache */
             const int64_t m = j / (n_h + n_kv), head = j % (n_h + n_kv), src = m * width + head * hd;
@@ -86,16 +100,28 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
                   i % per_kv * s->split.nr, s->split.nr, hd, s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale,
                   att, att_buf);
         }
-        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, NULL, H, d, dt);
+        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, xsum, NULL, H, d, dt);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) norm_row(h, dt, d, F32, m * H, H, w->post_norm, dt, s->eps, x, F32);
-        linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_b, 2 * I, fg, dt);
+        linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, xsum, w->fc_gate_b, 2 * I, fg,
+               dt);
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < M * I; j++) a[j] = silu_mul1(fg[j / I * 2 * I + j % I], fg[j / I * 2 * I + I + j % I], dt);
-        linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_b, H, d, dt);
+        linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_sz, w->gs, w->bn, xsum, w->proj_b, H, d, dt);
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M * H; i++) store1(h, dt, i, rnd(load1(h, dt, i) + d[i], dt));
+}
+
+/* Whether every int4 linear's pack and groups fit int4_unit (blocks divide N, groups divide K). */
+static int int4_shapes_ok(const layer_t* L, int64_t n_layers, int64_t H, int64_t n_h, int64_t hd, int64_t I,
+                          int64_t width) {
+    for (int64_t l = 0; l < n_layers; l++) {
+        const int64_t gs = L[l].gs, bn = L[l].bn;
+        if (gs < 1 || H % gs || n_h * hd % gs || I % gs) return 0;
+        if (!int4_block_ok(bn, width) || !int4_block_ok(bn, H) || !int4_block_ok(bn, 2 * I)) return 0;
+    }
+    return 1;
 }
 
 /* Returns 0; -1 (having changed nothing) when a size or dtype is out of range or memory runs out. */
@@ -103,7 +129,10 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
                            int64_t n_h, int64_t n_kv, int64_t hd, int64_t I, int64_t n_slots, float eps, float scale,
                            const void* cos, const void* sin, const int64_t* pos, const int64_t* slots,
                            const int64_t* tables, int64_t n_blk, int64_t bs, int threads) {
-    if (dt < F32 || dt > F16 || (wdt != dt && wdt != I8) || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 || n_h % n_kv || n_layers < 1) return -1;
+    if (dt < F32 || dt > F16 || (wdt != dt && wdt != I8 && wdt != I4) || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 ||
+        n_h % n_kv || n_layers < 1)
+        return -1;
+    if (wdt == I4 && (dt == F16 || !int4_shapes_ok(L, n_layers, H, n_h, hd, I, (n_h + 2 * n_kv) * hd))) return -1;
     int64_t longest = 0;
     for (int64_t m = 0; m < M; m++) {
         if (pos[m] < 0 || pos[m] >= n_blk * bs) return -1;
@@ -112,7 +141,8 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     const split_t split = split_heads(M, n_kv, n_h / n_kv, threads);
     const step_t s = {M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs, split, eps, scale, cos, sin, pos, slots, tables};
     const int64_t width = (n_h + 2 * n_kv) * hd;
-    float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I)));
+    const int64_t widest_in = H > n_h * hd ? (H > I ? H : I) : (n_h * hd > I ? n_h * hd : I); /* int4's xsum */
+    float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I + widest_in)));
     const int64_t att_scratch = head_scratch(split.nkv * split.nr, longest, hd);
     float* att_bufs = malloc(sizeof(float) * (size_t)(threads * att_scratch));
     if (!scratch || !att_bufs) {
@@ -123,11 +153,14 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
 #pragma omp parallel num_threads(threads)
     {
         float* buf = att_bufs + (size_t)(omp_get_thread_num() * att_scratch);
-        switch (dt * 4 + (wdt == I8)) { /* one specialised copy per dtype, weights in it or int8 */
+        /* one specialised copy per dtype, weights in it, in int8 or in int4 (never with float16) */
+        switch (dt * 4 + (wdt == I8) + 2 * (wdt == I4)) {
         case F32 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, F32, F32); break;
         case F32 * 4 + 1: layers(L, n_layers, &s, h, kv, scratch, buf, F32, I8); break;
+        case F32 * 4 + 2: layers(L, n_layers, &s, h, kv, scratch, buf, F32, I4); break;
         case BF16 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, BF16, BF16); break;
         case BF16 * 4 + 1: layers(L, n_layers, &s, h, kv, scratch, buf, BF16, I8); break;
+        case BF16 * 4 + 2: layers(L, n_layers, &s, h, kv, scratch, buf, BF16, I4); break;
         case F16 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, F16, F16); break;
         default: layers(L, n_layers, &s, h, kv, scratch, buf, F16, I8);
         }

@@ -1,7 +1,7 @@
 """Every decoder layer of a decode step in one call (`decode_layers.c`), built by
 trtserve/kernels/native.py: for a few sequences with one new token each, over plain weights in
-the model dtype (or W8A16's int8 with per-output scales) and an unquantized paged KV cache. The decoder runs its per-op path where
-`pack` or `run` says no."""
+the model dtype (or W8A16's int8 with per-output scales, or W4A16's int4 pack with group scales)
+and an unquantized paged KV cache. The decoder runs its per-op path where `pack` or `run` says no."""
 
 from __future__ import annotations
 
@@ -11,13 +11,15 @@ from pathlib import Path
 
 import torch
 
-from trtserve.kernels import native
+from trtserve.kernels import dense, native
+from trtserve.kernels import int4 as int4_kernel
 
 SOURCE = Path(__file__).with_name("decode_layers.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 LINEARS = ("qkv", "dense", "fc_gate", "proj")
 FIELDS = ("input_norm", "qkv", "qkv_bias", "dense", "post_norm", "fc_gate", "fc_gate_bias", "proj", "proj_bias")
 INT8 = 3  # decode_layers.c's weight dtype code for int8 (W8A16)
+INT4 = 4  # and for torch's CPU int4 pack (W4A16; int4.h)
 # The layer features (trtserve/models/features.py) decode_layers.c implements; the decoder takes
 # this path only for models whose features are a subset. The kernel attends to every key up to
 # the position, so "sliding_window" holds only while positions are inside the window: the decoder
@@ -37,14 +39,20 @@ FEATURES = frozenset(
 
 
 class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
-    _fields_ = [(f, ctypes.c_void_p) for f in FIELDS] + [(f + "_s", ctypes.c_void_p) for f in LINEARS]
+    _fields_ = (
+        [(f, ctypes.c_void_p) for f in FIELDS]
+        + [(f + "_s", ctypes.c_void_p) for f in LINEARS]
+        + [(f + "_sz", ctypes.c_void_p) for f in LINEARS]
+        + [("gs", ctypes.c_int64), ("bn", ctypes.c_int64)]
+    )
 
 
 class Packed:
-    """The layers' weight pointers for `run`, and the weights' dtype code; the tensors must outlive it."""
+    """The layers' weight pointers for `run`, the weights' dtype code, and the most rows `run` takes
+    (int4: those the per-op path runs on the same kernel math); the tensors must outlive it."""
 
-    def __init__(self, table: ctypes.Array, wdt: int):
-        self.table, self.wdt = table, wdt
+    def __init__(self, table: ctypes.Array, wdt: int, max_rows: int = dense.MAX_ROWS):
+        self.table, self.wdt, self.max_rows = table, wdt, max_rows
 
 
 @cache
@@ -65,34 +73,78 @@ def _int8_weight_only(linear: object) -> bool:
     return getattr(linear, "int8_weight_only", False) is True
 
 
+def _int4_groupwise(linear: object) -> bool:
+    """A W4A16 linear (models/quantized.py's Int4Groupwise says so): torch's CPU int4 `packed`, its
+    `scales_zeros` (in / group, out, 2) in the model dtype, `group_size`, `pre_quant` or None."""
+    return getattr(linear, "int4_groupwise", False) is True
+
+
+def _int4_rows(t: object, dtype: torch.dtype, shape: tuple[int, int]) -> int:
+    """The most rows (from 1 up) for which the per-op path runs linear t on our int4 kernel, whose
+    math (int4.h) the step shares, so both give the same bits; 0 where the step cannot read t."""
+    (n, k), gs, bn = shape, t.group_size, int4_kernel.block_n()
+    if t.pre_quant is not None or bn is None or n % bn or k % gs or t.out_features != n:
+        return 0  # an AWQ scale not folded into the norm, or a pack int4.h does not know
+    sz = t.scales_zeros
+    if not (_cpu(t.packed, torch.uint8) and 2 * t.packed.numel() == n * k and _cpu(sz, dtype)):
+        return 0
+    if tuple(sz.shape) != (k // gs, n, 2):
+        return 0
+    rows = 0
+    while rows < dense.MAX_ROWS and t.ours(dtype, rows + 1):
+        rows += 1
+    return rows
+
+
+def _pack_int4(row: _Layer, layer: object, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -> int:
+    """Fill row's int4 linears; the most rows they take in the step (0: the layer cannot run)."""
+    rows = dense.MAX_ROWS
+    for f in LINEARS:
+        t = getattr(layer, f)
+        if not _int4_groupwise(t) or t.group_size != layer.qkv.group_size:
+            return 0
+        rows = min(rows, _int4_rows(t, dtype, shapes[f]))
+        setattr(row, f, t.packed.data_ptr())
+        setattr(row, f + "_sz", t.scales_zeros.data_ptr())
+    row.gs, row.bn = layer.qkv.group_size, int4_kernel.block_n()
+    return rows
+
+
 def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -> Packed | None:
     """The layers' weights for `run`, or None unless every weight is a contiguous CPU tensor in
-    `dtype`, or every linear is W8A16 (int8 with float32 scales per output); other quantized
-    linears take the per-op path. shapes: each linear's (out, in), as the kernel will read it."""
+    `dtype`, or every linear is W8A16 (int8 with float32 scales per output), or every linear is
+    W4A16 that the per-op path runs on our int4 kernel for decode rows; other quantized linears take
+    the per-op path. shapes: each linear's (out, in), as the kernel will read it."""
     if dtype not in DTYPES:
         return None
     first = layers[0].qkv if layers else None
-    int8 = _int8_weight_only(first)
+    wdt = INT8 if _int8_weight_only(first) else INT4 if _int4_groupwise(first) else DTYPES[dtype]
     hidden = shapes["dense"][0]
     sizes = {"input_norm": hidden, "post_norm": hidden, **{f + "_bias": shapes[f][0] for f in LINEARS}}
-    table = (_Layer * len(layers))()
+    table, max_rows = (_Layer * len(layers))(), dense.MAX_ROWS
     for row, layer in zip(table, layers, strict=True):
+        if wdt == INT4:
+            max_rows = min(max_rows, _pack_int4(row, layer, dtype, shapes))
+            if not max_rows:
+                return None
         for f in FIELDS:
             t = getattr(layer, f)
             if f in LINEARS:
-                if int8:
+                if wdt == INT4:
+                    continue
+                if wdt == INT8:
                     if not (_int8_weight_only(t) and _cpu(t.scale_f32, torch.float32)):
                         return None
                     setattr(row, f + "_s", t.scale_f32.data_ptr())
                     t = t.weight
-                if not (_cpu(t, torch.int8 if int8 else dtype) and tuple(t.shape) == shapes[f]):
+                if not (_cpu(t, torch.int8 if wdt == INT8 else dtype) and tuple(t.shape) == shapes[f]):
                     return None
             elif t is None and f.endswith("_bias"):
                 continue
             elif not (_cpu(t, dtype) and t.numel() == sizes[f]):
                 return None
             setattr(row, f, t.data_ptr())
-    return Packed(table, INT8 if int8 else DTYPES[dtype])
+    return Packed(table, wdt, max_rows)
 
 
 def run(
@@ -110,9 +162,12 @@ def run(
     block_tables: torch.Tensor,  # (M, n_blk) int64
     tokens_per_block: int,
 ) -> bool:
-    """Run every layer on h; False (nothing changed) where the kernel could not run."""
+    """Run every layer on h; False (nothing changed) where the kernel could not run, or where h has
+    more rows than `packed` takes."""
     fn = load()
-    if fn is None or not (h.is_contiguous() and kv_data.is_contiguous() and cos.is_contiguous()):
+    if fn is None or h.shape[0] > packed.max_rows:
+        return False
+    if not (h.is_contiguous() and kv_data.is_contiguous() and cos.is_contiguous()):
         return False
     positions, slots, tables = (t.contiguous() for t in (positions, slots, block_tables))
     _, _, n_slots, n_kv, hd = kv_data.shape

@@ -1,5 +1,6 @@
 """The W4A16 decode kernel (`int4_gemm.c`), built by trtserve/kernels/native.py; torch's own int4
-GEMM runs instead where it cannot be built.
+GEMM runs instead where it cannot be built. Its per-unit math is int4.h, which the one-call decode
+step (decode_layers.c) shares, so a W4A16 step gives the same bits in one call as op by op.
 
 Measured on this project's AVX2 machine (AMD EPYC Zen 2, 2 threads): `scripts/bench_quant.py` on the
 TinyLlama-1.1B shape, batch-1 decode, went from 1.75x to 2.34x the bf16 engine with it; one

@@ -102,7 +102,7 @@ class DecoderModel:
             raise ValueError(f"unused engine weights: {sorted(w)[:5]}")
         self.rope = Rope(cfg, max_positions, self.dtype, device)
         self.scale = cfg.head_size**-0.5
-        # Every layer of a decode step in one C call (plain or W8A16 weights on CPU) where it
+        # Every layer of a decode step in one C call (plain, W8A16 or W4A16 weights on CPU) where it
         # implements each of the model's layer features, else None
         n_h, n_kv, hd, hidden, inter = (
             cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size, cfg.hidden_size, cfg.intermediate_size

@@ -128,7 +128,10 @@ class Int4Groupwise:
     Every float32 input (torch's kernel runs those 12-40x slower) and, on AVX2 builds of torch,
     bf16 decode rows go to our AVX2 kernel over that same pack (trtserve/kernels/int4.py,
     `preferred`); the rest, or everything where that kernel cannot be built, to torch's int4 GEMM. AWQ's pre-quant scale (where the export did
-    not fold it into the norm) is applied to the input."""
+    not fold it into the norm) is applied to the input. A decode step that runs whole in
+    trtserve/kernels/decode_layers.c reads `packed` and `scales_zeros` there, for the rows `ours` says."""
+
+    int4_groupwise = True  # what trtserve/kernels/decode_layers.py looks for (it imports no model code)
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         w = unpack_int4_rows(t["weight"])  # (out, in) in [-8, 7]
@@ -147,6 +150,12 @@ class Int4Groupwise:
         packed, n, gs = self.packed, self.out_features, self.group_size
         widen.widen_int4pack(packed, n, int4_kernel.block_n(), a, self.scales_zeros, gs, out)
 
+    def ours(self, dtype: torch.dtype, rows: int) -> bool:
+        """Whether `rows` CPU input rows of `dtype` (after the pre-quant scale) go to our int4 kernel
+        (not torch's, nor float32 slabs)."""
+        slabs = dtype == torch.float32 and rows >= _INT4_SLAB_ROWS
+        return self.kernel and dtype == self.scales_zeros.dtype and not slabs and int4_kernel.preferred(dtype, rows)
+
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
             x = x * self.pre_quant
@@ -156,8 +165,7 @@ class Int4Groupwise:
             # dense GEMM takes 14, one Zen 3 thread); widened slabs take 14.3.
             return slab_linear(x, x.dtype, self.widen_rows, self.out_features, bias=bias)
         y = None
-        mine = self.kernel and x.device.type == "cpu" and int4_kernel.preferred(x.dtype, x.shape[0])
-        if mine and x.dtype == self.scales_zeros.dtype:
+        if x.device.type == "cpu" and self.ours(x.dtype, x.shape[0]):
             y = int4_kernel.int4_gemm(x, self.packed, self.scales_zeros, self.group_size)
         if y is None:
             y = torch._weight_int4pack_mm_for_cpu(x, self.packed, self.group_size, self.scales_zeros)

@@ -1,0 +1,126 @@
+/* The W4A16 GEMM's per-unit math over torch's CPU int4 pack, shared by int4_gemm.c (one GEMM a
+ * call) and decode_layers.c (every layer of a decode step in one call), so both compute each output
+ * with the same operations in the same order and round it alike.
+ *
+ * Layouts (torch's `_convert_weight_to_int4pack_for_cpu(q, 1)` on (N, K) values q in [0, 15]; its
+ * block width BN is 32 on AVX2 builds and 64 on AVX-512 ones):
+ *   w   [N/BN][K][BN/2] bytes; byte j of row k holds output BN*b+j (low nibble), BN*b+j+BN/2 (high)
+ *   sz  [K/gs][N][2] scale, zero in bf16 or float32; the weight is (q - 8) * scale + zero
+ *   xf  [M][K] float32 (values of the activation dtype), xsum [M][K/gs] its sums per group.
+ * Per group: sum_k x_k w_k = scale * (sum_k x_k q_k - 8 sum_k x_k) + zero * sum_k x_k.
+ * Work is split in units of 32 outputs: 16 bytes of each row of one block.
+ */
+#ifndef TRTSERVE_INT4_H
+#define TRTSERVE_INT4_H
+#include "dtypes.h"
+
+enum { I4 = 4 }; /* decode_layers' weight dtype code for this pack (W4A16), next to dtypes.h's */
+
+static inline int int4_block_ok(int64_t bn, int64_t N) { return (bn == 32 || bn == 64) && N % bn == 0; }
+
+static inline int64_t int4_units(int64_t N) { return N / 32; }
+
+/* 16 packed bytes (32 outputs at one k) -> 4 x 8 floats of q in [0, 15]. */
+#define INT4_UNPACK(p, w0, w1, w2, w3)                                             \
+    do {                                                                           \
+        __m128i v_ = _mm_loadu_si128((const __m128i*)(p));                         \
+        __m128i lo_ = _mm_and_si128(v_, mask);                                     \
+        __m128i hi_ = _mm_and_si128(_mm_srli_epi16(v_, 4), mask);                  \
+        w0 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(lo_));                        \
+        w1 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(lo_, 8)));     \
+        w2 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(hi_));                        \
+        w3 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(hi_, 8)));     \
+    } while (0)
+
+/* sum_k x[k] q[k, 0..31] over one group of one unit (16 bytes a row, rows `st` bytes apart), for
+ * one row of x. acc[0..15] are the low nibbles' outputs, acc[16..31] the high ones'. */
+static void int4_group_dot1(const uint8_t* p, int64_t st, const float* x, int64_t gs, float acc[32]) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    __m256 w0, w1, w2, w3;
+    int64_t k = 0;
+    for (; k + 1 < gs; k += 2, p += 2 * st) { /* two chains per output hide the FMA latency */
+        __m256 x0 = _mm256_broadcast_ss(x + k), x1 = _mm256_broadcast_ss(x + k + 1);
+        INT4_UNPACK(p, w0, w1, w2, w3);
+        a0 = _mm256_fmadd_ps(w0, x0, a0); a1 = _mm256_fmadd_ps(w1, x0, a1);
+        a2 = _mm256_fmadd_ps(w2, x0, a2); a3 = _mm256_fmadd_ps(w3, x0, a3);
+        INT4_UNPACK(p + st, w0, w1, w2, w3);
+        b0 = _mm256_fmadd_ps(w0, x1, b0); b1 = _mm256_fmadd_ps(w1, x1, b1);
+        b2 = _mm256_fmadd_ps(w2, x1, b2); b3 = _mm256_fmadd_ps(w3, x1, b3);
+    }
+    if (k < gs) {
+        __m256 x0 = _mm256_broadcast_ss(x + k);
+        INT4_UNPACK(p, w0, w1, w2, w3);
+        a0 = _mm256_fmadd_ps(w0, x0, a0); a1 = _mm256_fmadd_ps(w1, x0, a1);
+        a2 = _mm256_fmadd_ps(w2, x0, a2); a3 = _mm256_fmadd_ps(w3, x0, a3);
+    }
+    _mm256_storeu_ps(acc, _mm256_add_ps(a0, b0));
+    _mm256_storeu_ps(acc + 8, _mm256_add_ps(a1, b1));
+    _mm256_storeu_ps(acc + 16, _mm256_add_ps(a2, b2));
+    _mm256_storeu_ps(acc + 24, _mm256_add_ps(a3, b3));
+}
+
+/* The same for two rows of x at once: each unpacked weight feeds both. */
+static void int4_group_dot2(const uint8_t* p, int64_t st, const float* x, const float* xb, int64_t gs, float acc[32],
+                            float accb[32]) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0;
+    __m256 w0, w1, w2, w3;
+    for (int64_t k = 0; k < gs; k++, p += st) {
+        __m256 x0 = _mm256_broadcast_ss(x + k), x1 = _mm256_broadcast_ss(xb + k);
+        INT4_UNPACK(p, w0, w1, w2, w3);
+        a0 = _mm256_fmadd_ps(w0, x0, a0); a1 = _mm256_fmadd_ps(w1, x0, a1);
+        a2 = _mm256_fmadd_ps(w2, x0, a2); a3 = _mm256_fmadd_ps(w3, x0, a3);
+        c0 = _mm256_fmadd_ps(w0, x1, c0); c1 = _mm256_fmadd_ps(w1, x1, c1);
+        c2 = _mm256_fmadd_ps(w2, x1, c2); c3 = _mm256_fmadd_ps(w3, x1, c3);
+    }
+    _mm256_storeu_ps(acc, a0); _mm256_storeu_ps(acc + 8, a1);
+    _mm256_storeu_ps(acc + 16, a2); _mm256_storeu_ps(acc + 24, a3);
+    _mm256_storeu_ps(accb, c0); _mm256_storeu_ps(accb + 8, c1);
+    _mm256_storeu_ps(accb + 16, c2); _mm256_storeu_ps(accb + 24, c3);
+}
+
+/* sum of x[0..gs) in order: the xsum of one row's group. */
+static inline float int4_group_sum(const float* x, int64_t gs) {
+    float s = 0;
+    for (int64_t k = 0; k < gs; k++) s += x[k];
+    return s;
+}
+
+/* The 32 outputs of unit u of y = x w^T for all M rows (one work item), stored in ydt after
+ * rounding to rdt. sz is in szdt (F32 or BF16). */
+static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int64_t M, int64_t K, const uint8_t* w,
+                             int64_t N, int64_t bn, const void* sz, int szdt, int64_t gs, void* y, int ydt, int rdt) {
+    const int64_t ng = K / gs, st = bn / 2;
+    /* unit u: 16 bytes of each row of block b = u / (bn / 32), at byte offset h16 */
+    const int64_t b = u / (bn / 32), h16 = (u % (bn / 32)) * 16;
+    const uint8_t* wb = w + b * K * st + h16;
+    int64_t idx[32]; /* unit slot -> output */
+    for (int j = 0; j < 16; j++) {
+        idx[j] = b * bn + h16 + j;
+        idx[j + 16] = b * bn + st + h16 + j;
+    }
+    float out[2][32], acc[2][32], sc[32], ze[32];
+    for (int64_t m = 0; m < M; m += 2) {
+        const int two = m + 1 < M;
+        memset(out, 0, sizeof(out));
+        for (int64_t g = 0; g < ng; g++) {
+            for (int j = 0; j < 32; j++) {
+                int64_t i = (g * N + idx[j]) * 2;
+                sc[j] = load1(sz, szdt, i);
+                ze[j] = load1(sz, szdt, i + 1);
+            }
+            const float* xm = xf + m * K + g * gs;
+            if (two) int4_group_dot2(wb + g * gs * st, st, xm, xm + K, gs, acc[0], acc[1]);
+            else int4_group_dot1(wb + g * gs * st, st, xm, gs, acc[0]);
+            for (int r = 0; r <= two; r++) {
+                float s = xsum[(m + r) * ng + g];
+                for (int j = 0; j < 32; j++) out[r][j] += sc[j] * (acc[r][j] - 8.0f * s) + ze[j] * s;
+            }
+        }
+        for (int r = 0; r <= two; r++)
+            for (int j = 0; j < 32; j++) store1(y, ydt, (m + r) * N + idx[j], rnd(out[r][j], rdt));
+    }
+}
+
+#endif
