@@ -15,15 +15,6 @@
 
 #define KB 8 /* keys whose score chains run together */
 #define VT 64 /* keys whose values are weighed together (a tile of whole cache rows stays in L2) */
-#define AHEAD 16 /* keys ahead whose rows are prefetched: the cache's rows lie a KV-head stride apart, in
-                  * blocks anywhere, so the hardware prefetcher alone streamed them at ~7 GB/s */
-
-/* Ask for the n values of dt from element `at` of p into L1. */
-static inline __attribute__((always_inline)) void prefetch(const void* p, int dt, int64_t at, int64_t n) {
-    const int64_t es = dt == F32 ? 4 : 2;
-    const char* row = (const char*)p + at * es;
-    for (int64_t b = 0; b < n * es; b += 64) _mm_prefetch(row + b, _MM_HINT_T0);
-}
 
 /* Four keys' scores from their 8-lane sums, each added up exactly as hsum does. */
 static inline __attribute__((always_inline)) __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
@@ -54,31 +45,26 @@ static inline int64_t head_scratch(int64_t n, int64_t len, int64_t hd) {
     return n * (len + hd) + 2 * len;
 }
 
-/* How a step's attention is cut into tasks: per sequence, nkv KV heads with nr of their query heads
- * each. Whole sequences (rows read whole) where there are enough of them to keep every thread busy
- * (lengths differ, so several a thread); else a KV head's group; else one query head. */
+/* How a step's attention is cut into tasks: per sequence and KV head, nr of the head's group of query
+ * heads each, per_seq tasks a sequence. A KV head's whole group (its keys read once for all of them)
+ * where that leaves several tasks a thread (lengths differ); else one query head a task. */
 typedef struct {
-    int64_t nkv, nr, per_seq; /* per_seq: tasks a sequence */
+    int64_t nr, per_seq;
 } split_t;
 
 static inline split_t split_heads(int64_t seqs, int64_t n_kv, int64_t group, int threads) {
-    split_t p = {1, 1, n_kv * group};
-    if (seqs >= 4 * threads) p = (split_t){n_kv, group, 1};
-    else if (seqs * n_kv >= 4 * threads) p = (split_t){1, group, n_kv};
-    return p;
+    return seqs * n_kv >= 4 * threads ? (split_t){group, n_kv} : (split_t){1, n_kv * group};
 }
 
-/* One sequence's query heads r0 .. r0 + nr - 1 of each of its KV heads kv0 .. kv0 + nkv - 1 (query head
- * kv * group + r at q[qoff + (kv * group + r) * hd]; qoff is the sequence's first query head) over its
- * `len` keys. Taking every KV head of a sequence at once reads its cache rows whole: one KV head's
- * slice of each row alone let the hardware fetch the whole row and use a third of it (SmolLM2's 3 KV
- * heads: ~8 GB/s of attention where the memory gives ~25). buf: head_scratch(nkv * nr, len, hd) floats. */
+/* One sequence's query heads r0 .. r0 + nr - 1 of KV head kvh's group (query head kvh * group + r at
+ * q[qoff + (kvh * group + r) * hd]; qoff is the sequence's first query head) over its `len` keys.
+ * buf: head_scratch(nr, len, hd) floats. */
 static inline __attribute__((always_inline)) void heads(const void* q, int qdt, const void* k, const void* v, int dt,
-                                                       int64_t qoff, int64_t n_kv, int64_t kv0, int64_t nkv,
-                                                       int64_t group, int64_t r0, int64_t nr, int64_t hd,
+                                                       int64_t qoff, int64_t n_kv, int64_t kvh, int64_t group,
+                                                       int64_t r0, int64_t nr, int64_t hd,
                                                        const int64_t* table, int64_t len, int64_t bs, float scale,
                                                        void* out, float* buf) {
-    const int64_t n = nkv * nr; /* query heads of the task; head j: KV head kv0 + j / nr, row r0 + j % nr */
+    const int64_t n = nr; /* query heads of the task; head j: row r0 + j of the group */
     float* scores = buf;                     /* [n][len] */
     float* acc = buf + n * len;              /* [n][hd] */
     int64_t* at = (int64_t*)(acc + n * hd);  /* [len]: where key t's cache row starts */
@@ -86,12 +72,11 @@ static inline __attribute__((always_inline)) void heads(const void* q, int qdt, 
         at[t] = (table[blk] * bs + off) * n_kv * hd;
         if (++off == bs) off = 0, blk++;
     }
-#define QOFF(j) (qoff + ((kv0 + (j) / nr) * group + r0 + (j) % nr) * hd)
-#define KVOFF(j) ((kv0 + (j) / nr) * hd)
+#define QOFF(j) (qoff + (kvh * group + r0 + (j)) * hd)
+#define KVOFF(j) (kvh * hd)
     const __m128 sc = _mm_set1_ps(scale);
     int64_t t = 0;
     for (; t + KB <= len; t += KB) { /* KB keys, every query head of the task while they are in L1 */
-        for (int64_t i = t + AHEAD; i < t + AHEAD + KB && i < len; i++) prefetch(k, dt, at[i] + kv0 * hd, nkv * hd);
         for (int64_t j = 0; j < n; j++) {
             const int64_t qo = QOFF(j), ko = KVOFF(j);
             __m256 s[KB];

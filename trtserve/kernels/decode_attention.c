@@ -31,7 +31,7 @@ int trtserve_decode_attention(const void* q, const void* k, const void* v, int d
     int failed = 0;
 #pragma omp parallel num_threads(threads)
     {
-        float* buf = malloc(sizeof(float) * (size_t)head_scratch(sp.nkv * sp.nr, longest, hd));
+        float* buf = malloc(sizeof(float) * (size_t)head_scratch(sp.nr, longest, hd));
         if (!buf) {
 #pragma omp atomic write
             failed = 1;
@@ -40,11 +40,11 @@ int trtserve_decode_attention(const void* q, const void* k, const void* v, int d
         for (int64_t w = 0; w < G * sp.per_seq; w++) {
             if (!buf) continue;
             const int64_t g = w / sp.per_seq, i = w % sp.per_seq, per_kv = group / sp.nr;
-            const int64_t kv0 = i / per_kv * sp.nkv, r0 = i % per_kv * sp.nr, qoff = rows[g] * n_kv * group * hd;
+            const int64_t kvh = i / per_kv, r0 = i % per_kv * sp.nr, qoff = rows[g] * n_kv * group * hd;
             switch (dt) { /* one specialised copy per dtype */
-            case F32: heads(q, F32, k, v, F32, qoff, n_kv, kv0, sp.nkv, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
-            case BF16: heads(q, BF16, k, v, BF16, qoff, n_kv, kv0, sp.nkv, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
-            default: heads(q, F16, k, v, F16, qoff, n_kv, kv0, sp.nkv, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf);
+            case F32: heads(q, F32, k, v, F32, qoff, n_kv, kvh, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
+            case BF16: heads(q, BF16, k, v, BF16, qoff, n_kv, kvh, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
+            default: heads(q, F16, k, v, F16, qoff, n_kv, kvh, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf);
             }
         }
         free(buf);

@@ -96,9 +96,8 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
 #pragma omp for schedule(dynamic) /* sequences' lengths differ: a static split left one thread waiting */
         for (int64_t j = 0; j < M * s->split.per_seq; j++) {
             const int64_t m = j / s->split.per_seq, i = j % s->split.per_seq, per_kv = group / s->split.nr;
-            heads(q, F32, k_cache, v_cache, dt, m * n_h * hd, n_kv, i / per_kv * s->split.nkv, s->split.nkv, group,
-                  i % per_kv * s->split.nr, s->split.nr, hd, s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale,
-                  att, att_buf);
+            heads(q, F32, k_cache, v_cache, dt, m * n_h * hd, n_kv, i / per_kv, group, i % per_kv * s->split.nr,
+                  s->split.nr, hd, s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale, att, att_buf);
         }
         linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, xsum, NULL, H, d, dt);
 #pragma omp for schedule(static)
@@ -143,7 +142,7 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     const int64_t width = (n_h + 2 * n_kv) * hd;
     const int64_t widest_in = H > n_h * hd ? (H > I ? H : I) : (n_h * hd > I ? n_h * hd : I); /* int4's xsum */
     float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I + widest_in)));
-    const int64_t att_scratch = head_scratch(split.nkv * split.nr, longest, hd);
+    const int64_t att_scratch = head_scratch(split.nr, longest, hd);
     float* att_bufs = malloc(sizeof(float) * (size_t)(threads * att_scratch));
     if (!scratch || !att_bufs) {
         free(scratch);
