@@ -76,7 +76,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--questions", type=int, default=8, help="questions per prefix M [8]")
     ap.add_argument("--prefix-len", type=int, default=448)
     ap.add_argument("--prefix-concurrency", type=int, default=4)
-    ap.add_argument("--llama-types", default="", help="extra GGUF types besides the matching one, e.g. q8_0")
+    ap.add_argument(
+        "--llama-types", default="", help="extra GGUF types besides the matching one, e.g. q8_0,q4_0 (decode, mixed)"
+    )
+    ap.add_argument(
+        "--trt-quants",
+        default="",
+        help="trtserve engines of these --quant formats too, e.g. w8a16,w4a16 (batch-1 decode only)",
+    )
     ap.add_argument("--no-build-llama", action="store_true", help="use llama.cpp only if already built")
     ap.add_argument("--kv-cache-memory", default="2GiB")
     ap.add_argument(
@@ -206,6 +213,37 @@ def run_trtserve(args, spec, dtype, engine, work, log_dir, say) -> list[dict]:
         on_texts = [r.text for r in runs["prefix-on"].results]
         same = sum(a == b.text for a, b in zip(on_texts, off.results, strict=True)) / len(on_texts)
         next(p for p in points if p["workload"] == "prefix-on")["extra"]["identical_to_off"] = same
+    return points
+
+
+def run_trtserve_quants(args, spec, dtype, work, log_dir, say) -> list[dict]:
+    """Batch-1 decode of a trtserve engine per --trt-quants format (built once into the cache)."""
+    from peers import trtserve_peer
+
+    points = []
+    for quant in [q for q in args.trt_quants.split(",") if q]:
+        say(f"trtserve {quant}: building unless cached, then decode")
+        try:
+            engine = trtserve_peer.build_engine(
+                spec.build_source,
+                args.cache / "engines" / f"{spec.name}-{dtype}-{quant}-tpb{args.tokens_per_block}",
+                dtype,
+                args.tokens_per_block,
+                log_dir / f"build-{quant}.log",
+                quant=quant,
+            )
+            runs = trtserve_peer.serve_and_run(
+                engine,
+                [dict(name="decode", **work["decode"])],
+                prefix_caching=True,
+                kv_cache_memory=args.kv_cache_memory,
+                log=log_dir / f"trtserve-{quant}.log",
+                seed=args.seed,
+            )
+        except RuntimeError as err:
+            say(f"trtserve {quant} failed: {err}")
+            continue
+        points.append(point(f"trtserve-{quant}", "decode", quant, runs["decode"]))
     return points
 
 
@@ -360,6 +398,8 @@ def main(argv=None) -> int:
         conditions["roofline"] = roofline.measure(engine, models.DTYPES[dtype])
     if "trtserve" in args.peers:
         points += run_trtserve(args, spec, dtype, engine, work, out, say)
+        if args.trt_quants and "decode" in work:
+            points += run_trtserve_quants(args, spec, dtype, work, out, say)
         report.save_json(out / "compare.json", conditions, points, [])  # partial results survive a later crash
     if {"hf-static", "hf-continuous"} & set(args.peers):
         run_hf(

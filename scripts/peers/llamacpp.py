@@ -2,7 +2,8 @@
 
 Nothing of llama.cpp is committed: `ensure_server` downloads the llama-cpp-python sdist with pip into
 the cache dir and builds only the `llama-server` target of its vendored llama.cpp with cmake.
-`convert` turns an HF dir into GGUF at the asked precision with the vendored convert_hf_to_gguf.py.
+`convert` turns an HF dir into GGUF at the asked precision with the vendored convert_hf_to_gguf.py, and
+for llama.cpp's other quantized types (q4_0, q4_k_m, ...) quantizes its f32 GGUF with `llama-quantize`.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ CMAKE_FLAGS = [
     "-DGGML_NATIVE=ON",
 ]
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # convert_hf_to_gguf.py --outtype values we use
+TARGETS = ("llama-server", "llama-quantize")
 
 
 def source_dir(cache: Path) -> Path | None:
@@ -39,6 +41,10 @@ def source_dir(cache: Path) -> Path | None:
 
 def server_binary(cache: Path) -> Path:
     return cache / "llama-build" / "bin" / "llama-server"
+
+
+def quantize_binary(cache: Path) -> Path:
+    return cache / "llama-build" / "bin" / "llama-quantize"
 
 
 def _run(cmd: list[str], log: Path, **kw) -> None:
@@ -51,14 +57,15 @@ def _run(cmd: list[str], log: Path, **kw) -> None:
 def ensure_server(cache: Path, build: bool, log: Path, jobs: int = 2) -> Path | None:
     """The llama-server binary, built from the sdist when missing and `build` is set; None if unavailable."""
     binary = server_binary(cache)
-    if binary.exists():
+    if binary.exists() and quantize_binary(cache).exists():
         return binary
     if not build:
-        return None
+        return binary if binary.exists() else None
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "llama-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another comparison building into the same cache: wait for it
-        return binary if binary.exists() else _build(cache, log, jobs)
+        done = binary.exists() and quantize_binary(cache).exists()
+        return binary if done else _build(cache, log, jobs)
 
 
 def _build(cache: Path, log: Path, jobs: int) -> Path | None:
@@ -71,13 +78,22 @@ def _build(cache: Path, log: Path, jobs: int) -> Path | None:
             tar.extractall(cache, filter="data")
     src = source_dir(cache)
     _run(["cmake", "-S", str(src), "-B", str(cache / "llama-build"), *CMAKE_FLAGS], log)
-    _run(["cmake", "--build", str(cache / "llama-build"), "--target", "llama-server", "-j", str(jobs)], log)
+    _run(["cmake", "--build", str(cache / "llama-build"), "--target", *TARGETS, "-j", str(jobs)], log)
     return binary if binary.exists() else None
 
 
 def convert(cache: Path, hf_dir: Path, outtype: str, out: Path, log: Path) -> Path:
-    """HF dir -> GGUF at `outtype` (f32, f16, bf16, q8_0) with the vendored converter, once."""
+    """HF dir -> GGUF at `outtype`, once: f32, f16, bf16 and q8_0 with the vendored converter, any other
+    type llama-quantize knows (q4_0, q4_k_m, ...) by quantizing the f32 GGUF."""
     if out.exists():
+        return out
+    if outtype not in GGUF_TYPES:
+        f32 = convert(cache, hf_dir, "f32", out.with_name(out.name.replace(f"-{outtype}.", "-f32.")), log)
+        if not quantize_binary(cache).exists():
+            raise RuntimeError(f"{outtype} needs llama-quantize, which is not built in {cache}")
+        tmp = out.with_suffix(".partial")
+        _run([str(quantize_binary(cache)), str(f32), str(tmp), outtype.upper()], log)
+        shutil.move(tmp, out)
         return out
     src = source_dir(cache)
     if src is None:

@@ -120,6 +120,15 @@ def targets(points: list[Point], llama_peer: str | None) -> list[dict]:
                 1.2,
             )
         )
+    # weight-only formats vs the unquantized engine (issue 21's bars, against bf16) and llama.cpp's nearest type
+    for quant, gguf, bar in (("w8a16", "q8_0", 1.6), ("w4a16", "q4_0", 2.2)):
+        mine, theirs = _find(points, f"{REFERENCE}-{quant}", "decode"), _find(points, f"llama.cpp-{gguf}", "decode")
+        if mine and dec:
+            got = ratio(_extra(mine, "decode_tok_per_s"), _extra(dec, "decode_tok_per_s"))
+            out.append(_target(f"batch-1 decode tok/s, {quant} / {dec['precision']}", got, bar))
+        if mine and theirs:
+            got = ratio(_extra(mine, "decode_tok_per_s"), _extra(theirs, "decode_tok_per_s"))
+            out.append(_target(f"batch-1 decode tok/s, {quant} / llama.cpp-{gguf}", got, 1.0))
     mixed = _find(points, REFERENCE, "mixed")
     hf8 = _find(points, "hf-static-8", "mixed")
     out.append(

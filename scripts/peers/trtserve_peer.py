@@ -13,13 +13,15 @@ from peers.server import drive, free_port, running, warm_up
 MODEL_NAME = "model"
 
 
-def build_engine(source: str, out: Path, dtype: str, tokens_per_block: int, log: Path) -> Path:
-    """`trtserve build SOURCE -o OUT --dtype DTYPE --tokens-per-block N`, once: an existing engine
-    dir is reused."""
+def build_engine(
+    source: str, out: Path, dtype: str, tokens_per_block: int, log: Path, quant: str | None = None
+) -> Path:
+    """`trtserve build SOURCE -o OUT --dtype DTYPE --tokens-per-block N [--quant Q]`, once: an existing
+    engine dir is reused."""
     if (out / "manifest.json").exists():
         return out
     cmd = [sys.executable, "-m", "trtserve.cli", "build", source, "-o", str(out), "--dtype", dtype, "--quiet"]
-    cmd += ["--tokens-per-block", str(tokens_per_block)]
+    cmd += ["--tokens-per-block", str(tokens_per_block)] + (["--quant", quant] if quant else [])
     with open(log, "wb") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
     if rc != 0:

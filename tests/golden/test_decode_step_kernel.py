@@ -12,7 +12,7 @@ from helpers import make_hf_model, random_prompts
 from trtserve import LLM, SamplingParams
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
-from trtserve.kernels import decode_layers
+from trtserve.kernels import decode_layers, dense
 
 needs_kernel = pytest.mark.skipif(
     decode_layers.load() is None, reason="the decode kernel needs x86-64 with AVX2/FMA/F16C and a C compiler"
@@ -46,6 +46,12 @@ def _outputs(llm: LLM, prompts: list[list[int]], step: bool, monkeypatch) -> tup
     return [(s.token_ids, [(lp.logprob, lp.top) for lp in s.logprobs]) for s in seqs], ran
 
 
+def llm_dtype(engine) -> torch.dtype:
+    from trtserve.engine.layout import read_engine_config
+
+    return getattr(torch, read_engine_config(engine).pretrained_config.dtype)
+
+
 @needs_kernel
 @pytest.mark.parametrize(
     ("arch", "dtype", "quant", "overrides"),
@@ -55,6 +61,7 @@ def _outputs(llm: LLM, prompts: list[list[int]], step: bool, monkeypatch) -> tup
         ("llama", torch.float16, None, {}),
         ("qwen2", torch.float32, None, {"num_key_value_heads": 4}),
         ("llama", torch.float32, "w8a16", {}),  # int8 weights: the per-op path runs our int8 GEMV too
+        ("llama", torch.bfloat16, "w8a16", {}),
         ("llama", torch.float32, "w4a16", INT4),  # int4: the per-op path runs int4_gemm.c, as the step
         ("llama", torch.bfloat16, "w4a16", INT4),
     ],
@@ -62,14 +69,17 @@ def _outputs(llm: LLM, prompts: list[list[int]], step: bool, monkeypatch) -> tup
 def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, overrides):
     src = make_hf_model(tmp_path / "hf", arch, seed=7, dtype=dtype, **overrides)
     out = tmp_path / "engine"
-    # int4 engines are built in bfloat16 unless asked
-    int4 = {"group_size": 64, "dtype": str(dtype).removeprefix("torch.")} if quant == "w4a16" else {}
-    build_engine(BuildConfig(model=str(src), tokens_per_block=8, quant=quant, **int4), out, quiet=True)
+    # quantized engines are built in bfloat16 unless asked
+    extra = {"dtype": str(dtype).removeprefix("torch.")} if quant else {}
+    extra |= {"group_size": 64} if quant == "w4a16" else {}
+    build_engine(BuildConfig(model=str(src), tokens_per_block=8, quant=quant, **extra), out, quiet=True)
+    assert llm_dtype(out) == dtype
     llm = LLM(out, enable_prefix_caching=False)  # both runs compute every prompt token alike
     if quant == "w4a16" and not llm.engine.model.layers[0].qkv.ours(dtype, 1):
         pytest.skip("the per-op path runs torch's int4 kernel here (bf16 on an AVX-512 build of torch)")
     assert llm.engine.model.step_weights is not None
-    for prompts in (random_prompts(1, seed=3), random_prompts(5, seed=4, lo=1, hi=40)):  # alone, batched
+    batch = min(5, dense.max_rows(llm.engine.model.dtype))  # 2 in bf16 where torch's native bf16 GEMM takes over
+    for prompts in (random_prompts(1, seed=3), random_prompts(batch, seed=4, lo=1, hi=40)):  # alone, batched
         fused, ran = _outputs(llm, prompts, True, monkeypatch)
         op_by_op, ran_off = _outputs(llm, prompts, False, monkeypatch)
         assert ran >= PARAMS.max_tokens - 1 and ran_off == 0

@@ -77,6 +77,25 @@ def test_targets_measured_values_and_verdicts():
     assert got["KV waste at peak (mixed)"]["met"] is True  # 0.03 < 0.04
 
 
+def test_targets_quant_rows_against_the_engine_dtype_and_llamacpp():
+    points = [
+        _pt("trtserve", "decode", extra={"decode_tok_per_s": 10.0}),
+        _pt("trtserve-w8a16", "decode", extra={"decode_tok_per_s": 17.0}),
+        _pt("trtserve-w4a16", "decode", extra={"decode_tok_per_s": 20.0}),
+        _pt("llama.cpp-q8_0", "decode", extra={"decode_tok_per_s": 20.0}),
+    ]
+    got = {t["target"]: t for t in report.targets(points, None)}
+    assert got["batch-1 decode tok/s, w8a16 / float32"] == {
+        "target": "batch-1 decode tok/s, w8a16 / float32",
+        "measured": 1.7,
+        "bar": 1.6,
+        "met": True,
+    }
+    assert got["batch-1 decode tok/s, w4a16 / float32"]["met"] is False  # 2.0 against 2.2
+    assert got["batch-1 decode tok/s, w8a16 / llama.cpp-q8_0"]["measured"] == 0.85
+    assert not any("q4_0" in name for name in got)  # llama.cpp q4_0 did not run: no row
+
+
 def test_targets_without_llamacpp_or_measurements_say_not_measured():
     got = report.targets([POINTS[1]], None)
     assert not any("llama.cpp" in t["target"] for t in got)

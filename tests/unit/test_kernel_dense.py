@@ -62,10 +62,33 @@ def test_int8_weights_with_per_output_scales(rows, n, k):
     q = torch.randint(-127, 128, (n, k), generator=g, dtype=torch.int8)
     scale = torch.rand(n, generator=g) / 50
     x = torch.randn(rows, k, generator=g)
-    assert dense.usable(x, q) and not dense.usable(x.bfloat16(), q)  # bf16 inputs: torch's int8 kernel
+    # the kernel takes up to MAX_ROWS; dense.linear routes it the rows it beats torch at on this CPU
+    assert dense.usable(x, q) == (rows <= dense.max_rows(torch.float32))
+    assert dense.usable(x.bfloat16(), q) == (rows <= dense.max_rows(torch.bfloat16))
     ref = (x.double() @ q.double().T) * scale.double()
     err = (dense.gemm(x, q, scale).double() - ref).abs().max() / ref.abs().max()
     assert err < 1e-5, f"relative error {err:.2e}"
+
+
+@pytest.mark.parametrize(
+    ("vendor", "flags", "f32_rows", "bf16_rows"),
+    [
+        ("AuthenticAMD", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),  # Zen 3: torch emulates bf16
+        ("AuthenticAMD", {"avx2", "fma", "avx512f", "avx512_bf16"}, dense.MAX_ROWS, 2),  # Zen 4: MKL runs AVX2
+        ("GenuineIntel", {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}, 8, 2),  # Xeon: MKL's AVX-512
+        ("GenuineIntel", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),
+    ],
+)
+def test_max_rows_by_cpu(monkeypatch, vendor, flags, f32_rows, bf16_rows):
+    """The rows the kernel takes before torch's GEMM, by what torch's GEMM runs on the CPU (measured
+    crossovers in dense.max_rows' docstring)."""
+    monkeypatch.setattr(dense.native, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(dense.native, "cpu_vendor", lambda: vendor)
+    dense.max_rows.cache_clear()
+    try:
+        assert (dense.max_rows(torch.float32), dense.max_rows(torch.bfloat16)) == (f32_rows, bf16_rows)
+    finally:
+        dense.max_rows.cache_clear()
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])

@@ -18,7 +18,7 @@ SOURCE = Path(__file__).with_name("dense_gemv.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int8: 3}  # int8: weights only
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)  # activation dtypes
 MAX_ROWS = 64  # the most rows the kernel takes (gemv.h's MAX_M)
-WIDE = {"avx512f"}  # CPUs where torch's GEMM overtakes the kernel above a few rows
+WIDE = {"avx512f"}  # on Intel CPUs, torch's (MKL's) GEMM runs AVX-512 code and overtakes the kernel above a few rows
 
 
 @cache
@@ -26,14 +26,17 @@ def max_rows(dtype: torch.dtype) -> int:
     """Rows up to which the kernel beats torch. On an AVX-512 Xeon (2 threads, TinyLlama-1.1B's 22
     layers, 3.9 GB float32, from DRAM), float32 and float16 up to 8 rows (f32: 31 vs 31 GB/s at one
     row, 26 vs 16 GB/s at four; f16: 24 vs 15 GB/s at one), bfloat16 only up to 2 rows where the CPU
-    has native bf16 (AVX512-BF16 / AMX: torch's GEMM then streams 23 GB/s at every batch size). On an
-    AVX2-only AMD EPYC (Zen 3, 2 threads, SmolLM2's weights cold from DRAM) it beats torch's float32
-    GEMM at every size it takes: 100 vs 59 GFLOP/s at 32 rows of a (3072, 576) weight, 22 vs 68 ms
-    for the (49152, 576) lm_head; torch emulates bf16 there, so the kernel wins for bf16 too."""
+    has native bf16 (AVX512-BF16 / AMX: torch's GEMM then streams 23 GB/s at every batch size). On
+    AMD CPUs MKL runs its AVX2 code even where AVX-512 is present, and the kernel beats torch's float32
+    GEMM at every size it takes (2 threads, SmolLM2's 30 layers of weights cold from DRAM): on a Zen 3
+    (AVX2 only) 100 vs 59 GFLOP/s at 32 rows of a (3072, 576) weight, 22 vs 68 ms for the (49152, 576)
+    lm_head; on a Zen 4 (AVX-512, AVX512-BF16) 113 vs 90 GFLOP/s at 32 rows, 135 vs 116 at 64, 58 vs
+    36 at 8. Bfloat16 there: torch's native-bf16 GEMM overtakes from 4 rows (47 vs 41, 215 vs 93 GFLOP/s
+    at 32), so 2 rows as on the Xeon; Zen 3 emulates bf16 in torch, so the kernel wins at every size."""
     flags = native.cpu_flags()
     if dtype == torch.bfloat16 and flags & {"avx512_bf16", "amx_bf16"}:
         return 2
-    return 8 if flags & WIDE else MAX_ROWS
+    return 8 if flags & WIDE and native.cpu_vendor() == "GenuineIntel" else MAX_ROWS
 
 
 @cache
@@ -43,15 +46,16 @@ def load():
 
 
 def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
-    """Whether the kernel takes x @ weight^T: a CPU decode batch of x in weight's dtype, or float32
-    x over int8 weights (torch's int8 kernel ran float32 inputs at 0.5-2.6 GB/s, this one at 13-16,
-    over TinyLlama's 22 layers at 1-2 rows; for bf16 inputs the two were equal), weight contiguous
-    (out, in)."""
+    """Whether the kernel takes x @ weight^T: a CPU decode batch of x in weight's dtype, or over int8
+    weights (W8A16) in any float dtype, weight contiguous (out, in). Int8: torch's kernel ran float32
+    inputs at 0.5-2.6 GB/s, this one at 13-16 (TinyLlama's 22 layers, 1-2 rows); for bf16 inputs the
+    two are close (Zen 4, 1-8 rows: torch 0.77-0.98 of this kernel's time), and this one gives the
+    bits the one-call decode step (decode_layers.c) gives, so a sequence decodes alike in either."""
     return (
         x.device.type == "cpu"
         and x.dim() == 2
         and weight.dtype in (x.dtype, torch.int8)
-        and x.dtype in ((torch.float32,) if weight.dtype == torch.int8 else FLOATS)
+        and x.dtype in FLOATS
         and 0 < x.shape[0] <= max_rows(x.dtype)
         and weight.is_contiguous()
         and load() is not None

@@ -37,6 +37,16 @@ def cpu_flags() -> frozenset[str]:
     return frozenset(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
 
 
+@cache
+def cpu_vendor() -> str:
+    """The CPU's vendor_id from /proc/cpuinfo (GenuineIntel, AuthenticAMD; empty where unknown)."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return ""
+    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), "")
+
+
 def cpu_has_avx2_fma() -> bool:
     return {"avx2", "fma", "f16c"} <= cpu_flags()
 

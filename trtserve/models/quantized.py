@@ -93,8 +93,8 @@ def slab_linear(
 
 class Int8WeightOnly:
     """W8A16: int8 weights with per-output-channel scales: our decode kernel (trtserve/kernels/dense.py)
-    for float32 decode rows, torch's int8 weight-pack GEMM for the rest (bf16 inputs, prefill) or
-    where the kernel cannot be built. A decode step that runs whole in trtserve/kernels/decode_layers.c
+    for decode rows, float32 slabs for float32 prefill, torch's int8 weight-pack GEMM for the rest
+    (bf16 prefill) or where the kernel cannot be built. A decode step that runs whole in trtserve/kernels/decode_layers.c
     reads `weight` and `scale_f32` there, for every activation dtype."""
 
     int8_weight_only = True  # what trtserve/kernels/decode_layers.py looks for (it imports no model code)
