@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from trtserve.kernels import widen
 from trtserve.models import quantized
-from trtserve.models.quantized import make_linear, unpack_int4_rows
+from trtserve.models.quantized import make_linear, slab_linear, unpack_int4_rows
 
 DTYPES = [torch.float32, torch.bfloat16]
 E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
@@ -204,6 +204,25 @@ def test_int8_linears_equal_the_gemm_over_the_whole_weight(path, monkeypatch, al
         tok = x.abs().amax(dim=-1, keepdim=True) / 127
         ref = F.linear((x / tok).round().clamp(-127, 127), w.float()) * (tok * s)
     torch.testing.assert_close(got, ref, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_w8a16_bf16_prefill_on_either_kind_of_cpu(path, monkeypatch, native_bf16):
+    """bf16 prefill rows: widened slabs in torch's bf16 GEMM where the CPU has bf16 matmul
+    instructions, torch's int8 kernel elsewhere; both within bf16 rounding of the float32 result."""
+    monkeypatch.setattr(quantized, "_SLAB_ELEMENTS", 64 * 128)
+    flags = {"avx2", "fma", "avx512_bf16"} if native_bf16 else {"avx2", "fma"}
+    monkeypatch.setattr(quantized.native, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(quantized.dense, "max_rows", lambda dtype: 2)  # (cached per machine: not with fake flags)
+    w, s = torch.randint(-127, 128, (150, 128), dtype=torch.int8), torch.rand(150) / 100
+    x = torch.randn(70, 128).bfloat16()
+    lin = make_linear({"weight": w, "weights_scaling_factor": s}, "W8A16", torch.bfloat16)
+    slabs = []
+    monkeypatch.setattr(quantized, "slab_linear", lambda *a, **k: slabs.append(1) or slab_linear(*a, **k))
+    got = lin(x)
+    assert got.dtype == torch.bfloat16 and bool(slabs) == native_bf16
+    ref = F.linear(x.float(), w.float()) * s.bfloat16().float()
+    torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("tokens", [5, 70])  # the int4 decode kernel; widened slabs

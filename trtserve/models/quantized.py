@@ -57,6 +57,12 @@ def _gemm_dtype(dtype: torch.dtype, rows: int, device: torch.device) -> torch.dt
     return torch.float32 if dtype in dense.NATIVE and not native.cpu_flags() & dense.NATIVE[dtype] else dtype
 
 
+def _native_prefill(x: torch.Tensor) -> bool:
+    """A bf16 / fp16 CPU prefill batch that torch's GEMM runs natively in its dtype (_gemm_dtype)."""
+    rows = x.shape[0]
+    return x.dtype != torch.float32 and rows >= dense.UPCAST_ROWS and _gemm_dtype(x.dtype, rows, x.device) == x.dtype
+
+
 def slab_linear(
     x: torch.Tensor,
     dtype: torch.dtype,
@@ -93,8 +99,8 @@ def slab_linear(
 
 class Int8WeightOnly:
     """W8A16: int8 weights with per-output-channel scales: our decode kernel (trtserve/kernels/dense.py)
-    for decode rows, float32 slabs for float32 prefill, torch's int8 weight-pack GEMM for the rest
-    (bf16 prefill) or where the kernel cannot be built. A decode step that runs whole in trtserve/kernels/decode_layers.c
+    for decode rows, slabs for float32 prefill and for bf16 prefill where torch's bf16 GEMM is native,
+    torch's int8 weight-pack GEMM for the rest or where the kernel cannot be built. A decode step that runs whole in trtserve/kernels/decode_layers.c
     reads `weight` and `scale_f32` there, for every activation dtype."""
 
     int8_weight_only = True  # what trtserve/kernels/decode_layers.py looks for (it imports no model code)
@@ -110,10 +116,13 @@ class Int8WeightOnly:
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         y = dense.gemm(x, self.weight, self.scale_f32) if dense.usable(x, self.weight) else None
-        if y is None and x.dtype == torch.float32 and x.dim() == 2:
+        if y is None and x.dim() == 2 and (x.dtype == torch.float32 or _native_prefill(x)):
             # float32 rows past the decode kernel's (prefill): torch's int8 kernel runs float32
             # inputs at 1-2 GFLOP/s where float32 GEMM runs 20-120 here. Equal to that kernel's
-            # result up to float32 summation order.
+            # result up to float32 summation order. bf16 prefill on a CPU with bf16 matmul
+            # instructions: int8 values are exact in bf16, so the slab runs torch's native bf16 GEMM
+            # (Zen 4: 383 GFLOP/s, where torch's int8 kernel took 127); its output is rounded to
+            # bf16 before the per-channel scale, one bf16 rounding more than that kernel's.
             y = slab_linear(x, x.dtype, self.widen_rows, self.weight.shape[0], self.scale_f32)
         if y is None:
             y = torch._weight_int8pack_mm(x.contiguous(), self.weight, self.scale)
