@@ -10,13 +10,13 @@ in each format's storage (what `trtserve build --quant` writes), so no model or 
 from __future__ import annotations
 
 import argparse
-import platform
 import time
 from functools import partial
 
 import torch
 import torch.nn.functional as F
 
+from trtserve.kernels.native import cpu_model
 from trtserve.models.quant_formats import QUANT_FORMATS
 from trtserve.models.quantized import make_linear
 
@@ -72,9 +72,7 @@ def main() -> None:
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     k, n = (int(v) for v in a.shape.split("x"))
-    with open("/proc/cpuinfo") as f:
-        cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), platform.processor())
-    print(f"{cpu}, {a.threads} threads, torch {torch.__version__}, x ({a.tokens}, {k}) @ W ({n}, {k})^T")
+    print(f"{cpu_model()}, {a.threads} threads, torch {torch.__version__}, x ({a.tokens}, {k}) @ W ({n}, {k})^T")
     flops = 2.0 * a.tokens * k * n
     for dname, dt in DTYPES.items():
         x = torch.randn(a.tokens, k).to(dt)

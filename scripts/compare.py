@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -104,16 +103,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.hf_batch_sizes = [int(b) for b in args.hf_batch_sizes.split(",") if b]
     args.rates = [float(r) for r in args.rates.split(",") if r]
     return args
-
-
-def _cpu_model() -> str:
-    """The CPU's model name: machines of this kind differ between sessions (AVX2 EPYC, AMX Xeon)."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        lines = []
-    name = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
-    return name or platform.processor() or platform.machine()
 
 
 def set_threads(threads: int, wait_policy: str) -> dict:
@@ -350,6 +339,8 @@ def main(argv=None) -> int:
     from peers import models, report, roofline, trtserve_peer
     from rich.console import Console
 
+    from trtserve.kernels.native import cpu_model
+
     console = Console(width=max(Console().width, 160))
 
     def say(msg: str) -> None:
@@ -375,7 +366,7 @@ def main(argv=None) -> int:
     conditions.update(
         model=spec.name,
         dtype=dtype,
-        cpu=_cpu_model(),
+        cpu=cpu_model(),
         tokens_per_block=args.tokens_per_block,
         cpu_count=os.cpu_count(),
         torch=torch.__version__,

@@ -47,6 +47,10 @@ def quantize_binary(cache: Path) -> Path:
     return cache / "llama-build" / "bin" / "llama-quantize"
 
 
+def _built(cache: Path) -> bool:
+    return server_binary(cache).exists() and quantize_binary(cache).exists()
+
+
 def _run(cmd: list[str], log: Path, **kw) -> None:
     with open(log, "ab") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kw).returncode
@@ -55,17 +59,15 @@ def _run(cmd: list[str], log: Path, **kw) -> None:
 
 
 def ensure_server(cache: Path, build: bool, log: Path, jobs: int = 2) -> Path | None:
-    """The llama-server binary, built from the sdist when missing and `build` is set; None if unavailable."""
+    """The llama-server binary, built from the sdist (with llama-quantize) when either is missing and `build`
+    is set; None if unavailable."""
     binary = server_binary(cache)
-    if binary.exists() and quantize_binary(cache).exists():
-        return binary
-    if not build:
-        return binary if binary.exists() else None
+    if _built(cache) or not build:
+        return binary if binary.exists() else None  # without llama-quantize only q4_0 and such are missing
     cache.mkdir(parents=True, exist_ok=True)
     with open(cache / "llama-build.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another comparison building into the same cache: wait for it
-        done = binary.exists() and quantize_binary(cache).exists()
-        return binary if done else _build(cache, log, jobs)
+        return binary if _built(cache) else _build(cache, log, jobs)
 
 
 def _build(cache: Path, log: Path, jobs: int) -> Path | None:

@@ -55,14 +55,14 @@ static inline __attribute__((always_inline)) void chunk(const void* w0, const vo
     }
 }
 
-/* out[m] = sum over k of x[m][k] wr[k] for m < M (M <= SEQ_M): one weight row, front to back, dotted
+/* out[m * stride] = sum over k of x[m][k] wr[k] for m < M (M <= SEQ_M): one weight row, front to back, dotted
  * with each pair of x rows in turn (the row stays in L1 after the first pair). A thread's blocks are
  * contiguous, so it reads its weights as one sequential stream; four rows read side by side (chunk)
  * made four short streams, and batch-1 GEMVs over SmolLM2's 576-wide rows ran at half the bandwidth
  * (Zen 4, 2 threads, from DRAM: float32 17-20 vs 30-36 GB/s, bf16 13-15 vs 23-33). Sums: four
  * 8-lane accumulators over k mod 32, added pairwise, then hsum; K mod 8 is added after. */
 static inline __attribute__((always_inline)) void row_dots(const void* wr, int dt, const float* xf, int64_t M,
-                                                          int64_t K, float* out) {
+                                                          int64_t K, float* out, int64_t stride) {
     const int64_t k32 = K & ~(int64_t)31, k8 = K & ~(int64_t)7;
     int64_t m = 0;
     for (; m < M; m += 2) {
@@ -96,8 +96,8 @@ static inline __attribute__((always_inline)) void row_dots(const void* wr, int d
             sa += xa[k] * v;
             sb += xb[k] * v;
         }
-        out[m] = sa;
-        if (two) out[m + 1] = sb;
+        out[m * stride] = sa;
+        if (two) out[(m + 1) * stride] = sb;
     }
 }
 
@@ -113,11 +113,7 @@ static inline __attribute__((always_inline)) void gemm_block(int64_t b, const fl
         r[j] = (const char*)w + (size_t)((n + j < N ? n + j : N - 1) * K) * es;
     float acc[MAX_M * ROWS];
     if (M <= SEQ_M) {
-        float col[SEQ_M];
-        for (int j = 0; j < ROWS && n + j < N; j++) {
-            row_dots(r[j], wdt, xf, M, K, col);
-            for (int64_t m = 0; m < M; m++) acc[m * ROWS + j] = col[m];
-        }
+        for (int j = 0; j < ROWS && n + j < N; j++) row_dots(r[j], wdt, xf, M, K, acc + j, ROWS);
     } else {
         memset(acc, 0, sizeof(float) * (size_t)(M * ROWS));
         for (int64_t k0 = 0; k0 < K; k0 += KC)

@@ -26,25 +26,31 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-
 
 
 @cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (empty off Linux x86-64)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return frozenset()
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return frozenset()
-    return frozenset(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
-
-
-@cache
-def cpu_vendor() -> str:
-    """The CPU's vendor_id from /proc/cpuinfo (GenuineIntel, AuthenticAMD; empty where unknown)."""
+def cpuinfo(key: str) -> str:
+    """The first `key : value` of /proc/cpuinfo ("flags", "vendor_id", "model name"); empty where unknown."""
     try:
         lines = Path("/proc/cpuinfo").read_text().splitlines()
     except OSError:
         return ""
-    return next((line.split(":", 1)[1].strip() for line in lines if line.startswith("vendor_id")), "")
+    return next((line.split(":", 1)[1].strip() for line in lines if line.split(":", 1)[0].strip() == key), "")
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags (empty off Linux x86-64)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return frozenset()
+    return frozenset(cpuinfo("flags").split())
+
+
+def cpu_vendor() -> str:
+    """GenuineIntel, AuthenticAMD; empty where unknown."""
+    return cpuinfo("vendor_id")
+
+
+def cpu_model() -> str:
+    """The CPU's model name, for benchmark reports (machines of this kind differ between sessions)."""
+    return cpuinfo("model name") or platform.processor() or platform.machine()
 
 
 def cpu_has_avx2_fma() -> bool:

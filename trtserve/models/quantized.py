@@ -58,9 +58,14 @@ def _gemm_dtype(dtype: torch.dtype, rows: int, device: torch.device) -> torch.dt
 
 
 def _native_prefill(x: torch.Tensor) -> bool:
-    """A bf16 / fp16 CPU prefill batch that torch's GEMM runs natively in its dtype (_gemm_dtype)."""
-    rows = x.shape[0]
-    return x.dtype != torch.float32 and rows >= dense.UPCAST_ROWS and _gemm_dtype(x.dtype, rows, x.device) == x.dtype
+    """A bf16 / fp16 CPU prefill batch of a dtype whose matmul instructions the CPU has (the batches
+    _gemm_dtype keeps in their dtype; on CUDA torch's own kernels stay)."""
+    return (
+        x.device.type == "cpu"
+        and x.shape[0] >= dense.UPCAST_ROWS
+        and x.dtype in dense.NATIVE
+        and bool(native.cpu_flags() & dense.NATIVE[x.dtype])
+    )
 
 
 def slab_linear(
@@ -100,8 +105,9 @@ def slab_linear(
 class Int8WeightOnly:
     """W8A16: int8 weights with per-output-channel scales: our decode kernel (trtserve/kernels/dense.py)
     for decode rows, slabs for float32 prefill and for bf16 prefill where torch's bf16 GEMM is native,
-    torch's int8 weight-pack GEMM for the rest or where the kernel cannot be built. A decode step that runs whole in trtserve/kernels/decode_layers.c
-    reads `weight` and `scale_f32` there, for every activation dtype."""
+    torch's int8 weight-pack GEMM for the rest or where the kernel cannot be built. A decode step that
+    runs whole in trtserve/kernels/decode_layers.c reads `weight` and `scale_f32` there, for every
+    activation dtype."""
 
     int8_weight_only = True  # what trtserve/kernels/decode_layers.py looks for (it imports no model code)
 
