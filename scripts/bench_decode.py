@@ -6,7 +6,7 @@ Roofline: a decode step must read every weight once (the embedding table aside: 
 it is tied to the lm_head, which reads it whole), so
 tokens/s <= bandwidth / weight bytes per token. Bandwidth is measured here, before and after the
 decode runs, with a GEMV-like read (scripts/peers/roofline.py: a 1-row GEMV over a matrix far larger
-than the caches, in the engine's dtype), since a plain `sum` under-reports what matmul kernels get. Decode speed is
+than the caches, in the engine's dtype, on the engine's device), since a plain `sum` under-reports what matmul kernels get. Decode speed is
 timed per engine step after the prefill, with greedy sampling and ignore_eos. Prints JSON.
 """
 
@@ -58,9 +58,10 @@ def main() -> None:
 
     llm = LLM(args.engine_dir, kv_cache_memory=128 << 20, enable_prefix_caching=False)
     dtype = getattr(torch, llm.engine.config.pretrained_config.dtype)
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # where trtserve/runtime/loader.py put the model
     per_token = roofline.weight_bytes_per_token(Path(args.engine_dir))
     size = min(max(per_token, roofline.beyond_caches()), 4 << 30)
-    bw_before = roofline.gemv_bandwidth(size, dtype) / 1e9
+    bw_before = roofline.gemv_bandwidth(size, dtype, device=device) / 1e9
     g = torch.Generator().manual_seed(0)
     vocab = len(llm.tokenizer)
     decode_steps(llm, torch.randint(10, vocab, (args.prompt_len,), generator=g).tolist(), 4)  # warm-up
@@ -70,7 +71,7 @@ def main() -> None:
         prefill, steps = decode_steps(llm, prompt, args.new_tokens)
         tok_s, median_ms = len(steps) / sum(steps), 1e3 * statistics.median(steps)
         runs.append({"prefill_s": prefill, "tok_per_s": tok_s, "median_step_ms": median_ms})
-    bw_after = roofline.gemv_bandwidth(size, dtype) / 1e9
+    bw_after = roofline.gemv_bandwidth(size, dtype, device=device) / 1e9
     bw = (bw_before + bw_after) / 2
     tps = statistics.median(r["tok_per_s"] for r in runs)
     roof = bw * 1e9 / per_token
@@ -79,6 +80,7 @@ def main() -> None:
             {
                 "engine": args.engine_dir,
                 "dtype": str(dtype),
+                "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 "threads": torch.get_num_threads(),
                 "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
                 "weight_bytes_per_token": per_token,

@@ -20,17 +20,28 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-TINYLLAMA = dict(hidden=2048, layers=22, heads=32, kv_heads=4, inter=5632, vocab=32000)
+SHAPES = {
+    "tinyllama": dict(hidden=2048, layers=22, heads=32, kv_heads=4, inter=5632, vocab=32000, tied=False),
+    # SmolLM2-135M's shape (the demo model's config), for machines without the demo package's weights
+    "smollm2": dict(hidden=576, layers=30, heads=9, kv_heads=3, inter=1536, vocab=49152, tied=True),
+}
+TINYLLAMA = SHAPES["tinyllama"]
 
 
 def make_tinyllama(dest: Path) -> Path:
-    """A random bf16 TinyLlama-shaped HF dir, written shard by shard to keep this script's memory low."""
+    return make_random(dest, "tinyllama")
+
+
+def make_random(dest: Path, shape: str, dtype: str = "bfloat16") -> Path:
+    """A random HF Llama dir of one of SHAPES, written shard by shard (one per layer) to keep this
+    script's memory low; the tokenizer is the tests' small byte-level one."""
     from transformers import LlamaConfig
 
     sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
     from helpers import write_tokenizer
 
-    s = TINYLLAMA
+    s = SHAPES[shape]
+    dt = getattr(torch, dtype)
     dest.mkdir(parents=True, exist_ok=True)
     LlamaConfig(
         hidden_size=s["hidden"],
@@ -40,30 +51,31 @@ def make_tinyllama(dest: Path) -> Path:
         intermediate_size=s["inter"],
         vocab_size=s["vocab"],
         max_position_embeddings=2048,
-        dtype="bfloat16",
+        tie_word_embeddings=s["tied"],
+        dtype=dtype,
         architectures=["LlamaForCausalLM"],
     ).save_pretrained(dest)
     write_tokenizer(dest)
-    hd, kv = s["hidden"] // s["heads"], s["kv_heads"] * s["hidden"] // s["heads"]
+    kv = s["kv_heads"] * s["hidden"] // s["heads"]
     weight_map = {}
     g = torch.Generator().manual_seed(0)
 
     def rnd(*shape):
-        return (torch.randn(*shape, generator=g) * 0.02).bfloat16()
+        return (torch.randn(*shape, generator=g) * 0.02).to(dt)
 
-    shards = [
-        {
-            "model.embed_tokens.weight": rnd(s["vocab"], s["hidden"]),
-            "model.norm.weight": torch.ones(s["hidden"]).bfloat16(),
-            "lm_head.weight": rnd(s["vocab"], s["hidden"]),
-        }
-    ]
+    first = {
+        "model.embed_tokens.weight": rnd(s["vocab"], s["hidden"]),
+        "model.norm.weight": torch.ones(s["hidden"], dtype=dt),
+    }
+    if not s["tied"]:
+        first["lm_head.weight"] = rnd(s["vocab"], s["hidden"])
+    shards = [first]
     for i in range(s["layers"]):
         p = f"model.layers.{i}."
         shards.append(
             {
-                p + "input_layernorm.weight": torch.ones(s["hidden"]).bfloat16(),
-                p + "post_attention_layernorm.weight": torch.ones(s["hidden"]).bfloat16(),
+                p + "input_layernorm.weight": torch.ones(s["hidden"], dtype=dt),
+                p + "post_attention_layernorm.weight": torch.ones(s["hidden"], dtype=dt),
                 p + "self_attn.q_proj.weight": rnd(s["hidden"], s["hidden"]),
                 p + "self_attn.k_proj.weight": rnd(kv, s["hidden"]),
                 p + "self_attn.v_proj.weight": rnd(kv, s["hidden"]),
@@ -73,7 +85,6 @@ def make_tinyllama(dest: Path) -> Path:
                 p + "mlp.down_proj.weight": rnd(s["hidden"], s["inter"]),
             }
         )
-    del hd
     for n, shard in enumerate(shards):
         name = f"model-{n:05d}-of-{len(shards):05d}.safetensors"
         save_file(shard, dest / name)

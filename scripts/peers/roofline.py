@@ -43,26 +43,31 @@ def _itemsize(dtype: str) -> int:
     return {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I8": 1, "U8": 1, "F8_E4M3": 1, "I32": 4, "I64": 8}[dtype]
 
 
-def gemv_bandwidth(nbytes: int, dtype: torch.dtype = torch.float32, reps: int = 7) -> float:
+def gemv_bandwidth(nbytes: int, dtype: torch.dtype = torch.float32, reps: int = 7, device: str = "cpu") -> float:
     """Bytes/s of y = W x for one row x over a (rows, 4096) weight of about `nbytes`: the best of
-    torch's `linear` and the torch engine's decode kernel (trtserve/kernels/dense.py), each the
-    fastest of `reps` reads (a roofline is the best the memory gives: on a shared host the median
-    read fell below what the engine's own decode then reached, a fraction of roofline above 1)."""
+    torch's `linear` and, on a CPU, the torch engine's decode kernel (trtserve/kernels/dense.py), each
+    the fastest of `reps` reads (a roofline is the best the memory gives: on a shared host the median
+    read fell below what the engine's own decode then reached, a fraction of roofline above 1). On
+    CUDA each read is timed to its end."""
     from trtserve.kernels import dense
 
+    dev = torch.device(device)
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     cols = 4096
     elem = torch.empty((), dtype=dtype).element_size()
     rows = max(1, nbytes // (cols * elem))
-    w = torch.randn(rows, cols, dtype=torch.float32).to(dtype)  # (rows, cols)
-    x = torch.randn(1, cols, dtype=torch.float32).to(dtype)  # (1, cols)
+    w = torch.randn(rows, cols, dtype=torch.float32).to(dev, dtype)  # (rows, cols)
+    x = torch.randn(1, cols, dtype=torch.float32).to(dev, dtype)  # (1, cols)
     best = 0.0
-    for linear in (torch.nn.functional.linear, dense.linear):
+    for linear in (torch.nn.functional.linear, dense.linear) if dev.type == "cpu" else (torch.nn.functional.linear,):
         times = []
         with torch.inference_mode():
             linear(x, w)  # first touch and kernel selection
+            sync()
             for _ in range(reps):
                 t = time.perf_counter()
                 linear(x, w)
+                sync()
                 times.append(time.perf_counter() - t)
         best = max(best, w.numel() * elem / min(times))
     return best

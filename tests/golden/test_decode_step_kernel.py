@@ -74,7 +74,7 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, 
     extra |= {"group_size": 64} if quant == "w4a16" else {}
     build_engine(BuildConfig(model=str(src), tokens_per_block=8, quant=quant, **extra), out, quiet=True)
     assert llm_dtype(out) == dtype
-    llm = LLM(out, enable_prefix_caching=False)  # both runs compute every prompt token alike
+    llm = LLM(out, device="cpu", enable_prefix_caching=False)  # CPU kernels; both runs compute every prompt token alike
     if quant == "w4a16" and not llm.engine.model.layers[0].qkv.ours(dtype, 1):
         pytest.skip("the per-op path runs torch's int4 kernel here (bf16 on an AVX-512 build of torch)")
     assert llm.engine.model.step_weights is not None
@@ -87,8 +87,8 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, 
 
 
 def test_deterministic_models_and_mismatched_weights_take_the_op_path(tiny_llama_engine):
-    assert LLM(tiny_llama_engine, deterministic=True).engine.model.step_weights is None
-    model = LLM(tiny_llama_engine).engine.model
+    assert LLM(tiny_llama_engine, device="cpu", deterministic=True).engine.model.step_weights is None
+    model = LLM(tiny_llama_engine, device="cpu").engine.model
     cfg, layers = model.cfg, model.layers
     hidden, inter = cfg.hidden_size, cfg.intermediate_size
     width = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_size

@@ -129,13 +129,13 @@ def test_a_feature_the_decode_step_lacks_refuses_it(tmp_path, register, llama_sr
     register(TOY_UNFUSED)
     eng = build(as_family(llama_src, tmp_path / "toy", TOY_UNFUSED), tmp_path / "toy-engine")
     with caplog.at_level(logging.INFO, logger="trtserve.models.decoder"):
-        slow = LLM(eng, enable_prefix_caching=False)
+        slow = LLM(eng, device="cpu", enable_prefix_caching=False)  # the step and the pointwise kernels are CPU code
     assert slow.engine.model.step_weights is None and not slow.engine.model.use_pointwise
     assert [r.getMessage() for r in caplog.records if "toy_feature" in r.getMessage()] == [
         f"{what} not used: no support for this model's toy_feature"
         for what in ("the one-call decode step", "the pointwise kernels")
     ]
-    fast = LLM(build(llama_src, tmp_path / "llama-engine"), enable_prefix_caching=False)
+    fast = LLM(build(llama_src, tmp_path / "llama-engine"), device="cpu", enable_prefix_caching=False)
     assert fast.engine.model.step_weights is not None and fast.engine.model.use_pointwise
     prompts = random_prompts(3, seed=9, lo=1)
     assert [o.token_ids for o in slow.generate(prompts, GREEDY)] == [

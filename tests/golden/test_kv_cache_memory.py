@@ -26,7 +26,7 @@ SHORT, LONG = list(range(3, 13)), list(range(20, 60))  # 10 and 40 prompt tokens
 
 @pytest.fixture(scope="module")
 def loaded(tiny_llama_engine):
-    return load_engine(tiny_llama_engine)
+    return load_engine(tiny_llama_engine, device="cpu")  # these are the CPU's defaults and memory
 
 
 def test_run_default_on_cpu_and_inspect_agree(loaded, tiny_llama_engine):

@@ -59,21 +59,26 @@ def gemm_shapes(cfg: ModelConfig) -> list[tuple[int, int, int]]:
     return [(GEMM_TOKENS, h, q + 2 * kv), (GEMM_TOKENS, q, h), (GEMM_TOKENS, h, 2 * inter), (GEMM_TOKENS, inter, h)]
 
 
-def measure_gemm_rate(cfg: ModelConfig, dtype: str | None = None, reps: int = 5) -> float:
+def measure_gemm_rate(cfg: ModelConfig, dtype: str | None = None, reps: int = 5, device: str | None = None) -> float:
     """FLOP/s: the best `torch.mm` rate over the model's own projection shapes, in the model's dtype
     (or `dtype`), with torch's current thread count. Run it in the same process and run as the
-    workload it is compared with."""
+    workload it is compared with. `device` defaults to the one the torch engine picks (CUDA where
+    present: trtserve/runtime/loader.py), each product timed to its end there."""
     import torch
 
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     dt = getattr(torch, dtype or cfg.dtype)  # float32 | bfloat16 | float16 (ModelConfig.dtype's names)
     best = 0.0
     for t, k, n in gemm_shapes(cfg):
-        a = torch.randn(t, k, dtype=torch.float32).to(dt)  # (tokens, in)
-        b = torch.randn(k, n, dtype=torch.float32).to(dt)  # (in, out)
+        a = torch.randn(t, k, dtype=torch.float32).to(dev, dt)  # (tokens, in)
+        b = torch.randn(k, n, dtype=torch.float32).to(dev, dt)  # (in, out)
         torch.mm(a, b)  # warm-up: first-call allocation and dispatch
+        sync()
         for _ in range(reps):
             t0 = time.perf_counter()
             torch.mm(a, b)
+            sync()
             best = max(best, 2.0 * t * k * n / (time.perf_counter() - t0))
     return best
 

@@ -44,7 +44,7 @@ def attention(
     window: int | None,
 ) -> torch.Tensor:
     """Causal attention per token over its own sequence's keys; returns (T, n_h * hd)."""
-    n_h, hd = q.shape[1], q.shape[2]
+    n_h, hd, dev = q.shape[1], q.shape[2], q.device
     group = n_h // keys.shape[1]
     width = -(-kv_slots.shape[1] // KEY_BLOCK) * KEY_BLOCK
     kv_slots = F.pad(kv_slots, (0, width - kv_slots.shape[1]))
@@ -53,15 +53,15 @@ def attention(
         idx = rows  # (TILE,) token indices
         qt = q[idx].float()  # (TILE, n_h, hd)
         pos = positions[idx]  # (TILE,)
-        m = torch.full((TILE, n_h), float("-inf"))
-        denom = torch.zeros(TILE, n_h)
-        acc = torch.zeros(TILE, n_h, hd)
+        m = torch.full((TILE, n_h), float("-inf"), device=dev)
+        denom = torch.zeros(TILE, n_h, device=dev)
+        acc = torch.zeros(TILE, n_h, hd, device=dev)
         for j in range(0, int(pos.max()) + 1, KEY_BLOCK):
             slots = kv_slots[idx, j : j + KEY_BLOCK]  # (TILE, KEY_BLOCK)
             k = keys[slots].float().repeat_interleave(group, dim=2)  # (TILE, KEY_BLOCK, n_h, hd)
             v = values[slots].float().repeat_interleave(group, dim=2)
             s = (qt[:, None] * k).sum(-1) * scale  # (TILE, KEY_BLOCK, n_h)
-            k_pos = torch.arange(j, j + KEY_BLOCK)
+            k_pos = torch.arange(j, j + KEY_BLOCK, device=dev)
             allowed = k_pos[None, :] <= pos[:, None]  # (TILE, KEY_BLOCK)
             if window is not None:
                 allowed &= (pos[:, None] - k_pos[None, :]) < window
@@ -76,7 +76,7 @@ def attention(
         return (acc / denom[..., None]).to(q.dtype).flatten(1)  # (TILE, n_h * hd)
 
     n = q.shape[0]
-    rows = torch.arange(n)
+    rows = torch.arange(n, device=dev)
     pad = -n % TILE
     if pad:
         rows = torch.cat([rows, rows.new_zeros(pad)])  # padded rows repeat token 0; dropped below
