@@ -50,3 +50,20 @@ def test_bad_lengths_are_refused_not_read_past_the_table():
     tables, rows = torch.zeros(1, 2, dtype=torch.long), torch.zeros(1, dtype=torch.long)
     for n in (0, 17):  # no keys; more keys than two blocks of 8 hold
         assert not attention.decode_attention(q, keys, keys, tables, torch.tensor([n]), rows, 8, 1.0, out)
+
+
+@needs_kernel
+def test_scores_far_below_the_max_weigh_nothing():
+    """Score gaps of hundreds (exp underflows to 0 in the kernel's vector exp, as in expf) give SDPA's
+    answer, with no NaN or inf: here the one key that matches the query takes all the weight."""
+    g = torch.Generator().manual_seed(3)
+    hd, n = 16, 21  # 21 keys: two full lanes of 8 and a tail of 5
+    keys = torch.randn(n, 1, hd, generator=g)
+    q = (keys[13] * 40.0)[None]  # (1 head, hd): scores spread over hundreds
+    out = torch.zeros(1, hd)
+    tables, rows = torch.arange(3)[None], torch.zeros(1, dtype=torch.long)
+    padded = torch.cat([keys, torch.zeros(3 * 8 - n, 1, hd)])  # 3 blocks of 8 slots
+    assert attention.decode_attention(q, padded, padded, tables, torch.tensor([n]), rows, 8, 1.0, out)
+    ref = F.scaled_dot_product_attention(q[:, None], keys.transpose(0, 1), keys.transpose(0, 1), scale=1.0)
+    assert out.isfinite().all()
+    torch.testing.assert_close(out, ref.flatten(1), rtol=1e-5, atol=1e-5)

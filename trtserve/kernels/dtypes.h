@@ -47,6 +47,16 @@ static inline __attribute__((always_inline)) float rnd(float f, int dt) { /* f r
     return load1(&h, dt, 0);
 }
 
+/* 8 lanes rounded to dt's precision (bf16 to nearest even, fp16 through the F16C conversion), as rnd. */
+static inline __attribute__((always_inline)) __m256 rnd8(__m256 v, int dt) {
+    if (dt == F32) return v;
+    if (dt == F16) return _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
+    const __m256i b = _mm256_castps_si256(v);
+    const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(b, 16), _mm256_set1_epi32(1));
+    const __m256i r = _mm256_add_epi32(_mm256_add_epi32(b, _mm256_set1_epi32(0x7fff)), odd);
+    return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
+}
+
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
