@@ -85,6 +85,20 @@ def test_int4_groupwise(algo):
     torch.testing.assert_close(got, xin @ w.T, rtol=1e-4, atol=1e-3)
 
 
+@pytest.mark.parametrize("rows", [3, 128])
+def test_int4_groupwise_bfloat16(rows):
+    """bf16 decode rows (int4 kernels) and prefill rows (where bf16 matmul is native: widened slabs,
+    int4 x scale rounded to bf16, in torch's bf16 GEMM; else torch's int4 GEMM) both give the product
+    with the dequantized weights, to bf16 precision."""
+    q = torch.randint(-8, 8, (OUT, IN), dtype=torch.int8)
+    s = torch.rand(OUT, IN // 128) / 10
+    x = torch.randn(rows, IN).bfloat16()
+    got = make_linear({"weight": _pack_rows(q), "weights_scaling_factor": s}, "W4A16_AWQ", torch.bfloat16)(x)
+    w = q.float() * s.bfloat16().float().repeat_interleave(128, dim=1)  # the engine keeps bf16 scales
+    assert got.dtype == torch.bfloat16 and got.shape == (rows, OUT)
+    torch.testing.assert_close(got.float(), x.float() @ w.T, rtol=2e-2, atol=5e-2)
+
+
 def test_w8a8_smoothquant_quantizes_each_token_on_its_own_grid():
     w = torch.randint(-127, 128, (OUT, IN), dtype=torch.int8)
     ws = torch.rand(OUT) / 100

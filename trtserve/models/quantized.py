@@ -142,7 +142,9 @@ class Int4Groupwise:
     """W4A16(_AWQ): packed int4 with per-group scales, repacked once into torch's CPU int4 layout.
     Every float32 input (torch's kernel runs those 12-40x slower) and, on AVX2 builds of torch,
     bf16 decode rows go to our AVX2 kernel over that same pack (trtserve/kernels/int4.py,
-    `preferred`); the rest, or everything where that kernel cannot be built, to torch's int4 GEMM. AWQ's pre-quant scale (where the export did
+    `preferred`); float32 prefill rows, and bf16 ones on a CPU with bf16 matmul instructions, to
+    widened slabs (slab_linear); the rest, or everything where our kernels cannot be built, to
+    torch's int4 GEMM. AWQ's pre-quant scale (where the export did
     not fold it into the norm) is applied to the input. A decode step that runs whole in
     trtserve/kernels/decode_layers.c reads `packed` and `scales_zeros` there, for the rows `ours` says."""
 
@@ -159,11 +161,15 @@ class Int4Groupwise:
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)  # (in,)
         self.kernel = int4_kernel.supports(dtype, self.out_features)
+        self._sz_f32 = self.scales_zeros if dtype == torch.float32 else None  # widen_rows' scales
 
     def widen_rows(self, a: int, b: int, out: torch.Tensor) -> None:
-        """Rows a:b of (int4 x group scale) in float32, from the pack (float32 engines only)."""
-        packed, n, gs = self.packed, self.out_features, self.group_size
-        widen.widen_int4pack(packed, n, int4_kernel.block_n(), a, self.scales_zeros, gs, out)
+        """Rows a:b of (int4 x group scale) in float32 (exact there), from the pack."""
+        if self._sz_f32 is None:
+            self._sz_f32 = self.scales_zeros.float()  # bf16 engines: the scales' exact float32 values
+        widen.widen_int4pack(
+            self.packed, self.out_features, int4_kernel.block_n(), a, self._sz_f32, self.group_size, out
+        )
 
     def ours(self, dtype: torch.dtype, rows: int) -> bool:
         """Whether `rows` CPU input rows of `dtype` (after the pre-quant scale) go to our int4 kernel
@@ -175,9 +181,17 @@ class Int4Groupwise:
         if self.pre_quant is not None:
             x = x * self.pre_quant
         x = x.contiguous()
-        if self.kernel and x.dtype == torch.float32 and x.dim() == 2 and x.shape[0] >= _INT4_SLAB_ROWS:
+        if (
+            self.kernel
+            and x.dim() == 2
+            and x.shape[0] >= _INT4_SLAB_ROWS
+            and (x.dtype == torch.float32 or _native_prefill(x))
+        ):
             # float32 prefill: our int4 kernel is a decode kernel (29.5 ms at 512 rows where the
-            # dense GEMM takes 14, one Zen 3 thread); widened slabs take 14.3.
+            # dense GEMM takes 14, one Zen 3 thread); widened slabs take 14.3. bf16 prefill on a
+            # CPU with bf16 matmul instructions: the slab's int4 x scale values are rounded to bf16
+            # (as TensorRT-LLM's weight-only GEMMs dequantize into the activation dtype) and run
+            # torch's native bf16 GEMM, where torch's int4 kernel reached 0.36 of that rate (Zen 4).
             return slab_linear(x, x.dtype, self.widen_rows, self.out_features, bias=bias)
         y = None
         if x.device.type == "cpu" and self.ours(x.dtype, x.shape[0]):
