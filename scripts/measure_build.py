@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
+from trtserve.kernels.native import cpu_model
+
 SHAPES = {
     "tinyllama": dict(hidden=2048, layers=22, heads=32, kv_heads=4, inter=5632, vocab=32000, tied=False),
     # SmolLM2-135M's shape (the demo model's config), for machines without the demo package's weights
@@ -93,12 +95,6 @@ def make_random(dest: Path, shape: str, dtype: str = "bfloat16") -> Path:
     return dest
 
 
-def cpu_model() -> str:
-    out = subprocess.run(["lscpu"], capture_output=True, text=True).stdout
-    m = re.search(r"Model name:\s*(.*)", out)
-    return f"{m.group(1).strip() if m else 'unknown'}, {os.cpu_count()} cores"
-
-
 def measure(model: str, out: Path, *extra: str, threads: int = 2) -> dict:
     shutil.rmtree(out, ignore_errors=True)
     cmd = [
@@ -130,7 +126,7 @@ def measure(model: str, out: Path, *extra: str, threads: int = 2) -> dict:
         "rss_over_engine_weights": round(rss_kb * 1024 / engine_w, 2),
         "rss_over_all_weights": round(rss_kb * 1024 / all_w, 2),
         "threads": threads,
-        "cpu": cpu_model(),
+        "cpu": f"{cpu_model()}, {os.cpu_count()} cores",
     }
 
 
