@@ -58,7 +58,7 @@ def main() -> None:
 
     llm = LLM(args.engine_dir, kv_cache_memory=128 << 20, enable_prefix_caching=False)
     dtype = getattr(torch, llm.engine.config.pretrained_config.dtype)
-    device = "cuda" if torch.cuda.is_available() else "cpu"  # where trtserve/runtime/loader.py put the model
+    device = llm.engine.model.device.type  # CUDA where present (trtserve/runtime/loader.py)
     per_token = roofline.weight_bytes_per_token(Path(args.engine_dir))
     size = min(max(per_token, roofline.beyond_caches()), 4 << 30)
     bw_before = roofline.gemv_bandwidth(size, dtype, device=device) / 1e9

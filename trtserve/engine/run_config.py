@@ -21,8 +21,7 @@ class RuntimeConfig(BaseModel):
     capacity_policy: CapacityPolicy = "guaranteed_no_evict"
     enable_prefix_caching: bool = True
     max_batch_size: int | None = Field(None, ge=1)  # None: the engine's build limit
-    max_num_tokens: int | None = Field(
-        None, ge=1
-    )  # None: the build limit; on a CPU at most 512 (engine_core.default_step_tokens)
+    # None: the engine's build limit; on a CPU at most 512 (runtime/engine_core.py: default_step_tokens)
+    max_num_tokens: int | None = Field(None, ge=1)
     device: str | None = None  # None: cuda if available, else cpu
     deterministic: bool = False  # bitwise-identical results whatever the batch, chunking or cache state
