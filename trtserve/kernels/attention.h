@@ -41,9 +41,9 @@ static inline __attribute__((always_inline)) void weigh_values(const void* v, in
 /* exp(x) for x <= 0 on 8 lanes: x = n ln2 + r (Cody-Waite, |r| <= ln2 / 2), exp(r) by a degree-6 polynomial
  * (Cephes' expf coefficients), times 2^n built in the exponent bits; 0 below -87.3 (where expf's result
  * is subnormal or 0). Every float in [-87, 0] checked against glibc's expf: at most 1 ulp apart, 3.5% of
- * them differ. glibc's expf one score at a time, and the max kept in memory by the compiler, were a fifth
- * of the attention's time (perf, SmolLM2 shapes, 26 sequences of 420 keys); 8 lanes at once: that
- * attention 1.25x faster (49-57 -> 40-46 ms a step, KV from DRAM, Zen 4, 2 threads). */
+ * them differ. glibc's expf one score at a time, and the max kept in memory by the compiler, were about
+ * a quarter of the attention's time (perf, SmolLM2 shapes, 26 sequences of 420 keys); 8 lanes at once:
+ * that attention 1.25x faster (49-57 -> 40-46 ms a step, KV from DRAM, Zen 4, 2 threads). */
 static inline __attribute__((always_inline)) __m256 exp8(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.33654f);
     const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
