@@ -38,30 +38,6 @@ static inline __attribute__((always_inline)) void weigh_values(const void* v, in
     for (int i = 0; i < nv; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
-/* exp(x) for x <= 0 on 8 lanes: x = n ln2 + r (Cody-Waite, |r| <= ln2 / 2), exp(r) by a degree-6 polynomial
- * (Cephes' expf coefficients), times 2^n built in the exponent bits; 0 below -87.3 (where expf's result
- * is subnormal or 0). Every float in [-87, 0] checked against glibc's expf: at most 1 ulp apart, 3.5% of
- * them differ. glibc's expf one score at a time, and the max kept in memory by the compiler, were about
- * a quarter of the attention's time (perf, SmolLM2 shapes, 26 sequences of 420 keys); 8 lanes at once:
- * that attention 1.25x faster (49-57 -> 40-46 ms a step, KV from DRAM, Zen 4, 2 threads). */
-static inline __attribute__((always_inline)) __m256 exp8(__m256 x) {
-    const __m256 lo = _mm256_set1_ps(-87.33654f);
-    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
-    __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
-    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-    const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
-    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
-}
-
 /* s[0, len) = exp(s - max s), rounded to dt (as torch's CPU flash attention: the weights meet V in the
  * input dtype, the sum is divided out at the end; this keeps bf16 engines' greedy tokens with HF's);
  * returns 1 / their float32 sum (8 lane sums, then the tail, added in a fixed order). */

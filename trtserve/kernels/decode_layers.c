@@ -71,6 +71,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
                                                         int wdt) {
     const int64_t M = s->M, H = s->H, n_h = s->n_h, n_kv = s->n_kv, hd = s->hd, I = s->I;
     const int64_t width = (n_h + 2 * n_kv) * hd, group = n_h / n_kv, layer_kv = 2 * s->n_slots * n_kv * hd;
+    const int64_t silu_chunks = (I + 63) / 64;
     float *x = scratch, *qkv = x + M * H, *q = qkv + M * width, *att = q + M * n_h * hd;
     float *d = att + M * n_h * hd, *fg = d + M * H, *a = fg + M * 2 * I, *xsum = a + M * I;
     for (int64_t l = 0; l < n_layers; l++) {
@@ -105,7 +106,10 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
         linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, xsum, w->fc_gate_b, 2 * I, fg,
                dt);
 #pragma omp for schedule(static)
-        for (int64_t j = 0; j < M * I; j++) a[j] = silu_mul1(fg[j / I * 2 * I + j % I], fg[j / I * 2 * I + I + j % I], dt);
+        for (int64_t c = 0; c < M * silu_chunks; c++) { /* 64 outputs of one row a work item */
+            const int64_t m = c / silu_chunks, i0 = c % silu_chunks * 64, n = I - i0 < 64 ? I - i0 : 64;
+            silu_mul_row(fg, F32, m * 2 * I + i0, m * 2 * I + I + i0, a, F32, m * I + i0, n, dt);
+        }
         linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_sz, w->gs, w->bn, xsum, w->proj_b, H, d, dt);
     }
 #pragma omp for schedule(static)

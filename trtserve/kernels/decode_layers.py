@@ -29,7 +29,7 @@ FEATURES = frozenset(
         "rms_norm",  # norm_row: x * rsqrt(mean(x^2) + eps) * w
         "rope_neox",  # rope_head over the cos / signed-sin tables
         "rope_scaling",  # in the tables the decoder passes
-        "silu_gated_mlp",  # silu_mul1 over [fc; gate]
+        "silu_gated_mlp",  # silu_mul_row over [fc; gate]
         "qkv_bias",  # qkv_b
         "mlp_bias",  # fc_gate_b, proj_b
         "sliding_window",

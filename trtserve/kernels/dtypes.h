@@ -57,6 +57,36 @@ static inline __attribute__((always_inline)) __m256 rnd8(__m256 v, int dt) {
     return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
+/* exp(x) on 8 lanes: x = n ln2 + r (Cody-Waite, |r| <= ln2 / 2), exp(r) by a degree-6 polynomial (Cephes'
+ * expf coefficients), times 2^n built in the exponent bits (as two factors, so n may reach 128); inf above
+ * 88.72, 0 below -87.34 (where expf's result is subnormal or 0). Every float in [-87, 88] checked against
+ * glibc's expf: at most 1 ulp apart. In the decode attention's softmax glibc's expf one score at a time
+ * (and the max the compiler kept in memory) were about a quarter of the attention's time (perf, SmolLM2
+ * shapes, 26 sequences of 420 keys); 8 lanes at once made that attention 1.25x faster (49-57 -> 40-46 ms
+ * a step, KV from DRAM, Zen 4, 2 threads). */
+static inline __attribute__((always_inline)) __m256 exp8(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.33654f), hi = _mm256_set1_ps(88.72283f);
+    const __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ), over = _mm256_cmp_ps(x, hi, _CMP_GT_OQ);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), hi);
+    const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                     _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), x);
+    r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+    p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+    const __m256i ni = _mm256_cvtps_epi32(n), n1 = _mm256_srai_epi32(ni, 1), n2 = _mm256_sub_epi32(ni, n1);
+    const __m256i bias = _mm256_set1_epi32(127);
+    const __m256 e1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bias), 23));
+    const __m256 e2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bias), 23));
+    const __m256 y = _mm256_andnot_ps(under, _mm256_mul_ps(_mm256_mul_ps(p, e1), e2));
+    return _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), over);
+}
+
 static inline float hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));

@@ -49,8 +49,6 @@ int trtserve_rope_kv(const void* qkv, int dt, int64_t T, int64_t n_h, int64_t n_
 int trtserve_silu_mul(const void* fg, int dt, int64_t T, int64_t I, void* out, int threads) {
     if (dt < F32 || dt > F16) return -1;
 #pragma omp parallel for num_threads(threads) schedule(static) if (T * I >= PAR_MIN)
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t i = 0; i < I; i++)
-            store1(out, dt, t * I + i, silu_mul1(load1(fg, dt, t * 2 * I + i), load1(fg, dt, t * 2 * I + I + i), dt));
+    for (int64_t t = 0; t < T; t++) silu_mul_row(fg, dt, t * 2 * I, t * 2 * I + I, out, dt, t * I, I, dt);
     return 0;
 }

@@ -41,9 +41,37 @@ static inline __attribute__((always_inline)) void rope_head(const void* src, int
     }
 }
 
-/* silu(fc[i]) * gate[i], silu rounded to dt before the product (as F.silu(fc) * gate). */
-static inline __attribute__((always_inline)) float silu_mul1(float fc, float gate, int dt) {
-    return rnd(rnd(fc / (1.0f + expf(-fc)), dt) * gate, dt);
+/* silu(fc) * gate on 8 lanes, silu = fc / (1 + exp(-fc)) rounded to dt before the product (as F.silu(fc) *
+ * gate); exp by exp8 (within 1 ulp of expf). glibc's expf one element at a time was 3-4% of a 26-row
+ * SmolLM2 decode step (perf). */
+static inline __attribute__((always_inline)) __m256 silu_mul8(__m256 fc, __m256 gate, int dt) {
+    const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), fc));
+    return rnd8(_mm256_mul_ps(rnd8(_mm256_div_ps(fc, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), dt), gate), dt);
+}
+
+/* out[o0 + i] = silu(fg[fc0 + i]) * fg[g0 + i] for i < n; fg in sdt, out in odt (values rounded to dt).
+ * Eight at a time and the rest one by one, each through silu_mul8, so every element gets the same bits. */
+static inline __attribute__((always_inline)) void silu_mul_row(const void* fg, int sdt, int64_t fc0, int64_t g0,
+                                                              void* out, int odt, int64_t o0, int64_t n, int dt) {
+    float v[8];
+    for (int64_t i = 0; i < n; i += 8) {
+        const int64_t k = n - i < 8 ? n - i : 8;
+        __m256 f, g;
+        if (k == 8) {
+            f = load8(fg, sdt, fc0 + i), g = load8(fg, sdt, g0 + i);
+        } else {
+            float a[8] = {0}, b[8] = {0};
+            for (int64_t j = 0; j < k; j++) a[j] = load1(fg, sdt, fc0 + i + j), b[j] = load1(fg, sdt, g0 + i + j);
+            f = _mm256_loadu_ps(a), g = _mm256_loadu_ps(b);
+        }
+        const __m256 y = silu_mul8(f, g, dt);
+        if (odt == F32 && k == 8) {
+            _mm256_storeu_ps((float*)out + o0 + i, y);
+        } else {
+            _mm256_storeu_ps(v, y);
+            for (int64_t j = 0; j < k; j++) store1(out, odt, o0 + i + j, v[j]);
+        }
+    }
 }
 
 #endif
