@@ -212,7 +212,7 @@ def test_w8a16_bf16_prefill_on_either_kind_of_cpu(path, monkeypatch, native_bf16
     instructions, torch's int8 kernel elsewhere; both within bf16 rounding of the float32 result."""
     monkeypatch.setattr(quantized, "_SLAB_ELEMENTS", 64 * 128)
     flags = {"avx2", "fma", "avx512_bf16"} if native_bf16 else {"avx2", "fma"}
-    monkeypatch.setattr(quantized.native, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setattr(quantized.dense.native, "cpu_flags", lambda: frozenset(flags))
     monkeypatch.setattr(quantized.dense, "max_rows", lambda dtype: 2)  # (cached per machine: not with fake flags)
     w, s = torch.randint(-127, 128, (150, 128), dtype=torch.int8), torch.rand(150) / 100
     x = torch.randn(70, 128).bfloat16()
@@ -223,6 +223,26 @@ def test_w8a16_bf16_prefill_on_either_kind_of_cpu(path, monkeypatch, native_bf16
     assert got.dtype == torch.bfloat16 and bool(slabs) == native_bf16
     ref = F.linear(x.float(), w.float()) * s.bfloat16().float()
     torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize("native_bf16", [True, False])
+def test_w4a16_bf16_prefill_on_either_kind_of_cpu(path, monkeypatch, native_bf16):
+    """bf16 W4A16 prefill rows: widened slabs (int4 x scale rounded to bf16) in torch's bf16 GEMM where
+    the CPU has bf16 matmul instructions, torch's int4 kernel elsewhere; both within bf16 rounding."""
+    monkeypatch.setattr(quantized, "_SLAB_ELEMENTS", 64 * 256)
+    flags = {"avx2", "fma", "f16c", "avx512_bf16"} if native_bf16 else {"avx2", "fma", "f16c"}
+    monkeypatch.setattr(quantized.dense.native, "cpu_flags", lambda: frozenset(flags))
+    q = torch.randint(-8, 8, (128, 256), dtype=torch.int8)
+    s = torch.rand(128, 2) / 10
+    packed = ((q[0::2].to(torch.uint8) & 15) | ((q[1::2].to(torch.uint8) & 15) << 4)).view(torch.int8)
+    lin = make_linear({"weight": packed, "weights_scaling_factor": s}, "W4A16_AWQ", torch.bfloat16)
+    x = torch.randn(70, 256).bfloat16()
+    slabs = []
+    monkeypatch.setattr(quantized, "slab_linear", lambda *a, **k: slabs.append(1) or slab_linear(*a, **k))
+    got = lin(x)
+    assert got.dtype == torch.bfloat16 and bool(slabs) == (native_bf16 and lin.kernel)
+    ref = F.linear(x.float(), q.float() * s.bfloat16().float().repeat_interleave(128, dim=1))
+    torch.testing.assert_close(got.float(), ref, rtol=2e-2, atol=5e-2)
 
 
 @pytest.mark.parametrize("tokens", [5, 70])  # the int4 decode kernel; widened slabs

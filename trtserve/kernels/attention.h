@@ -9,6 +9,8 @@
  * the values stream past. */
 #ifndef TRTSERVE_ATTENTION_H
 #define TRTSERVE_ATTENTION_H
+#include <math.h>
+
 #include "dtypes.h"
 
 #define KB 8 /* keys whose score chains run together */
@@ -56,13 +58,14 @@ static inline __attribute__((always_inline)) float softmax_row(float* s, int64_t
         _mm256_storeu_ps(s + i, rnd8(e, dt));
         sum8 = _mm256_add_ps(sum8, e);
     }
-    float tail[8] = {0};
-    for (int64_t i = l8; i < len; i++) {
-        const __m256 e = exp8(_mm256_set1_ps(s[i] - m));
-        tail[i - l8] = _mm256_cvtss_f32(e);
-        s[i] = _mm256_cvtss_f32(rnd8(e, dt));
+    if (l8 < len) { /* the last len mod 8 scores, padded with -inf (exp8 gives 0 there) */
+        float t[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
+        memcpy(t, s + l8, sizeof(float) * (size_t)(len - l8));
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(t), mb));
+        _mm256_storeu_ps(t, rnd8(e, dt));
+        memcpy(s + l8, t, sizeof(float) * (size_t)(len - l8));
+        sum8 = _mm256_add_ps(sum8, e);
     }
-    sum8 = _mm256_add_ps(sum8, _mm256_loadu_ps(tail));
     return 1.0f / hsum(sum8);
 }
 

@@ -33,10 +33,9 @@ def max_rows(dtype: torch.dtype) -> int:
     lm_head; on a Zen 4 (AVX-512, AVX512-BF16) 113 vs 90 GFLOP/s at 32 rows, 135 vs 116 at 64, 58 vs
     36 at 8. Bfloat16 there: torch's native-bf16 GEMM overtakes from 4 rows (47 vs 41, 215 vs 93 GFLOP/s
     at 32), so 2 rows as on the Xeon; Zen 3 emulates bf16 in torch, so the kernel wins at every size."""
-    flags = native.cpu_flags()
-    if dtype == torch.bfloat16 and flags & {"avx512_bf16", "amx_bf16"}:
+    if dtype == torch.bfloat16 and native_matmul(dtype):
         return 2
-    return 8 if flags & WIDE and native.cpu_vendor() == "GenuineIntel" else MAX_ROWS
+    return 8 if native.cpu_flags() & WIDE and native.cpu_vendor() == "GenuineIntel" else MAX_ROWS
 
 
 @cache
@@ -81,6 +80,11 @@ UPCAST_ROWS = 64  # from this many rows a float32 GEMM over upcast weights beats
 NATIVE = {torch.bfloat16: {"avx512_bf16", "amx_bf16"}, torch.float16: {"avx512_fp16", "amx_fp16"}}
 
 
+def native_matmul(dtype: torch.dtype) -> bool:
+    """Whether this CPU has matmul instructions for bf16 / fp16 `dtype` (torch's GEMM emulates it otherwise)."""
+    return dtype in NATIVE and bool(native.cpu_flags() & NATIVE[dtype])
+
+
 def upcast(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether to run x @ weight^T in float32: a bf16/fp16 prefill-sized batch on a CPU without that
     dtype's matmul instructions, where torch's GEMM emulates it at ~7 GFLOPS (TinyLlama's fc_gate at
@@ -91,7 +95,7 @@ def upcast(x: torch.Tensor, weight: torch.Tensor) -> bool:
         and x.dtype in NATIVE
         and weight.dtype == x.dtype
         and x.shape[0] >= UPCAST_ROWS
-        and not native.cpu_flags() & NATIVE[x.dtype]
+        and not native_matmul(x.dtype)
     )
 
 

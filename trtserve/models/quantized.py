@@ -15,7 +15,7 @@ from functools import partial
 import torch
 import torch.nn.functional as F
 
-from trtserve.kernels import dense, native, widen
+from trtserve.kernels import dense, widen
 from trtserve.kernels import int4 as int4_kernel
 from trtserve.models.quant_formats import quant_format
 
@@ -54,18 +54,13 @@ def _gemm_dtype(dtype: torch.dtype, rows: int, device: torch.device) -> torch.dt
     GEMM emulates them several times slower), `dtype` otherwise."""
     if dtype == torch.float32 or rows < dense.UPCAST_ROWS or device.type != "cpu":
         return dtype
-    return torch.float32 if dtype in dense.NATIVE and not native.cpu_flags() & dense.NATIVE[dtype] else dtype
+    return torch.float32 if dtype in dense.NATIVE and not dense.native_matmul(dtype) else dtype
 
 
 def _native_prefill(x: torch.Tensor) -> bool:
     """A bf16 / fp16 CPU prefill batch of a dtype whose matmul instructions the CPU has (the batches
     _gemm_dtype keeps in their dtype; on CUDA torch's own kernels stay)."""
-    return (
-        x.device.type == "cpu"
-        and x.shape[0] >= dense.UPCAST_ROWS
-        and x.dtype in dense.NATIVE
-        and bool(native.cpu_flags() & dense.NATIVE[x.dtype])
-    )
+    return x.device.type == "cpu" and x.shape[0] >= dense.UPCAST_ROWS and dense.native_matmul(x.dtype)
 
 
 def slab_linear(
@@ -189,9 +184,10 @@ class Int4Groupwise:
         ):
             # float32 prefill: our int4 kernel is a decode kernel (29.5 ms at 512 rows where the
             # dense GEMM takes 14, one Zen 3 thread); widened slabs take 14.3. bf16 prefill on a
-            # CPU with bf16 matmul instructions: the slab's int4 x scale values are rounded to bf16
-            # (as TensorRT-LLM's weight-only GEMMs dequantize into the activation dtype) and run
-            # torch's native bf16 GEMM, where torch's int4 kernel reached 0.36 of that rate (Zen 4).
+            # CPU with bf16 matmul instructions: the slab's int4 x scale values are rounded to bf16,
+            # the activation dtype (GPU weight-only GEMMs such as TensorRT-LLM's fpA_intB hold their
+            # scales in it; their exact rounding is not checked here), and run torch's native bf16
+            # GEMM, where torch's int4 kernel reached 0.36 of that rate (Zen 4).
             return slab_linear(x, x.dtype, self.widen_rows, self.out_features, bias=bias)
         y = None
         if x.device.type == "cpu" and self.ours(x.dtype, x.shape[0]):

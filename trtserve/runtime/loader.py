@@ -28,6 +28,11 @@ class LoadedEngine:
     eos_token_ids: frozenset[int]
 
 
+def default_device(device: str | None = None) -> torch.device:
+    """`device`, or where the torch engine runs when none is given: CUDA if available, else the CPU."""
+    return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+
+
 def load_engine(engine_dir: str | Path, device: str | None = None, deterministic: bool = False) -> LoadedEngine:
     path = Path(engine_dir)
     manifest = verify_engine_dir(path)
@@ -36,7 +41,7 @@ def load_engine(engine_dir: str | Path, device: str | None = None, deterministic
             f"{path} was built for the {manifest.backend} backend, not torch; rebuild it with --backend torch"
         )
     config = read_engine_config(path)
-    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    dev = default_device(device)
     log.info("loading %s weights from %s on %s", config.pretrained_config.dtype, path, dev)
     # The manifest is unsigned: a file edited together with its manifest entry passes verification,
     # so what cannot be a working engine is refused here, naming the file (tests/unit/test_build_robustness.py).
