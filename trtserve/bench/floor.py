@@ -66,9 +66,7 @@ def measure_gemm_rate(cfg: ModelConfig, dtype: str | None = None, reps: int = 5,
     present: trtserve/runtime/loader.py), each product timed to its end there."""
     import torch
 
-    from trtserve.runtime.loader import default_device
-
-    dev = default_device(device)
+    dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))  # as runtime/loader.py
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     dt = getattr(torch, dtype or cfg.dtype)  # float32 | bfloat16 | float16 (ModelConfig.dtype's names)
     best = 0.0
