@@ -176,14 +176,14 @@ def test_bad_requests_are_4xx_never_500(batch_server):
 
 def test_cancel_mid_batch_keeps_what_finished(batch_server):
     client = _client(batch_server)
-    batch = _submit(client, _jsonl(50, 48))
+    batch = _submit(client, _jsonl(300, 48))  # 40 such lines can finish in under a second on a fast CPU
     _wait(client, batch.id, check=lambda b: b.request_counts.completed >= 3)
     cancelling = client.batches.cancel(batch.id)
     assert cancelling.status in ("cancelling", "cancelled") and cancelling.cancelling_at
     done = _wait(client, batch.id)
     assert done.status == "cancelled" and done.cancelled_at
     out = _lines(client, done.output_file_id)
-    assert 3 <= len(out) == done.request_counts.completed < 50
+    assert 3 <= len(out) == done.request_counts.completed < 300
     assert len({o["custom_id"] for o in out}) == len(out)
     batch_server.wait_idle()  # the in-flight lines were aborted in the engine
     r = httpx.post(f"{batch_server.url}/v1/batches/{batch.id}/cancel")
@@ -195,13 +195,14 @@ def test_cancel_mid_batch_keeps_what_finished(batch_server):
 
 def test_an_expired_batch_ends_expired_with_every_line_accounted_for(batch_server):
     client = _client(batch_server)
-    batch = _submit(client, _jsonl(40, 64), window="1s")  # trtserve takes short windows; OpenAI only 24h
+    # trtserve takes short windows (OpenAI only 24h); 40 such lines finished inside 1 s on a Xeon with AMX
+    batch = _submit(client, _jsonl(300, 64), window="1s")  # 300 lines: the file stays under the 64 KiB limit
     done = _wait(client, batch.id)
     assert done.status == "expired" and done.expired_at
     ran = [o["custom_id"] for o in _lines(client, done.output_file_id)]
     errors = _lines(client, done.error_file_id)
     assert all(e["error"]["code"] == "batch_expired" and e["response"] is None for e in errors)
-    assert sorted(ran + [e["custom_id"] for e in errors]) == sorted(f"req-{i}" for i in range(40))
+    assert sorted(ran + [e["custom_id"] for e in errors]) == sorted(f"req-{i}" for i in range(300))
 
 
 def _committed(state_dir, batch_id: str) -> dict[int, str]:

@@ -2,8 +2,8 @@
 
 Counters (prefix-cache queries and hits, preemptions, computed prompt and generated tokens) are exact
 differences between a scrape before and after the run. Peaks (KV cache usage, running and waiting
-requests) are the highest values seen by polling /metrics every 0.1 s during the run, so they are
-lower bounds (a run shorter than the poll interval may show 0).
+requests) are the highest values seen by polling /metrics during the run (every 10 ms until a running
+request shows, then every 0.1 s), so they are lower bounds.
 """
 
 from __future__ import annotations
@@ -79,10 +79,13 @@ class MetricsWatcher:
                 self.peaks[name] = max(self.peaks.get(name, 0.0), values[name])
 
     async def _poll(self) -> None:
+        running = GAUGES["peak_num_requests_running"]
         while True:
             if (values := await self._scrape()) is not None:
                 self._peak(values)
-            await asyncio.sleep(self.interval)
+            # Every 10 ms until a running request has been seen: a short run on a fast engine can end
+            # inside one 0.1 s interval, and its peaks would read 0.
+            await asyncio.sleep(self.interval if self.peaks.get(running) else min(self.interval, 0.01))
 
     async def start(self) -> bool:
         """Take the first scrape; False (and nothing more happens) when the server is not trtserve."""
