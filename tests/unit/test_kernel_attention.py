@@ -19,16 +19,18 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 2e-2, torch.float16: 2e-3}
 @needs_kernel
 @pytest.mark.parametrize("dtype", list(TOL))
 @pytest.mark.parametrize(("n_kv", "group", "hd", "bs"), [(3, 3, 64, 16), (1, 4, 32, 32), (2, 1, 8, 4)])
-def test_decode_attention_matches_sdpa(dtype, n_kv, group, hd, bs):
-    g = torch.Generator().manual_seed(n_kv * 100 + group * 10 + hd)
-    n_blocks, lens = 40, [1, 7, bs, 3 * bs + 5, 61]
+@pytest.mark.parametrize("n_seqs", [5, 12])  # tasks of one query head, of a KV head's group, of whole sequences
+def test_decode_attention_matches_sdpa(dtype, n_kv, group, hd, bs, n_seqs):
+    g = torch.Generator().manual_seed(n_kv * 100 + group * 10 + hd + n_seqs)
+    n_blocks, lens = 40, ([1, 7, bs, 3 * bs + 5, 61] * 3)[:n_seqs]
     keys = torch.randn(n_blocks * bs, n_kv, hd, generator=g).to(dtype)  # (slots, n_kv, hd)
     values = torch.randn(n_blocks * bs, n_kv, hd, generator=g).to(dtype)
     width = max(-(-n // bs) for n in lens)
     tables = torch.stack([torch.randperm(n_blocks, generator=g)[:width] for _ in lens])  # scattered blocks
-    rows = torch.tensor([5, 0, 2, 6, 3])  # each sequence's token in the flat batch, out of order
-    q = torch.randn(8, n_kv * group, hd, generator=g).to(dtype)
-    out = torch.full((8, n_kv * group * hd), float("nan"), dtype=dtype)
+    n_rows = n_seqs + 3
+    rows = torch.randperm(n_rows, generator=g)[:n_seqs]  # each sequence's token in the flat batch, out of order
+    q = torch.randn(n_rows, n_kv * group, hd, generator=g).to(dtype)
+    out = torch.full((n_rows, n_kv * group * hd), float("nan"), dtype=dtype)
     scale = hd**-0.5
     ok = attention.decode_attention(q, keys, values, tables, torch.tensor(lens), rows, bs, scale, out)
     assert ok
@@ -39,7 +41,7 @@ def test_decode_attention_matches_sdpa(dtype, n_kv, group, hd, bs):
         v = values[slots].float().transpose(0, 1).repeat_interleave(group, 0)
         ref = F.scaled_dot_product_attention(q[rows[i]].float()[:, None], k, v, scale=scale)  # (heads, 1, hd)
         torch.testing.assert_close(out[rows[i]].float(), ref.flatten(), rtol=TOL[dtype], atol=TOL[dtype])
-    untouched = [r for r in range(8) if r not in rows.tolist()]
+    untouched = [r for r in range(n_rows) if r not in rows.tolist()]
     assert out[untouched].isnan().all()  # only the sequences' rows are written
 
 

@@ -4,11 +4,14 @@ dtype, with shapes that leave tails (N not a multiple of its 4-row blocks, K not
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
 
-from trtserve.kernels import dense
+from trtserve.kernels import dense, native
 
 needs_kernel = pytest.mark.skipif(
     dense.load() is None, reason="the dense kernel needs x86-64 with AVX2/FMA/F16C and a C compiler"
@@ -18,8 +21,8 @@ TOL = {torch.float32: 1e-5, torch.bfloat16: 1e-2, torch.float16: 2e-3}
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", list(TOL))
-@pytest.mark.parametrize("rows", [1, 2, 3, dense.MAX_ROWS])
-@pytest.mark.parametrize(("n", "k"), [(13, 7), (64, 128), (101, 1030), (960, 576)])
+@pytest.mark.parametrize("rows", [1, 2, 3, 7, dense.MAX_ROWS])
+@pytest.mark.parametrize(("n", "k"), [(13, 7), (64, 128), (101, 1030), (960, 576), (37, 2100)])
 def test_kernel_matches_a_float64_gemm(dtype, rows, n, k):
     g = torch.Generator().manual_seed(n * k + rows)
     x = torch.randn(rows, k, generator=g).to(dtype)
@@ -70,12 +73,16 @@ def test_int8_weights_with_per_output_scales(rows, n, k):
     assert err < 1e-5, f"relative error {err:.2e}"
 
 
+AVX512 = ("avx512f", "avx512dq", "avx512bw", "avx512vl")
+
+
 @pytest.mark.parametrize(
     ("vendor", "flags", "f32_rows", "bf16_rows"),
     [
         ("AuthenticAMD", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),  # Zen 3: torch emulates bf16
-        ("AuthenticAMD", {"avx2", "fma", "avx512f", "avx512_bf16"}, dense.MAX_ROWS, 2),  # Zen 4: MKL runs AVX2
-        ("GenuineIntel", {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}, 8, 2),  # Xeon: MKL's AVX-512
+        ("AuthenticAMD", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, 2),  # Zen 4: MKL runs AVX2
+        ("GenuineIntel", {"avx2", "fma", *AVX512, "avx512_bf16", "amx_bf16"}, dense.MAX_ROWS, 4),  # the 16-lane build
+        ("GenuineIntel", {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}, 8, 2),  # no DQ/BW/VL: AVX2 build
         ("GenuineIntel", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),
     ],
 )
@@ -106,3 +113,17 @@ def test_wide_half_precision_batches_run_in_float32_without_native_instructions(
     torch.testing.assert_close(dense.linear(x, w, b).float(), F.linear(x, w, b).float(), rtol=2e-2, atol=2e-2)
     monkeypatch.setattr(dense.native, "cpu_flags", lambda: frozenset(dense.NATIVE[dtype]))
     assert not dense.upcast(x, w)  # native bf16 / fp16 GEMMs (AMX, AVX-512) stay torch's
+
+
+@pytest.mark.skipif(
+    not native.cpu_has_avx2_fma() or not shutil.which("cc"), reason="needs x86-64 with AVX2/FMA/F16C and cc"
+)
+@pytest.mark.parametrize("source", sorted(p.name for p in Path(native.__file__).parent.glob("*.c")))
+@pytest.mark.parametrize("wide", [False, True])
+def test_every_kernel_compiles_with_either_build(monkeypatch, tmp_path, source, wide):
+    """A kernel that fails to compile falls back to torch quietly, and the kernel tests then skip: so
+    each source must compile, in the AVX2 build and in the AVX-512 one (native.avx512_build)."""
+    monkeypatch.setattr(native, "avx512_build", lambda: wide)
+    so = tmp_path / "k.so"
+    assert native._compile(shutil.which("cc"), Path(native.__file__).parent / source, so), source
+    assert so.exists()

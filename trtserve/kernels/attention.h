@@ -74,26 +74,28 @@ static inline int64_t head_scratch(int64_t n, int64_t len, int64_t hd) {
     return n * (len + hd) + 2 * len;
 }
 
-/* How a step's attention is cut into tasks: per sequence and KV head, nr of the head's group of query
- * heads each, per_seq tasks a sequence. A KV head's whole group (its keys read once for all of them)
- * where that leaves several tasks a thread (lengths differ); else one query head a task. */
+/* How a step's attention is cut into tasks: per sequence, nr consecutive query heads a task, per_seq
+ * tasks a sequence. Every head of a sequence where that leaves several tasks a thread (lengths
+ * differ): each key's cache row (all KV heads) is then read once, front to back; reading one KV
+ * head's part of the rows a task was ~1.1x slower (Xeon, 2 threads, SmolLM2, 24 sequences of 400
+ * keys from DRAM). Else a KV head's group of query heads (its keys read once for all of them), else
+ * one query head a task. */
 typedef struct {
     int64_t nr, per_seq;
 } split_t;
 
 static inline split_t split_heads(int64_t seqs, int64_t n_kv, int64_t group, int threads) {
+    if (seqs >= 4 * threads) return (split_t){n_kv * group, 1};
     return seqs * n_kv >= 4 * threads ? (split_t){group, n_kv} : (split_t){1, n_kv * group};
 }
 
-/* One sequence's query heads r0 .. r0 + nr - 1 of KV head kvh's group (query head kvh * group + r at
- * q[qoff + (kvh * group + r) * hd]; qoff is the sequence's first query head) over its `len` keys.
- * buf: head_scratch(nr, len, hd) floats. */
+/* One sequence's query heads h0 .. h0 + nr - 1 (query head h at q[qoff + h * hd], qoff the sequence's
+ * first; its KV head h / group) over its `len` keys. buf: head_scratch(nr, len, hd) floats. */
 static inline __attribute__((always_inline)) void heads(const void* q, int qdt, const void* k, const void* v, int dt,
-                                                       int64_t qoff, int64_t n_kv, int64_t kvh, int64_t group,
-                                                       int64_t r0, int64_t nr, int64_t hd,
-                                                       const int64_t* table, int64_t len, int64_t bs, float scale,
-                                                       void* out, float* buf) {
-    const int64_t n = nr; /* query heads of the task; head j: row r0 + j of the group */
+                                                       int64_t qoff, int64_t n_kv, int64_t h0, int64_t group,
+                                                       int64_t nr, int64_t hd, const int64_t* table, int64_t len,
+                                                       int64_t bs, float scale, void* out, float* buf) {
+    const int64_t n = nr; /* query heads of the task; head j: query head h0 + j */
     float* scores = buf;                     /* [n][len] */
     float* acc = buf + n * len;              /* [n][hd] */
     int64_t* at = (int64_t*)(acc + n * hd);  /* [len]: where key t's cache row starts */
@@ -101,8 +103,8 @@ static inline __attribute__((always_inline)) void heads(const void* q, int qdt, 
         at[t] = (table[blk] * bs + off) * n_kv * hd;
         if (++off == bs) off = 0, blk++;
     }
-#define QOFF(j) (qoff + (kvh * group + r0 + (j)) * hd)
-#define KVOFF(j) (kvh * hd)
+#define QOFF(j) (qoff + (h0 + (j)) * hd)
+#define KVOFF(j) ((h0 + (j)) / group * hd)
     const __m128 sc = _mm_set1_ps(scale);
     int64_t t = 0;
     for (; t + KB <= len; t += KB) { /* KB keys, every query head of the task while they are in L1 */

@@ -39,12 +39,11 @@ int trtserve_decode_attention(const void* q, const void* k, const void* v, int d
 #pragma omp for schedule(dynamic) /* sequences' lengths differ: a static split left one thread waiting */
         for (int64_t w = 0; w < G * sp.per_seq; w++) {
             if (!buf) continue;
-            const int64_t g = w / sp.per_seq, i = w % sp.per_seq, per_kv = group / sp.nr;
-            const int64_t kvh = i / per_kv, r0 = i % per_kv * sp.nr, qoff = rows[g] * n_kv * group * hd;
+            const int64_t g = w / sp.per_seq, h0 = w % sp.per_seq * sp.nr, qoff = rows[g] * n_kv * group * hd;
             switch (dt) { /* one specialised copy per dtype */
-            case F32: heads(q, F32, k, v, F32, qoff, n_kv, kvh, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
-            case BF16: heads(q, BF16, k, v, BF16, qoff, n_kv, kvh, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
-            default: heads(q, F16, k, v, F16, qoff, n_kv, kvh, group, r0, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf);
+            case F32: heads(q, F32, k, v, F32, qoff, n_kv, h0, group, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
+            case BF16: heads(q, BF16, k, v, BF16, qoff, n_kv, h0, group, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf); break;
+            default: heads(q, F16, k, v, F16, qoff, n_kv, h0, group, sp.nr, hd, tables + g * n_blk, kv_lens[g], bs, scale, out, buf);
             }
         }
         free(buf);

@@ -96,9 +96,9 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
         }
 #pragma omp for schedule(dynamic) /* sequences' lengths differ: a static split left one thread waiting */
         for (int64_t j = 0; j < M * s->split.per_seq; j++) {
-            const int64_t m = j / s->split.per_seq, i = j % s->split.per_seq, per_kv = group / s->split.nr;
-            heads(q, F32, k_cache, v_cache, dt, m * n_h * hd, n_kv, i / per_kv, group, i % per_kv * s->split.nr,
-                  s->split.nr, hd, s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale, att, att_buf);
+            const int64_t m = j / s->split.per_seq, h0 = j % s->split.per_seq * s->split.nr;
+            heads(q, F32, k_cache, v_cache, dt, m * n_h * hd, n_kv, h0, group, s->split.nr, hd,
+                  s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale, att, att_buf);
         }
         linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, xsum, NULL, H, d, dt);
 #pragma omp for schedule(static)

@@ -18,24 +18,27 @@ SOURCE = Path(__file__).with_name("dense_gemv.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int8: 3}  # int8: weights only
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)  # activation dtypes
 MAX_ROWS = 64  # the most rows the kernel takes (gemv.h's MAX_M)
-WIDE = {"avx512f"}  # on Intel CPUs, torch's (MKL's) GEMM runs AVX-512 code and overtakes the kernel above a few rows
+WIDE = {"avx512f"}  # on Intel CPUs, torch's (MKL's) GEMM runs AVX-512 code
 
 
 @cache
 def max_rows(dtype: torch.dtype) -> int:
-    """Rows up to which the kernel beats torch. On an AVX-512 Xeon (2 threads, TinyLlama-1.1B's 22
-    layers, 3.9 GB float32, from DRAM), float32 and float16 up to 8 rows (f32: 31 vs 31 GB/s at one
-    row, 26 vs 16 GB/s at four; f16: 24 vs 15 GB/s at one), bfloat16 only up to 2 rows where the CPU
-    has native bf16 (AVX512-BF16 / AMX: torch's GEMM then streams 23 GB/s at every batch size). On
-    AMD CPUs MKL runs its AVX2 code even where AVX-512 is present, and the kernel beats torch's float32
-    GEMM at every size it takes (2 threads, SmolLM2's 30 layers of weights cold from DRAM): on a Zen 3
-    (AVX2 only) 100 vs 59 GFLOP/s at 32 rows of a (3072, 576) weight, 22 vs 68 ms for the (49152, 576)
-    lm_head; on a Zen 4 (AVX-512, AVX512-BF16) 113 vs 90 GFLOP/s at 32 rows, 135 vs 116 at 64, 58 vs
-    36 at 8. Bfloat16 there: torch's native-bf16 GEMM overtakes from 4 rows (47 vs 41, 215 vs 93 GFLOP/s
-    at 32), so 2 rows as on the Xeon; Zen 3 emulates bf16 in torch, so the kernel wins at every size."""
+    """Rows up to which the kernel beats torch. On AMD CPUs MKL runs its AVX2 code even where AVX-512
+    is present, and the kernel beats torch's float32 GEMM at every size it takes (2 threads, SmolLM2's
+    30 layers of weights cold from DRAM): on a Zen 3 (AVX2 only) 100 vs 59 GFLOP/s at 32 rows of a
+    (3072, 576) weight, 22 vs 68 ms for the (49152, 576) lm_head; on a Zen 4 (AVX-512, AVX512-BF16)
+    113 vs 90 GFLOP/s at 32 rows, 135 vs 116 at 64, 58 vs 36 at 8. Bfloat16 there: torch's native-bf16
+    GEMM overtakes from 4 rows (47 vs 41, 215 vs 93 GFLOP/s at 32), so 2 rows; Zen 3 emulates bf16 in
+    torch, so the kernel wins at every size. On an AVX-512 Xeon with AMX (same layers, 2 threads) the
+    kernel's AVX-512 build (native.avx512_build) beats MKL's float32 GEMM at every size: 76 vs 52
+    GFLOP/s at 8 rows, 187 vs 169 at 32, 235 vs 228 at 64; bfloat16 up to 4 rows (TinyLlama's layers
+    from DRAM: 98.6 vs 89.7 GFLOP/s at 4, 144 vs 182 at 8, where AMX takes over), float16 up to 8 (93 vs
+    84 at 8, 130 vs 139 at 16: the CPU has AVX512-FP16). Its AVX2 build lost to MKL above 8 rows there."""
     if dtype == torch.bfloat16 and native_matmul(dtype):
-        return 2
-    return 8 if native.cpu_flags() & WIDE and native.cpu_vendor() == "GenuineIntel" else MAX_ROWS
+        return 4 if native.avx512_build() else 2
+    if native.cpu_flags() & WIDE and native.cpu_vendor() == "GenuineIntel":
+        return MAX_ROWS if dtype == torch.float32 and native.avx512_build() else 8
+    return MAX_ROWS
 
 
 @cache
