@@ -89,6 +89,134 @@ static inline split_t split_heads(int64_t seqs, int64_t n_kv, int64_t group, int
     return seqs * n_kv >= 4 * threads ? (split_t){group, n_kv} : (split_t){1, n_kv * group};
 }
 
+#ifdef __AVX512F__
+/* hb (a constant after inlining, <= 4) query heads sharing a KV head by 4 keys from t: their scores, each a
+ * 16-lane FMA chain over the head dim and hsum4x16; every key row loaded once for the hb heads. */
+static inline __attribute__((always_inline)) void score_tile16(const void* q, int qdt, int64_t qo, const void* k, int dt,
+                                                              int64_t ko, const int64_t* at, int64_t t, int64_t hd,
+                                                              int hb, __m128 sc, float* s, int64_t len) {
+    __m512 a[4][4];
+    for (int j = 0; j < hb; j++)
+        for (int i = 0; i < 4; i++) a[j][i] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < hd; d += 16) {
+        __m512 qv[4];
+        for (int j = 0; j < hb; j++) qv[j] = load16(q, qdt, qo + j * hd + d);
+        for (int i = 0; i < 4; i++) {
+            const __m512 kv = load16(k, dt, at[t + i] + ko + d);
+            for (int j = 0; j < hb; j++) a[j][i] = _mm512_fmadd_ps(qv[j], kv, a[j][i]);
+        }
+    }
+    for (int j = 0; j < hb; j++) _mm_storeu_ps(s + j * len + t, _mm_mul_ps(hsum4x16(a[j][0], a[j][1], a[j][2], a[j][3]), sc));
+}
+
+/* out[j][0, 16 nv) += sum over keys t in [t0, t1) of p[j][t] v[t][d0, d0 + 16 nv), in key order, for hb heads
+ * sharing a KV head (hb, nv constants after inlining, hb * nv <= 16 accumulators): each value row loaded once. */
+static inline __attribute__((always_inline)) void value_tile16(const void* v, int dt, const int64_t* at, int64_t d0,
+                                                              const float* p, int64_t len, int64_t t0, int64_t t1,
+                                                              int hb, int nv, float* out, int64_t hd) {
+    __m512 a[4][4];
+    for (int j = 0; j < hb; j++)
+        for (int i = 0; i < nv; i++) a[j][i] = t0 ? _mm512_loadu_ps(out + j * hd + 16 * i) : _mm512_setzero_ps();
+    for (int64_t t = t0; t < t1; t++) {
+        __m512 w[4];
+        for (int j = 0; j < hb; j++) w[j] = _mm512_set1_ps(p[j * len + t]);
+        for (int i = 0; i < nv; i++) {
+            const __m512 vv = load16(v, dt, at[t] + d0 + 16 * i);
+            for (int j = 0; j < hb; j++) a[j][i] = _mm512_fmadd_ps(w[j], vv, a[j][i]);
+        }
+    }
+    for (int j = 0; j < hb; j++)
+        for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + j * hd + 16 * i, a[j][i]);
+}
+
+#define PF 32 /* keys ahead whose key and value rows the score loop prefetches */
+
+/* Prefetch hd values at off in the cache rows of keys [t0, t1) (row starts at[t]), with `hint`. */
+static inline __attribute__((always_inline)) void prefetch_rows(const void* base, int dt, const int64_t* at, int64_t t0,
+                                                               int64_t t1, int64_t off, int64_t hd, int hint) {
+    const int64_t es = dt == F32 ? 4 : 2;
+    for (int64_t t = t0; t < t1; t++)
+        for (int64_t b = 0; b < hd * es; b += 64) {
+            const char* a = (const char*)base + (at[t] + off) * es + b;
+            if (hint == _MM_HINT_T0) _mm_prefetch(a, _MM_HINT_T0);
+            else _mm_prefetch(a, _MM_HINT_T1);
+        }
+}
+
+#define HB_SWITCH(hb, call) \
+    switch (hb) {           \
+    case 4: call(4); break; \
+    case 3: call(3); break; \
+    case 2: call(2); break; \
+    default: call(1);       \
+    }
+
+/* heads (below) on 16 lanes, hd a multiple of 16: query heads that share a KV head go through the keys
+ * and values four at a time, so each cache row is loaded once for them and the heads' sums are
+ * independent FMA chains; the score loop prefetches the key rows PF keys ahead into L1 and the value
+ * rows into L2, and each tile of values prefetches the next. Xeon, 2 threads, SmolLM2's shapes (3 KV
+ * heads of 64, groups of 3), 30 layers of float32 KV from DRAM: 24 sequences of 400 keys 30.6-32.3 -> 19.8-20.0 ms
+ * (heads one at a time, no prefetch; 13.7 -> 22.3 GB/s), 4 of 2000 keys 30.4 -> 23.2 ms; 1.2 MB of KV
+ * in L2 0.57 -> 0.61 ms. Each score is one 16-lane FMA chain and a horizontal sum, each output a sum
+ * over keys in key order, however the heads are grouped. */
+static inline __attribute__((always_inline)) void heads16(const void* q, int qdt, const void* k, const void* v, int dt,
+                                                         int64_t qoff, int64_t h0, int64_t group, int64_t n,
+                                                         int64_t hd, const int64_t* at, int64_t len, float scale,
+                                                         void* out, float* scores, float* acc) {
+    const __m128 sc = _mm_set1_ps(scale);
+    const int64_t l4 = len & ~(int64_t)3;
+    for (int64_t j = 0; j < n;) { /* heads j .. j + hb - 1: one KV head's, at most 4 */
+        const int64_t kvh = (h0 + j) / group, last = (kvh + 1) * group - h0;
+        const int hb = (int)((last < n ? last : n) - j < 4 ? (last < n ? last : n) - j : 4);
+        const int64_t qo = qoff + (h0 + j) * hd, ko = kvh * hd;
+        float* s = scores + j * len;
+        for (int64_t t = 0; t < l4; t += 4) {
+            prefetch_rows(k, dt, at, t + PF, t + PF + 4 < len ? t + PF + 4 : len, ko, hd, _MM_HINT_T0);
+            prefetch_rows(v, dt, at, t + PF, t + PF + 4 < len ? t + PF + 4 : len, ko, hd, _MM_HINT_T1);
+#define SCORE(c) score_tile16(q, qdt, qo, k, dt, ko, at, t, hd, c, sc, s, len)
+            HB_SWITCH(hb, SCORE)
+#undef SCORE
+        }
+        for (int jj = 0; jj < hb; jj++)
+            for (int64_t t = l4; t < len; t++) { /* the last len mod 4 keys one at a time */
+                __m512 a = _mm512_setzero_ps();
+                for (int64_t d = 0; d < hd; d += 16)
+                    a = _mm512_fmadd_ps(load16(q, qdt, qo + jj * hd + d), load16(k, dt, at[t] + ko + d), a);
+                s[jj * len + t] = _mm_cvtss_f32(_mm_mul_ps(hsum4x16(a, a, a, a), sc));
+            }
+        j += hb;
+    }
+    float inv[n];
+    for (int64_t j = 0; j < n; j++) inv[j] = softmax_row(scores + j * len, len, dt);
+    for (int64_t t0 = 0; t0 < len; t0 += VT) { /* VT keys' values, every query head, while they are in L2 */
+        const int64_t t1 = t0 + VT < len ? t0 + VT : len;
+        for (int64_t j = 0; j < n;) {
+            const int64_t kvh = (h0 + j) / group, last = (kvh + 1) * group - h0;
+            const int hb = (int)((last < n ? last : n) - j < 4 ? (last < n ? last : n) - j : 4);
+            const float* p = scores + j * len;
+            float* a = acc + j * hd;
+            int64_t d = 0;
+            prefetch_rows(v, dt, at, t1, t1 + VT < len ? t1 + VT : len, kvh * hd, hd, _MM_HINT_T1);
+            for (; d + 64 <= hd; d += 64) {
+#define VALUE(c) value_tile16(v, dt, at, kvh * hd + d, p, len, t0, t1, c, 4, a + d, hd)
+                HB_SWITCH(hb, VALUE)
+#undef VALUE
+            }
+            for (; d < hd; d += 16) {
+#define VALUE(c) value_tile16(v, dt, at, kvh * hd + d, p, len, t0, t1, c, 1, a + d, hd)
+                HB_SWITCH(hb, VALUE)
+#undef VALUE
+            }
+            j += hb;
+        }
+    }
+    for (int64_t j = 0; j < n; j++) {
+        const int64_t qo = qoff + (h0 + j) * hd;
+        for (int64_t i = 0; i < hd; i++) store1(out, qdt, qo + i, rnd(acc[j * hd + i] * inv[j], dt));
+    }
+}
+#endif
+
 /* One sequence's query heads h0 .. h0 + nr - 1 (query head h at q[qoff + h * hd], qoff the sequence's
  * first; its KV head h / group) over its `len` keys. buf: head_scratch(nr, len, hd) floats. */
 static inline __attribute__((always_inline)) void heads(const void* q, int qdt, const void* k, const void* v, int dt,
@@ -103,6 +231,12 @@ static inline __attribute__((always_inline)) void heads(const void* q, int qdt, 
         at[t] = (table[blk] * bs + off) * n_kv * hd;
         if (++off == bs) off = 0, blk++;
     }
+#ifdef __AVX512F__
+    if (hd % 16 == 0) {
+        heads16(q, qdt, k, v, dt, qoff, h0, group, n, hd, at, len, scale, out, scores, acc);
+        return;
+    }
+#endif
 #define QOFF(j) (qoff + (h0 + (j)) * hd)
 #define KVOFF(j) ((h0 + (j)) / group * hd)
     const __m128 sc = _mm_set1_ps(scale);
