@@ -193,8 +193,11 @@ def test_slab_linear_equals_the_gemm_over_the_whole_weight(path, monkeypatch, dt
 
 @pytest.mark.parametrize("algo", ["W8A16", "W8A8_SQ_PER_CHANNEL"])
 @pytest.mark.parametrize("tokens", [3, 70])  # decode rows (the int8 decode kernel where it builds); prefill rows
-def test_int8_linears_equal_the_gemm_over_the_whole_weight(path, monkeypatch, algo, tokens):
+@pytest.mark.parametrize("amx", [False, True])  # W8A8 prefill: torch._int_mm where the CPU has AMX-INT8
+def test_int8_linears_equal_the_gemm_over_the_whole_weight(path, monkeypatch, algo, tokens, amx):
     monkeypatch.setattr(quantized, "_SLAB_ELEMENTS", 64 * 128)
+    flags = quantized.dense.native.cpu_flags() - {"amx_int8"} | ({"amx_int8"} if amx else set())
+    monkeypatch.setattr(quantized.dense.native, "cpu_flags", lambda: flags)
     w, s = torch.randint(-127, 128, (150, 128), dtype=torch.int8), torch.rand(150) / 100
     x = torch.randn(tokens, 128)
     got = make_linear({"weight": w, "weights_scaling_factor": s}, algo, torch.float32)(x)
