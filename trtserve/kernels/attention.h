@@ -143,6 +143,12 @@ static inline __attribute__((always_inline)) void prefetch_rows(const void* base
         }
 }
 
+/* How many of the task's heads j, j + 1, ... (< n) share head h0 + j's KV head, at most 4. */
+static inline int head_run(int64_t h0, int64_t j, int64_t n, int64_t group) {
+    const int64_t end = ((h0 + j) / group + 1) * group - h0, stop = end < n ? end : n;
+    return (int)(stop - j < 4 ? stop - j : 4);
+}
+
 #define HB_SWITCH(hb, call) \
     switch (hb) {           \
     case 4: call(4); break; \
@@ -166,9 +172,8 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
     const __m128 sc = _mm_set1_ps(scale);
     const int64_t l4 = len & ~(int64_t)3;
     for (int64_t j = 0; j < n;) { /* heads j .. j + hb - 1: one KV head's, at most 4 */
-        const int64_t kvh = (h0 + j) / group, last = (kvh + 1) * group - h0;
-        const int hb = (int)((last < n ? last : n) - j < 4 ? (last < n ? last : n) - j : 4);
-        const int64_t qo = qoff + (h0 + j) * hd, ko = kvh * hd;
+        const int64_t kvh = (h0 + j) / group, qo = qoff + (h0 + j) * hd, ko = kvh * hd;
+        const int hb = head_run(h0, j, n, group);
         float* s = scores + j * len;
         for (int64_t t = 0; t < l4; t += 4) {
             prefetch_rows(k, dt, at, t + PF, t + PF + 4 < len ? t + PF + 4 : len, ko, hd, _MM_HINT_T0);
@@ -191,8 +196,8 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
     for (int64_t t0 = 0; t0 < len; t0 += VT) { /* VT keys' values, every query head, while they are in L2 */
         const int64_t t1 = t0 + VT < len ? t0 + VT : len;
         for (int64_t j = 0; j < n;) {
-            const int64_t kvh = (h0 + j) / group, last = (kvh + 1) * group - h0;
-            const int hb = (int)((last < n ? last : n) - j < 4 ? (last < n ? last : n) - j : 4);
+            const int64_t kvh = (h0 + j) / group;
+            const int hb = head_run(h0, j, n, group);
             const float* p = scores + j * len;
             float* a = acc + j * hd;
             int64_t d = 0;
