@@ -68,13 +68,16 @@ def _groupwise(n: int, k: int, dtype: torch.dtype) -> tuple[Int4Groupwise, torch
 
 @needs_kernel
 @pytest.mark.parametrize("block_n", [32, 64])
-def test_groupwise_routes_inputs_to_the_faster_kernel(monkeypatch, block_n):
-    """float32 inputs always go to ours; bf16 decode rows only where torch packs for AVX2 (32-wide
-    blocks); bf16 prefill, and bf16 with torch's AVX-512 kernel, to torch's."""
+@pytest.mark.parametrize("wide", [False, True])  # our kernel's AVX-512 build (native.avx512_build)
+def test_groupwise_routes_inputs_to_the_faster_kernel(monkeypatch, block_n, wide):
+    """float32 inputs always go to ours; bf16 decode rows where torch packs for AVX2 (32-wide
+    blocks), or up to 2 rows against torch's AVX-512 kernel with our AVX-512 build; bf16 prefill,
+    and the rest, to torch's."""
     lin, w = _groupwise(128, 128, torch.bfloat16)
     lin32, w32 = _groupwise(128, 128, torch.float32)
     assert lin.kernel and lin32.kernel
     monkeypatch.setattr(int4_kernel, "block_n", lambda: block_n)
+    monkeypatch.setattr(int4_kernel.native, "avx512_build", lambda: wide)
     calls = []
 
     def recorded(x, packed, sz, group):  # torch's kernel: right whatever this machine's pack layout
@@ -83,12 +86,14 @@ def test_groupwise_routes_inputs_to_the_faster_kernel(monkeypatch, block_n):
 
     monkeypatch.setattr(int4_kernel, "int4_gemm", recorded)
     top = int4_kernel.BF16_MAX_ROWS
-    for rows in (1, top, top + 1):
+    sizes = (1, 2, 3, top, top + 1)
+    for rows in sizes:
         for layer, ref, dtype in ((lin, w, torch.bfloat16), (lin32, w32, torch.float32)):
             x = torch.randn(rows, 128, dtype=dtype)
             torch.testing.assert_close(layer(x).float(), x.float() @ ref.T, rtol=1e-2, atol=5e-2)
-    f32 = [(torch.float32, r) for r in (1, top, top + 1)]
-    bf16 = [(torch.bfloat16, r) for r in (1, top)] if block_n == 32 else []
+    f32 = [(torch.float32, r) for r in sizes]
+    most = top if block_n == 32 else int4_kernel.BF16_WIDE_ROWS if wide else 0
+    bf16 = [(torch.bfloat16, r) for r in sizes if r <= most]
     assert sorted(calls, key=str) == sorted(f32 + bf16, key=str)
 
 
@@ -106,6 +111,8 @@ def test_decode_step_takes_int4_layers_for_the_rows_the_per_op_path_gives_this_k
     bf16 = decode_layers.pack(layers(torch.bfloat16), torch.bfloat16, shapes)
     if int4_kernel.block_n() == 32:
         assert bf16.max_rows == int4_kernel.BF16_MAX_ROWS  # then torch's kernel
+    elif int4_kernel.native.avx512_build():
+        assert bf16.max_rows == int4_kernel.BF16_WIDE_ROWS  # then torch's AVX-512 kernel
     else:
         assert bf16 is None  # torch's AVX-512 kernel runs bf16 decode rows
     awq = layers(torch.float32)
