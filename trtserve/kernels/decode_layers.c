@@ -55,7 +55,7 @@ static inline __attribute__((always_inline)) void linear(const float* x, int64_t
 #pragma omp for schedule(static)
         for (int64_t i = 0; i < M * ng; i++) xsum[i] = int4_group_sum(x + i / ng * K + i % ng * gs, gs);
 #pragma omp for schedule(static)
-        for (int64_t u = 0; u < int4_units(N); u++) int4_unit(u, x, xsum, M, K, w, N, bn, sz, dt, gs, y, F32, dt);
+        for (int64_t u = 0; u < int4_units(N, bn); u++) int4_unit(u, x, xsum, M, K, w, N, bn, sz, dt, gs, y, F32, dt);
     } else {
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, x, M, K, w, N, wdt, scale, F32, y, dt);

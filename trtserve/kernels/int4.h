@@ -8,7 +8,8 @@
  *   sz  [K/gs][N][2] scale, zero in bf16 or float32; the weight is (q - 8) * scale + zero
  *   xf  [M][K] float32 (values of the activation dtype), xsum [M][K/gs] its sums per group.
  * Per group: sum_k x_k w_k = scale * (sum_k x_k q_k - 8 sum_k x_k) + zero * sum_k x_k.
- * Work is split in units of 32 outputs: 16 bytes of each row of one block.
+ * Work is split in units of 32 outputs (16 bytes of each row of one block), or of a whole 64-output
+ * block on the AVX-512 build (int4_width).
  */
 #ifndef TRTSERVE_INT4_H
 #define TRTSERVE_INT4_H
@@ -18,7 +19,17 @@ enum { I4 = 4 }; /* decode_layers' weight dtype code for this pack (W4A16), next
 
 static inline int int4_block_ok(int64_t bn, int64_t N) { return (bn == 32 || bn == 64) && N % bn == 0; }
 
-static inline int64_t int4_units(int64_t N) { return N / 32; }
+/* Outputs a work unit: 32 (16 bytes of each row of a block), or on the AVX-512 build with 64-output
+ * blocks the whole block (32 bytes a row: each cache line read by one unit, not two). */
+static inline int64_t int4_width(int64_t bn) {
+#ifdef __AVX512F__
+    if (bn == 64) return 64;
+#endif
+    (void)bn;
+    return 32;
+}
+
+static inline int64_t int4_units(int64_t N, int64_t bn) { return N / int4_width(bn); }
 
 /* 16 packed bytes (32 outputs at one k) -> 4 x 8 floats of q in [0, 15]. */
 #define INT4_UNPACK(p, w0, w1, w2, w3)                                             \
@@ -37,8 +48,10 @@ static inline int64_t int4_units(int64_t N) { return N / 32; }
  * Each output is its own lane, summed over k in the same order as the 8-lane code: the same bits
  * (checked: both builds, float32 and bf16, 1-8 rows of TinyLlama's fc_gate) in half the conversions,
  * and the rows INT4_PF ahead prefetched (the unit reads 16 bytes of each 32-byte row: a stride the
- * hardware prefetcher followed too slowly). Xeon, 2 threads, TinyLlama's 22 layers of int4 from DRAM,
- * one bf16 row: 58.8 ms (AVX2 build) -> 46.3 (16 lanes) -> 34.8 (and the prefetch); 4 rows 78.1 -> 64.5. */
+ * hardware prefetcher followed too slowly). With torch's 64-output blocks a unit is the whole block
+ * (int4_width), its scales and zeros loaded and applied 16 at a time. Xeon, 2 threads, TinyLlama's 22
+ * layers of int4 from DRAM, one bf16 row: 58.8 ms (AVX2 build) -> 46.3 (16 lanes) -> 34.8 (and the
+ * prefetch) -> 32.1 (whole blocks, vector scales; torch's AVX-512 kernel 36.5); two rows 31.1 (42.2). */
 #define INT4_PF 64
 #define INT4_UNPACK16(p, lo, hi)                                                       \
     do {                                                                               \
@@ -81,6 +94,74 @@ static void int4_group_dot2(const uint8_t* p, int64_t st, const float* x, const 
     }
     _mm512_storeu_ps(acc, a0); _mm512_storeu_ps(acc + 16, a1);
     _mm512_storeu_ps(accb, c0); _mm512_storeu_ps(accb + 16, c1);
+}
+
+/* sc[0..63], ze[0..63] from 64 (scale, zero) pairs at element i of sz (F32 or BF16). */
+static inline void int4_scales64(const void* sz, int szdt, int64_t i, float* sc, float* ze) {
+    for (int c = 0; c < 4; c++) { /* 16 pairs at a time */
+        if (szdt == BF16) {
+            const __m512i pr = _mm512_loadu_si512((const uint16_t*)sz + i + 32 * c); /* 16 x (scale | zero << 16) */
+            _mm512_storeu_ps(sc + 16 * c, _mm512_castsi512_ps(_mm512_slli_epi32(pr, 16)));
+            _mm512_storeu_ps(ze + 16 * c, _mm512_castsi512_ps(_mm512_and_si512(pr, _mm512_set1_epi32((int)0xffff0000u))));
+        } else {
+            const float* f = (const float*)sz + i + 32 * c;
+            const __m512 lo = _mm512_loadu_ps(f), hi = _mm512_loadu_ps(f + 16);
+            const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+            const __m512i od = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+            _mm512_storeu_ps(sc + 16 * c, _mm512_permutex2var_ps(lo, ev, hi));
+            _mm512_storeu_ps(ze + 16 * c, _mm512_permutex2var_ps(lo, od, hi));
+        }
+    }
+}
+
+/* int4_group_dot1 over 32 bytes a row (a 64-output block): acc[0..31] the low nibbles' outputs,
+ * acc[32..63] the high ones'; each output summed exactly as in the 32-output dots. */
+static void int4_group_dot1_64(const uint8_t* p, int64_t st, const float* x, int64_t gs, float acc[64]) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0, w0, w1, w2, w3;
+    int64_t k = 0;
+    for (; k + 1 < gs; k += 2, p += 2 * st) {
+        const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
+        _mm_prefetch((const char*)p + INT4_PF * st, _MM_HINT_T0);
+        _mm_prefetch((const char*)p + (INT4_PF + 1) * st, _MM_HINT_T0);
+        INT4_UNPACK16(p, w0, w2);
+        INT4_UNPACK16(p + 16, w1, w3);
+        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
+        a2 = _mm512_fmadd_ps(w2, x0, a2); a3 = _mm512_fmadd_ps(w3, x0, a3);
+        INT4_UNPACK16(p + st, w0, w2);
+        INT4_UNPACK16(p + st + 16, w1, w3);
+        b0 = _mm512_fmadd_ps(w0, x1, b0); b1 = _mm512_fmadd_ps(w1, x1, b1);
+        b2 = _mm512_fmadd_ps(w2, x1, b2); b3 = _mm512_fmadd_ps(w3, x1, b3);
+    }
+    if (k < gs) {
+        const __m512 x0 = _mm512_set1_ps(x[k]);
+        INT4_UNPACK16(p, w0, w2);
+        INT4_UNPACK16(p + 16, w1, w3);
+        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
+        a2 = _mm512_fmadd_ps(w2, x0, a2); a3 = _mm512_fmadd_ps(w3, x0, a3);
+    }
+    _mm512_storeu_ps(acc, _mm512_add_ps(a0, b0)); _mm512_storeu_ps(acc + 16, _mm512_add_ps(a1, b1));
+    _mm512_storeu_ps(acc + 32, _mm512_add_ps(a2, b2)); _mm512_storeu_ps(acc + 48, _mm512_add_ps(a3, b3));
+}
+
+static void int4_group_dot2_64(const uint8_t* p, int64_t st, const float* x, const float* xb, int64_t gs,
+                               float acc[64], float accb[64]) {
+    const __m128i mask = _mm_set1_epi8(0x0F);
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0, w0, w1, w2, w3;
+    for (int64_t k = 0; k < gs; k++, p += st) {
+        const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(xb[k]);
+        _mm_prefetch((const char*)p + INT4_PF * st, _MM_HINT_T0);
+        INT4_UNPACK16(p, w0, w2);
+        INT4_UNPACK16(p + 16, w1, w3);
+        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
+        a2 = _mm512_fmadd_ps(w2, x0, a2); a3 = _mm512_fmadd_ps(w3, x0, a3);
+        c0 = _mm512_fmadd_ps(w0, x1, c0); c1 = _mm512_fmadd_ps(w1, x1, c1);
+        c2 = _mm512_fmadd_ps(w2, x1, c2); c3 = _mm512_fmadd_ps(w3, x1, c3);
+    }
+    _mm512_storeu_ps(acc, a0); _mm512_storeu_ps(acc + 16, a1); _mm512_storeu_ps(acc + 32, a2);
+    _mm512_storeu_ps(acc + 48, a3);
+    _mm512_storeu_ps(accb, c0); _mm512_storeu_ps(accb + 16, c1); _mm512_storeu_ps(accb + 32, c2);
+    _mm512_storeu_ps(accb + 48, c3);
 }
 #else
 /* sum_k x[k] q[k, 0..31] over one group of one unit (16 bytes a row, rows `st` bytes apart), for
@@ -140,39 +221,60 @@ static inline float int4_group_sum(const float* x, int64_t gs) {
     return s;
 }
 
-/* The 32 outputs of unit u of y = x w^T for all M rows (one work item), stored in ydt after
+/* The int4_width(bn) outputs of unit u of y = x w^T for all M rows (one work item), stored in ydt after
  * rounding to rdt. sz is in szdt (F32 or BF16). */
 static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int64_t M, int64_t K, const uint8_t* w,
                              int64_t N, int64_t bn, const void* sz, int szdt, int64_t gs, void* y, int ydt, int rdt) {
-    const int64_t ng = K / gs, st = bn / 2;
-    /* unit u: 16 bytes of each row of block b = u / (bn / 32), at byte offset h16 */
-    const int64_t b = u / (bn / 32), h16 = (u % (bn / 32)) * 16;
-    const uint8_t* wb = w + b * K * st + h16;
-    int64_t idx[32]; /* unit slot -> output */
-    for (int j = 0; j < 16; j++) {
-        idx[j] = b * bn + h16 + j;
-        idx[j + 16] = b * bn + st + h16 + j;
+    const int64_t ng = K / gs, st = bn / 2, W = int4_width(bn), half = W / 2;
+    /* unit u: `half` bytes of each row of block b = u / (bn / W), at byte offset h */
+    const int64_t b = u / (bn / W), h = (u % (bn / W)) * half;
+    const uint8_t* wb = w + b * K * st + h;
+    int64_t idx[64]; /* unit slot -> output */
+    for (int j = 0; j < half; j++) {
+        idx[j] = b * bn + h + j;
+        idx[j + half] = b * bn + st + h + j;
     }
-    float out[2][32], acc[2][32], sc[32], ze[32];
+    float out[2][64], acc[2][64], sc[64], ze[64];
     for (int64_t m = 0; m < M; m += 2) {
         const int two = m + 1 < M;
         memset(out, 0, sizeof(out));
         for (int64_t g = 0; g < ng; g++) {
-            for (int j = 0; j < 32; j++) {
+#ifdef __AVX512F__
+            if (W == 64) /* the block's 64 (scale, zero) pairs lie side by side */
+                int4_scales64(sz, szdt, (g * N + idx[0]) * 2, sc, ze);
+            else
+#endif
+            for (int j = 0; j < W; j++) {
                 int64_t i = (g * N + idx[j]) * 2;
                 sc[j] = load1(sz, szdt, i);
                 ze[j] = load1(sz, szdt, i + 1);
             }
             const float* xm = xf + m * K + g * gs;
-            if (two) int4_group_dot2(wb + g * gs * st, st, xm, xm + K, gs, acc[0], acc[1]);
-            else int4_group_dot1(wb + g * gs * st, st, xm, gs, acc[0]);
+            const uint8_t* p = wb + g * gs * st;
+#ifdef __AVX512F__
+            if (W == 64) {
+                if (two) int4_group_dot2_64(p, st, xm, xm + K, gs, acc[0], acc[1]);
+                else int4_group_dot1_64(p, st, xm, gs, acc[0]);
+            } else
+#endif
+            if (two) int4_group_dot2(p, st, xm, xm + K, gs, acc[0], acc[1]);
+            else int4_group_dot1(p, st, xm, gs, acc[0]);
             for (int r = 0; r <= two; r++) {
                 float s = xsum[(m + r) * ng + g];
-                for (int j = 0; j < 32; j++) out[r][j] += sc[j] * (acc[r][j] - 8.0f * s) + ze[j] * s;
+                int j = 0;
+#ifdef __AVX512F__ /* the scalar expression's operations, one rounding each, 16 lanes at a time */
+                const __m512 s8 = _mm512_set1_ps(8.0f * s), sv = _mm512_set1_ps(s);
+                for (; j + 16 <= W; j += 16) {
+                    const __m512 t = _mm512_mul_ps(_mm512_loadu_ps(sc + j), _mm512_sub_ps(_mm512_loadu_ps(acc[r] + j), s8));
+                    const __m512 v = _mm512_add_ps(t, _mm512_mul_ps(_mm512_loadu_ps(ze + j), sv));
+                    _mm512_storeu_ps(out[r] + j, _mm512_add_ps(_mm512_loadu_ps(out[r] + j), v));
+                }
+#endif
+                for (; j < W; j++) out[r][j] += sc[j] * (acc[r][j] - 8.0f * s) + ze[j] * s;
             }
         }
         for (int r = 0; r <= two; r++)
-            for (int j = 0; j < 32; j++) store1(y, ydt, (m + r) * N + idx[j], rnd(out[r][j], rdt));
+            for (int j = 0; j < W; j++) store1(y, ydt, (m + r) * N + idx[j], rnd(out[r][j], rdt));
     }
 }
 

@@ -25,7 +25,7 @@ int trtserve_int4_gemm(const void* x, int x_bf16, int64_t M, int64_t K, const ui
     for (int64_t i = 0; i < M * K; i++) xf[i] = load1(x, xdt, i);
     for (int64_t i = 0; i < M * ng; i++) xsum[i] = int4_group_sum(xf + i / ng * K + i % ng * gs, gs);
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t u = 0; u < int4_units(N); u++)
+    for (int64_t u = 0; u < int4_units(N, bn); u++)
         int4_unit(u, xf, xsum, M, K, w, N, bn, sz, sz_bf16 ? BF16 : F32, gs, y, xdt, F32); /* stored rounds */
     free(xf);
     return 0;
