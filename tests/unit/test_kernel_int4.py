@@ -5,6 +5,9 @@ and a compile failure that falls back instead of failing the engine."""
 
 from __future__ import annotations
 
+import ctypes
+import shutil
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -144,3 +147,31 @@ def test_a_kernel_that_does_not_compile_falls_back(monkeypatch, tmp_path):
     finally:
         int4_kernel.load.cache_clear()
         native.library.cache_clear()
+
+
+@pytest.mark.skipif(not native.avx512_build() or not shutil.which("cc"), reason="needs the AVX-512 build's CPU and cc")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_avx512_build_gives_the_avx2_builds_bits(tmp_path, dtype):
+    """int4.h's 16-lane code (and its whole-block units) keeps every output's operations and order."""
+    fns = {}
+    for name, flags in (("avx2", native.FLAGS), ("avx512", native.FLAGS + native.AVX512)):
+        so = tmp_path / f"{name}.so"
+        subprocess.run(["cc", *flags, "-o", str(so), str(int4_kernel.SOURCE)], check=True, capture_output=True)
+        fns[name] = ctypes.CDLL(str(so)).trtserve_int4_gemm
+        fns[name].argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int, "l": ctypes.c_int64}[c] for c in "pillpllpilpi"]
+    bn, g = int4_kernel.block_n(), torch.Generator().manual_seed(4)
+    for n, k, gs in ((192, 256, 64), (128, 320, 32)):
+        packed = torch._convert_weight_to_int4pack_for_cpu(
+            torch.randint(0, 16, (n, k), dtype=torch.int32, generator=g), 1
+        )
+        sz = (torch.randn(k // gs, n, 2, generator=g) / 10).to(dtype)
+        for rows in (1, 2, 3, 8):
+            x, bf = torch.randn(rows, k, generator=g).to(dtype), int(dtype == torch.bfloat16)
+            ys = []
+            for fn in fns.values():
+                y = torch.empty(rows, n, dtype=dtype)
+                assert (
+                    fn(x.data_ptr(), bf, rows, k, packed.data_ptr(), n, bn, sz.data_ptr(), bf, gs, y.data_ptr(), 2) == 0
+                )
+                ys.append(y)
+            assert torch.equal(*ys), (n, k, gs, rows)
