@@ -149,9 +149,19 @@ def test_a_kernel_that_does_not_compile_falls_back(monkeypatch, tmp_path):
         native.library.cache_clear()
 
 
+def _pack_blocks(q: torch.Tensor, bn: int) -> torch.Tensor:
+    """q (N, K) in [0, 15] in int4.h's layout with bn-output blocks, which torch's pack (_pack) fixes by
+    its own build: [N/bn][K][bn/2] bytes, byte j of row k of block b holding output bn*b+j
+    (low nibble) and bn*b+j+bn/2 (high)."""
+    n, k = q.shape
+    blocks = q.view(n // bn, 2, bn // 2, k).to(torch.uint8)  # [b][low/high][j][k]
+    return (blocks[:, 0] | (blocks[:, 1] << 4)).transpose(1, 2).contiguous()  # [b][k][j]
+
+
 @pytest.mark.skipif(not native.avx512_build() or not shutil.which("cc"), reason="needs the AVX-512 build's CPU and cc")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_avx512_build_gives_the_avx2_builds_bits(tmp_path, dtype):
+@pytest.mark.parametrize("bn", [32, 64])  # 32-output units in both builds; 64: whole blocks in the AVX-512 one
+def test_avx512_build_gives_the_avx2_builds_bits(tmp_path, dtype, bn):
     """int4.h's 16-lane code (and its whole-block units) keeps every output's operations and order."""
     fns = {}
     for name, flags in (("avx2", native.FLAGS), ("avx512", native.FLAGS + native.AVX512)):
@@ -159,12 +169,18 @@ def test_avx512_build_gives_the_avx2_builds_bits(tmp_path, dtype):
         subprocess.run(["cc", *flags, "-o", str(so), str(int4_kernel.SOURCE)], check=True, capture_output=True)
         fns[name] = ctypes.CDLL(str(so)).trtserve_int4_gemm
         fns[name].argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int, "l": ctypes.c_int64}[c] for c in "pillpllpilpi"]
-    bn, g = int4_kernel.block_n(), torch.Generator().manual_seed(4)
+    g = torch.Generator().manual_seed(4)
     for n, k, gs in ((192, 256, 64), (128, 320, 32)):
-        packed = torch._convert_weight_to_int4pack_for_cpu(
-            torch.randint(0, 16, (n, k), dtype=torch.int32, generator=g), 1
-        )
+        q = torch.randint(0, 16, (n, k), dtype=torch.int32, generator=g)
+        packed = _pack_blocks(q, bn)
+        if bn == int4_kernel.block_n():  # the hand-made layout is torch's
+            assert torch.equal(
+                packed.flatten(), torch._convert_weight_to_int4pack_for_cpu(q, 1).view(torch.uint8).flatten()
+            )
         sz = (torch.randn(k // gs, n, 2, generator=g) / 10).to(dtype)
+        w = (q.float() - 8) * sz[..., 0].float().repeat_interleave(gs, 0).T + sz[..., 1].float().repeat_interleave(
+            gs, 0
+        ).T
         for rows in (1, 2, 3, 8):
             x, bf = torch.randn(rows, k, generator=g).to(dtype), int(dtype == torch.bfloat16)
             ys = []
@@ -175,3 +191,4 @@ def test_avx512_build_gives_the_avx2_builds_bits(tmp_path, dtype):
                 )
                 ys.append(y)
             assert torch.equal(*ys), (n, k, gs, rows)
+            torch.testing.assert_close(ys[0].float(), x.float() @ w.T, rtol=2e-2, atol=5e-2)

@@ -60,40 +60,53 @@ static inline int64_t int4_units(int64_t N, int64_t bn) { return N / int4_width(
         hi = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_and_si128(_mm_srli_epi16(v_, 4), mask))); \
     } while (0)
 
-static void int4_group_dot1(const uint8_t* p, int64_t st, const float* x, int64_t gs, float acc[32]) {
+/* sum_k x[k] q[k, ...] over one group of nb 16-byte pieces of each row (nb 1: a 32-output unit, 2: a
+ * 64-output block; a constant after inlining), rows `st` bytes apart, one row of x: acc[0, 16 nb) the low
+ * nibbles' outputs, acc[16 nb, 32 nb) the high ones'. Two chains per output (even and odd k) hide the FMA
+ * latency, added at the end, as the 8-lane code does. */
+static inline __attribute__((always_inline)) void int4_dot1x16(const uint8_t* p, int64_t st, const float* x,
+                                                              int64_t gs, int nb, float* acc) {
     const __m128i mask = _mm_set1_epi8(0x0F);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, w0, w1;
+    __m512 a[4], b[4], w[4]; /* [0, nb) low nibbles, [nb, 2 nb) high */
+    for (int i = 0; i < 2 * nb; i++) a[i] = b[i] = _mm512_setzero_ps();
     int64_t k = 0;
-    for (; k + 1 < gs; k += 2, p += 2 * st) { /* two chains per output hide the FMA latency */
+    for (; k + 1 < gs; k += 2, p += 2 * st) {
         const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
         _mm_prefetch((const char*)p + INT4_PF * st, _MM_HINT_T0);
-        INT4_UNPACK16(p, w0, w1);
-        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
-        INT4_UNPACK16(p + st, w0, w1);
-        b0 = _mm512_fmadd_ps(w0, x1, b0); b1 = _mm512_fmadd_ps(w1, x1, b1);
+        _mm_prefetch((const char*)p + (INT4_PF + 1) * st, _MM_HINT_T0);
+        for (int c = 0; c < nb; c++) INT4_UNPACK16(p + 16 * c, w[c], w[nb + c]);
+        for (int i = 0; i < 2 * nb; i++) a[i] = _mm512_fmadd_ps(w[i], x0, a[i]);
+        for (int c = 0; c < nb; c++) INT4_UNPACK16(p + st + 16 * c, w[c], w[nb + c]);
+        for (int i = 0; i < 2 * nb; i++) b[i] = _mm512_fmadd_ps(w[i], x1, b[i]);
     }
     if (k < gs) {
         const __m512 x0 = _mm512_set1_ps(x[k]);
-        INT4_UNPACK16(p, w0, w1);
-        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
+        for (int c = 0; c < nb; c++) INT4_UNPACK16(p + 16 * c, w[c], w[nb + c]);
+        for (int i = 0; i < 2 * nb; i++) a[i] = _mm512_fmadd_ps(w[i], x0, a[i]);
     }
-    _mm512_storeu_ps(acc, _mm512_add_ps(a0, b0));
-    _mm512_storeu_ps(acc + 16, _mm512_add_ps(a1, b1));
+    for (int i = 0; i < 2 * nb; i++) _mm512_storeu_ps(acc + 16 * i, _mm512_add_ps(a[i], b[i]));
 }
 
-static void int4_group_dot2(const uint8_t* p, int64_t st, const float* x, const float* xb, int64_t gs, float acc[32],
-                            float accb[32]) {
+/* The same for two rows of x at once (one chain per output and row, as the 8-lane code). */
+static inline __attribute__((always_inline)) void int4_dot2x16(const uint8_t* p, int64_t st, const float* x,
+                                                              const float* xb, int64_t gs, int nb, float* acc,
+                                                              float* accb) {
     const __m128i mask = _mm_set1_epi8(0x0F);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, c0 = a0, c1 = a0, w0, w1;
+    __m512 a[4], c2[4], w[4];
+    for (int i = 0; i < 2 * nb; i++) a[i] = c2[i] = _mm512_setzero_ps();
     for (int64_t k = 0; k < gs; k++, p += st) {
         const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(xb[k]);
         _mm_prefetch((const char*)p + INT4_PF * st, _MM_HINT_T0);
-        INT4_UNPACK16(p, w0, w1);
-        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
-        c0 = _mm512_fmadd_ps(w0, x1, c0); c1 = _mm512_fmadd_ps(w1, x1, c1);
+        for (int c = 0; c < nb; c++) INT4_UNPACK16(p + 16 * c, w[c], w[nb + c]);
+        for (int i = 0; i < 2 * nb; i++) {
+            a[i] = _mm512_fmadd_ps(w[i], x0, a[i]);
+            c2[i] = _mm512_fmadd_ps(w[i], x1, c2[i]);
+        }
     }
-    _mm512_storeu_ps(acc, a0); _mm512_storeu_ps(acc + 16, a1);
-    _mm512_storeu_ps(accb, c0); _mm512_storeu_ps(accb + 16, c1);
+    for (int i = 0; i < 2 * nb; i++) {
+        _mm512_storeu_ps(acc + 16 * i, a[i]);
+        _mm512_storeu_ps(accb + 16 * i, c2[i]);
+    }
 }
 
 /* sc[0..63], ze[0..63] from 64 (scale, zero) pairs at element i of sz (F32 or BF16). */
@@ -112,56 +125,6 @@ static inline void int4_scales64(const void* sz, int szdt, int64_t i, float* sc,
             _mm512_storeu_ps(ze + 16 * c, _mm512_permutex2var_ps(lo, od, hi));
         }
     }
-}
-
-/* int4_group_dot1 over 32 bytes a row (a 64-output block): acc[0..31] the low nibbles' outputs,
- * acc[32..63] the high ones'; each output summed exactly as in the 32-output dots. */
-static void int4_group_dot1_64(const uint8_t* p, int64_t st, const float* x, int64_t gs, float acc[64]) {
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0, w0, w1, w2, w3;
-    int64_t k = 0;
-    for (; k + 1 < gs; k += 2, p += 2 * st) {
-        const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(x[k + 1]);
-        _mm_prefetch((const char*)p + INT4_PF * st, _MM_HINT_T0);
-        _mm_prefetch((const char*)p + (INT4_PF + 1) * st, _MM_HINT_T0);
-        INT4_UNPACK16(p, w0, w2);
-        INT4_UNPACK16(p + 16, w1, w3);
-        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
-        a2 = _mm512_fmadd_ps(w2, x0, a2); a3 = _mm512_fmadd_ps(w3, x0, a3);
-        INT4_UNPACK16(p + st, w0, w2);
-        INT4_UNPACK16(p + st + 16, w1, w3);
-        b0 = _mm512_fmadd_ps(w0, x1, b0); b1 = _mm512_fmadd_ps(w1, x1, b1);
-        b2 = _mm512_fmadd_ps(w2, x1, b2); b3 = _mm512_fmadd_ps(w3, x1, b3);
-    }
-    if (k < gs) {
-        const __m512 x0 = _mm512_set1_ps(x[k]);
-        INT4_UNPACK16(p, w0, w2);
-        INT4_UNPACK16(p + 16, w1, w3);
-        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
-        a2 = _mm512_fmadd_ps(w2, x0, a2); a3 = _mm512_fmadd_ps(w3, x0, a3);
-    }
-    _mm512_storeu_ps(acc, _mm512_add_ps(a0, b0)); _mm512_storeu_ps(acc + 16, _mm512_add_ps(a1, b1));
-    _mm512_storeu_ps(acc + 32, _mm512_add_ps(a2, b2)); _mm512_storeu_ps(acc + 48, _mm512_add_ps(a3, b3));
-}
-
-static void int4_group_dot2_64(const uint8_t* p, int64_t st, const float* x, const float* xb, int64_t gs,
-                               float acc[64], float accb[64]) {
-    const __m128i mask = _mm_set1_epi8(0x0F);
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, c0 = a0, c1 = a0, c2 = a0, c3 = a0, w0, w1, w2, w3;
-    for (int64_t k = 0; k < gs; k++, p += st) {
-        const __m512 x0 = _mm512_set1_ps(x[k]), x1 = _mm512_set1_ps(xb[k]);
-        _mm_prefetch((const char*)p + INT4_PF * st, _MM_HINT_T0);
-        INT4_UNPACK16(p, w0, w2);
-        INT4_UNPACK16(p + 16, w1, w3);
-        a0 = _mm512_fmadd_ps(w0, x0, a0); a1 = _mm512_fmadd_ps(w1, x0, a1);
-        a2 = _mm512_fmadd_ps(w2, x0, a2); a3 = _mm512_fmadd_ps(w3, x0, a3);
-        c0 = _mm512_fmadd_ps(w0, x1, c0); c1 = _mm512_fmadd_ps(w1, x1, c1);
-        c2 = _mm512_fmadd_ps(w2, x1, c2); c3 = _mm512_fmadd_ps(w3, x1, c3);
-    }
-    _mm512_storeu_ps(acc, a0); _mm512_storeu_ps(acc + 16, a1); _mm512_storeu_ps(acc + 32, a2);
-    _mm512_storeu_ps(acc + 48, a3);
-    _mm512_storeu_ps(accb, c0); _mm512_storeu_ps(accb + 16, c1); _mm512_storeu_ps(accb + 32, c2);
-    _mm512_storeu_ps(accb + 48, c3);
 }
 #else
 /* sum_k x[k] q[k, 0..31] over one group of one unit (16 bytes a row, rows `st` bytes apart), for
@@ -252,13 +215,14 @@ static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int6
             const float* xm = xf + m * K + g * gs;
             const uint8_t* p = wb + g * gs * st;
 #ifdef __AVX512F__
-            if (W == 64) {
-                if (two) int4_group_dot2_64(p, st, xm, xm + K, gs, acc[0], acc[1]);
-                else int4_group_dot1_64(p, st, xm, gs, acc[0]);
-            } else
-#endif
+            if (W == 64 && two) int4_dot2x16(p, st, xm, xm + K, gs, 2, acc[0], acc[1]);
+            else if (W == 64) int4_dot1x16(p, st, xm, gs, 2, acc[0]);
+            else if (two) int4_dot2x16(p, st, xm, xm + K, gs, 1, acc[0], acc[1]);
+            else int4_dot1x16(p, st, xm, gs, 1, acc[0]);
+#else
             if (two) int4_group_dot2(p, st, xm, xm + K, gs, acc[0], acc[1]);
             else int4_group_dot1(p, st, xm, gs, acc[0]);
+#endif
             for (int r = 0; r <= two; r++) {
                 float s = xsum[(m + r) * ng + g];
                 int j = 0;

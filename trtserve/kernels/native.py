@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 # No fp contraction: scalar a * b + c stays two roundings, as in torch's elementwise ops (the
 # kernels' vector FMAs are explicit intrinsics).
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
-AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl")  # gemv.h's 16-lane GEMM (chunk16)
+AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl")  # the 16-lane GEMM, attention and int4 code
 
 
 @cache
