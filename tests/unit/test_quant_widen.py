@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from trtserve.kernels import widen
+from trtserve.kernels import native, widen
 from trtserve.models import quantized
 from trtserve.models.quantized import make_linear, slab_linear, unpack_int4_rows
 
@@ -17,12 +17,21 @@ DTYPES = [torch.float32, torch.bfloat16]
 E2M1 = torch.tensor([0, 0.5, 1, 1.5, 2, 3, 4, 6, -0.0, -0.5, -1, -1.5, -2, -3, -4, -6])
 
 
-@pytest.fixture(params=["kernel", "torch"])
+@pytest.fixture(params=["kernel", "kernel-avx2", "torch"])
 def path(request, monkeypatch):
-    """Each test once over the C kernel and once over the torch ops that stand in for it."""
-    if request.param == "kernel":
+    """Each test over the C kernel, its AVX2 build where this machine's is the AVX-512 one (whose
+    vpermps lookups the AVX2 build has not), and the torch ops that stand in for it."""
+    if request.param.startswith("kernel"):
         if not widen.available():
             pytest.skip("the widening kernel cannot be built here")
+        if request.param == "kernel-avx2":
+            if not native.avx512_build():
+                pytest.skip("this machine's build is the AVX2 one")
+            monkeypatch.setattr(native, "avx512_build", lambda: False)
+            for cached in (widen._fn, native.library):
+                cached.cache_clear()
+            request.addfinalizer(widen._fn.cache_clear)
+            request.addfinalizer(native.library.cache_clear)
     else:
         monkeypatch.setattr(widen, "_fn", lambda name: None)
     return request.param
@@ -124,6 +133,10 @@ def test_per_token_int8_rounding_and_scales_equal_the_old_formula(path):
     assert same(q, (xf / scale).round_().clamp_(-127, 127)) and same(got_scale, scale)
     y, col = torch.randn(x.shape[0], 40), torch.rand(40)
     assert same(widen.scale_outer(y.clone(), scale, col), y * (scale * col))
+    # AMX-INT8's int32 sums, scaled straight into the activation dtype
+    acc = torch.randint(-(2**30), 2**30, (x.shape[0], 40), dtype=torch.int32)
+    for dtype in DTYPES:
+        assert same(widen.scale_outer(acc, scale, col, dtype), (acc.float() * (scale * col)).to(dtype))
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -157,6 +170,54 @@ def test_widened_int8_weights_are_their_values(path):
     for algo in ("W8A16", "W8A8_SQ_PER_CHANNEL"):
         lin = make_linear({"weight": w, "weights_scaling_factor": torch.rand(24)}, algo, torch.float32)
         assert same(widened(lin, 24, 32), w.float())
+
+
+def int4_pack(out: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(q (out, k) in [-8, 7], its TensorRT-LLM packing (out / 2, k))"""
+    q = torch.randint(-8, 8, (out, k), dtype=torch.int8)
+    return q, ((q[0::2].to(torch.uint8) & 15) | ((q[1::2].to(torch.uint8) & 15) << 4)).view(torch.int8)
+
+
+def bf16_engine_linear(algo: str, out: int, k: int):
+    """A bf16 engine's linear of `algo` and its widen_rows(a, b, out) with the format's extra argument."""
+    i8 = {"weight": torch.randint(-128, 128, (out, k), dtype=torch.int8), "weights_scaling_factor": torch.rand(out)}
+    tensors = {
+        "W8A16": lambda: i8,
+        "W8A8_SQ_PER_CHANNEL": lambda: i8,
+        "W4A16_AWQ": lambda: {"weight": int4_pack(out, k)[1], "weights_scaling_factor": torch.rand(out, k // 64) / 10},
+        "W4A8_AWQ": lambda: awq_tensors(out, k, 64),
+        "NVFP4": lambda: nvfp4_tensors(out, k),
+        "FP8": lambda: fp8_tensors(out, k, False),
+        "FP8_PER_CHANNEL_PER_TOKEN": lambda: fp8_tensors(out, k, True),
+    }[algo]()
+    lin = make_linear(tensors, algo, torch.bfloat16, 64)
+    extra = {"W4A8_AWQ": (torch.bfloat16,), "NVFP4": (torch.bfloat16,)}.get(algo, ())
+    if algo.startswith("FP8"):
+        extra = (lin.lut(torch.bfloat16),)
+    return lin, lambda a, b, w: lin.widen_rows(a, b, w, *extra)
+
+
+@pytest.mark.parametrize(
+    "algo", ["W8A16", "W8A8_SQ_PER_CHANNEL", "W4A16_AWQ", "W4A8_AWQ", "NVFP4", "FP8", "FP8_PER_CHANNEL_PER_TOKEN"]
+)
+def test_bf16_slabs_hold_the_float32_slabs_values_rounded(path, algo):
+    """A bf16 GEMM's slab is widened straight to bf16: the values of the float32 slab rounded to bf16,
+    bit for bit, whole and a part; row-major, and k-major (a column slice of an (in, rows) array, as
+    slab_linear hands W4A16's pack)."""
+    out, k = 192, 256
+    lin, widen_rows = bf16_engine_linear(algo, out, k)
+    if algo == "W4A16_AWQ" and not lin.kernel:
+        pytest.skip("no int4 pack layout known here")
+    f32 = torch.empty(out, k)
+    widen_rows(0, out, f32)
+    for a, b in ((0, out), (24, 64)):
+        rows = torch.empty(b - a, k, dtype=torch.bfloat16)
+        widen_rows(a, b, rows)
+        assert same(rows, f32[a:b].to(torch.bfloat16))
+        if algo == "W4A16_AWQ":
+            kmajor = torch.empty(k, b - a + 8, dtype=torch.bfloat16).t()[: b - a]  # row stride b - a + 8
+            widen_rows(a, b, kmajor)
+            assert same(kmajor.contiguous(), f32[a:b].to(torch.bfloat16))
 
 
 def reference(algo: str, t: dict[str, torch.Tensor], x: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:

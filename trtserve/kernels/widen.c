@@ -1,24 +1,25 @@
-// Widening of e4m3 and 4-bit weights to float32, a slab of output rows at a time, for the quantized
-// linears' prefill GEMM (trtserve/models/quantized.py), and the e4m3 rounding of their activations.
+// Widening of e4m3 and 4-bit weights to float32 or bfloat16 (the GEMM's dtype), a slab of output rows
+// at a time, for the quantized linears' prefill GEMM (trtserve/models/quantized.py), and the e4m3 and
+// int8 rounding of their activations.
 // Built by trtserve/kernels/native.py; trtserve/kernels/widen.py holds the torch equivalents.
 //
 // Every value is the one torch's elementwise ops give for the same formula: each product is one
 // float32 rounding (no contraction, see native.FLAGS), e4m3 and bfloat16 rounding are c10's
 // (round to nearest even), and decoding tables (byte -> value) are handed in, computed by torch.
 
+#include <immintrin.h>
 #include <stdint.h>
 #include <string.h>
 
+// (unions, not memcpy: loops over these then vectorize)
 static inline float from_bits(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    const union { uint32_t u; float f; } v = {.u = u};
+    return v.f;
 }
 
 static inline uint32_t to_bits(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
+    const union { float f; uint32_t u; } v = {.f = f};
+    return v.u;
 }
 
 // float32 -> bfloat16 -> float32 as c10::BFloat16 rounds (nearest even; NaN stays NaN).
@@ -29,39 +30,62 @@ static inline float round_bf16(float f) {
     return from_bits(u & 0xFFFF0000u);
 }
 
-// float32 -> e4m3fn byte, c10's fp8e4m3fn_from_fp32_value: |f| >= 480 (and NaN) -> NaN; below 2^-6
-// (e4m3's subnormals) by adding 2^14, whose float32 ulp is their step 2^-9 (the add rounds to nearest
-// even); normals by a biased add on the bits.
-static inline uint8_t e4m3_byte(float f) {
-    uint32_t u = to_bits(f);
-    const uint32_t sign = u & 0x80000000u;
-    u ^= sign;
-    uint8_t r;
-    if (u >= (1087u << 20)) {
-        r = 0x7F;
-    } else if (u < (121u << 23)) {
-        u = to_bits(from_bits(u) + from_bits(141u << 23));
-        r = (uint8_t)(u - (141u << 23));
-    } else {
-        const uint32_t odd = (u >> 20) & 1u;
-        u += ((uint32_t)(7 - 127) << 23) + 0x7FFFFu;
-        u += odd;
-        r = (uint8_t)(u >> 20);
-    }
-    return r | (uint8_t)(sign >> 24);
+// float32 -> bfloat16 bits as c10 converts (nearest even; NaN -> 0x7FC0); branch-free, so loops
+// that store it vectorize.
+static inline uint16_t bf16_bits(float f) {
+    const uint32_t u = to_bits(f);
+    const uint16_t r = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+    return f != f ? (uint16_t)0x7FC0 : r;
 }
 
-// e4m3(clamp(v * mult, +-448)) * inv: ModelOpt's fake quantization as _fp8_fake_quant computes it.
-static inline float fp8_round(float v, float mult, float inv, const float *e4m3) {
+// e4m3(clamp(v * mult, +-448)) * inv: ModelOpt's fake quantization as _fp8_fake_quant computes it,
+// with the value of c10's fp8e4m3fn_from_fp32_value byte computed in place (no table: loops over it
+// vectorize). |v| >= 480 (after the clamp: NaN) -> NaN; below 2^-6 (e4m3's subnormals) by adding
+// 2^14, whose float32 ulp is their step 2^-9 (the add rounds to nearest even), and subtracting it
+// again (exact); normals by a biased add on the bits, the byte's exponent and 3 mantissa bits put
+// back as a float32.
+static inline float fp8_round(float v, float mult, float inv) {
     v = v * mult;
     v = v < -448.0f ? -448.0f : (v > 448.0f ? 448.0f : v);  // NaN passes, as torch.clamp's does
-    return e4m3[e4m3_byte(v)] * inv;
+    const uint32_t u = to_bits(v), sign = u & 0x80000000u, a = u ^ sign;
+    const float sub = (from_bits(a) + 16384.0f) - 16384.0f;
+    const uint32_t byte = (a + ((uint32_t)(7 - 127) << 23) + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
+    const float normal = from_bits((byte << 20) + ((uint32_t)(127 - 7) << 23));
+    const float mag = a >= (1087u << 20) ? __builtin_nanf("") : (a < (121u << 23) ? sub : normal);
+    return from_bits(to_bits(mag) | sign) * inv;
 }
 
-// max |x| over a row; NaN if any is (as torch's amax)
+// float32 -> bfloat16 -> float32 as round_bf16, without a branch
+static inline float round_bf16_nb(float f) {
+    const uint32_t u = to_bits(f);
+    const uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    return f != f ? f : from_bits(r);
+}
+
+static void fp8_row(const float *restrict x, int64_t k, float m, float iv, int bf16, float *restrict y) {
+    if (bf16)
+        for (int64_t c = 0; c < k; c++) y[c] = round_bf16_nb(fp8_round(x[c], m, iv));
+    else
+        for (int64_t c = 0; c < k; c++) y[c] = fp8_round(x[c], m, iv);
+}
+
+// max |x| over a row; NaN if any is (as torch's amax). Max is exact, so the 8-lane pass and the
+// scalar tail give the scalar loop's value.
 static inline float row_amax(const float *x, int64_t k) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 mv = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= k; c += 8) {
+        const __m256 v = _mm256_loadu_ps(x + c);
+        mv = _mm256_max_ps(mv, _mm256_and_ps(v, abs_mask));
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(nan)) return __builtin_nanf("");
+    float lanes[8];
+    _mm256_storeu_ps(lanes, mv);
     float m = 0.0f;
-    for (int64_t c = 0; c < k; c++) {
+    for (int j = 0; j < 8; j++) m = lanes[j] > m ? lanes[j] : m;
+    for (; c < k; c++) {
         const float a = x[c] < 0 ? -x[c] : x[c];
         m = (a > m || a != a) ? a : m;
     }
@@ -72,7 +96,7 @@ static inline float row_amax(const float *x, int64_t k) {
 // token, from the row's amax as Fp8Linear computes it in torch (scale = max(amax, 2^-24) / 448,
 // mult = 448 / (scale * 448), inv = 1 / mult, each a float32 op). bf16: then rounded to bfloat16 (kept in float32).
 int trtserve_fp8_round(const float *x, int64_t rows, int64_t k, const float *mult, const float *inv, int64_t per_row,
-                       const float *e4m3, int bf16, float *y, int threads) {
+                       int bf16, float *y, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
         const float *xr = x + r * k;
@@ -85,11 +109,7 @@ int trtserve_fp8_round(const float *x, int64_t rows, int64_t k, const float *mul
             m = (1.0f / ((amax / 448.0f) * 448.0f)) * 448.0f;  // torch's 448 / t is reciprocal(t) * 448
             iv = 1.0f / m;
         }
-        float *yr = y + r * k;
-        for (int64_t c = 0; c < k; c++) {
-            const float v = fp8_round(xr[c], m, iv, e4m3);
-            yr[c] = bf16 ? round_bf16(v) : v;
-        }
+        fp8_row(xr, k, m, iv, bf16, y + r * k);
     }
     return 0;
 }
@@ -112,82 +132,185 @@ int trtserve_int8_round(const float *x, int64_t rows, int64_t k, float *q, float
     return 0;
 }
 
-// y (rows, n) *= row[r] * col[j]: the per-token times per-channel scales of an int8 GEMM.
-int trtserve_scale_outer(float *y, int64_t rows, int64_t n, const float *row, const float *col, int threads) {
+// out (rows, n) = y * (row[r] * col[j]): the per-token times per-channel scales of an int8 GEMM. y:
+// float32, or int32 sums (in_i32; converted to float32 as torch's .float(), nearest); out: float32
+// (may be y) or, out_bf16, bfloat16 bits rounded as torch's .to(torch.bfloat16).
+int trtserve_scale_outer(const void *y, int64_t in_i32, int64_t rows, int64_t n, const float *row, const float *col,
+                         int64_t out_bf16, void *out, int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        float *yr = y + r * n;
-        for (int64_t j = 0; j < n; j++) yr[j] = yr[j] * (row[r] * col[j]);
-    }
-    return 0;
-}
-
-// y (rows, k) = lut[w] for a (rows, k) slab of byte codes (e4m3, ...).
-int trtserve_widen_bytes(const uint8_t *w, int64_t rows, int64_t k, const float *lut, float *y, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const uint8_t *wr = w + r * k;
-        float *yr = y + r * k;
-        for (int64_t c = 0; c < k; c++) yr[c] = lut[wr[c]];
-    }
-    return 0;
-}
-
-// y (rows, k) from 4-bit codes: value = codebook[code] * s with s the (row, input group)'s scale,
-// then optionally fp8_round (fq: {mult, inv}, else NULL) and bfloat16 rounding. Scales: float32
-// (rows, k / group) in `scales`, or, where `scale_codes` is not NULL, bytes (rows, k / group)
-// decoded as scale_lut[byte] * scale_mul. Layouts of w:
-//   0: (rows / 2, k) bytes, row 2i in the low nibble (TensorRT-LLM's packed int4; rows even)
-//   1: (rows, k / 2) bytes, input 2j in the low nibble (packed E2M1)
-int trtserve_widen_nibbles(const uint8_t *w, int64_t layout, int64_t rows, int64_t k, const float *codebook,
-                           const float *scales, const uint8_t *scale_codes, const float *scale_lut, float scale_mul,
-                           int64_t group, const float *fq, const float *e4m3, int bf16, float *y, int threads) {
-    const int64_t groups = k / group;
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        float *yr = y + r * k;
-        for (int64_t g = 0; g < groups; g++) {
-            const int64_t i = r * groups + g;
-            const float s = scale_codes ? scale_lut[scale_codes[i]] * scale_mul : scales[i];
-            float table[16];  // this group's value of each code
-            for (int c = 0; c < 16; c++) {
-                float v = codebook[c] * s;
-                if (fq) v = fp8_round(v, fq[0], fq[1], e4m3);
-                table[c] = bf16 ? round_bf16(v) : v;
-            }
-            float *yg = yr + g * group;
-            if (layout == 0) {
-                const uint8_t *wg = w + (r >> 1) * k + g * group;
-                const int shift = (r & 1) ? 4 : 0;
-                for (int64_t c = 0; c < group; c++) yg[c] = table[(wg[c] >> shift) & 15];
-            } else {
-                const uint8_t *wg = w + r * (k >> 1) + ((g * group) >> 1);
-                for (int64_t j = 0; j < group / 2; j++) {
-                    yg[2 * j] = table[wg[j] & 15];
-                    yg[2 * j + 1] = table[wg[j] >> 4];
-                }
-            }
+        const float *yf = (const float *)y + r * n;
+        const int32_t *yi = (const int32_t *)y + r * n;
+        float *of = (float *)out + r * n;
+        uint16_t *ob = (uint16_t *)out + r * n;
+        const float rs = row[r];
+        if (in_i32 && out_bf16) {
+            for (int64_t j = 0; j < n; j++) ob[j] = bf16_bits((float)yi[j] * (rs * col[j]));
+        } else if (in_i32) {
+            for (int64_t j = 0; j < n; j++) of[j] = (float)yi[j] * (rs * col[j]);
+        } else if (out_bf16) {
+            for (int64_t j = 0; j < n; j++) ob[j] = bf16_bits(yf[j] * (rs * col[j]));
+        } else {
+            for (int64_t j = 0; j < n; j++) of[j] = yf[j] * (rs * col[j]);
         }
     }
     return 0;
 }
 
-// y (rows, k) = (q - 8) * scale for output rows row0 .. row0 + rows of torch's CPU int4 pack of an
-// (n, k) weight (layouts as in int4_gemm.c): w [n / bn][k][bn / 2] bytes, byte j of row c of block b
-// holding output bn * b + j (low nibble) and bn * b + j + bn / 2 (high); sz [k / gs][n][2] float32
-// scale and zero (zero 0: symmetric int4).
-int trtserve_widen_int4pack(const uint8_t *w, int64_t n, int64_t k, int64_t bn, int64_t row0, int64_t rows,
-                            const float *sz, int64_t gs, float *y, int threads) {
-    const int64_t half = bn / 2;
+static void gather_row16(const uint8_t *restrict w, const uint32_t *restrict lut, uint16_t *restrict y, int64_t k) {
+    for (int64_t c = 0; c < k; c++) y[c] = (uint16_t)lut[w[c]];
+}
+
+static void gather_row32(const uint8_t *restrict w, const uint32_t *restrict lut, uint32_t *restrict y, int64_t k) {
+    for (int64_t c = 0; c < k; c++) y[c] = lut[w[c]];
+}
+
+// y (rows, k) = lut[w] for a (rows, k) slab of byte codes (e4m3, ...); lut: 256 32-bit words, float32
+// values (esize 4) or bfloat16 bits in the low half (esize 2: y holds bfloat16).
+int trtserve_widen_bytes(const uint8_t *w, int64_t rows, int64_t k, const uint32_t *lut, int64_t esize, void *y,
+                         int threads) {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (int64_t r = 0; r < rows; r++) {
-        const int64_t o = row0 + r, j = o % bn;
-        const int shift = j < half ? 0 : 4;
-        const uint8_t *wb = w + (o / bn) * k * half + j % half;
-        float *yr = y + r * k;
-        for (int64_t g = 0; g < k / gs; g++) {
-            const float s = sz[(g * n + o) * 2];
-            for (int64_t c = g * gs; c < (g + 1) * gs; c++) yr[c] = (float)(((wb[c * half] >> shift) & 15) - 8) * s;
+        if (esize == 2)
+            gather_row16(w + r * k, lut, (uint16_t *)y + r * k, k);
+        else
+            gather_row32(w + r * k, lut, (uint32_t *)y + r * k, k);
+    }
+    return 0;
+}
+
+// Stores of a widened value: float32, or bfloat16 bits (the value already rounded to bfloat16, or
+// rounded here as torch's .to(torch.bfloat16)); `ob` is a constant where these are inlined, so each
+// loop is compiled once per output type.
+static inline __attribute__((always_inline)) void put(void *y, int64_t i, float v, int ob) {
+    if (ob)
+        ((uint16_t *)y)[i] = bf16_bits(v);
+    else
+        ((float *)y)[i] = v;
+}
+
+// y (rows, k) from 4-bit codes: value = codebook[code] * s with s the (row, input group)'s scale,
+// then optionally fp8_round (fq: {mult, inv}, else NULL) and bfloat16 rounding (bf16). y: float32,
+// or bfloat16 (out_bf16, with bf16). Scales: float32 (rows, k / group) in `scales`, or, where
+// `scale_codes` is not NULL, bytes (rows, k / group) decoded as scale_lut[byte] * scale_mul. Layouts of w:
+//   0: (rows / 2, k) bytes, row 2i in the low nibble (TensorRT-LLM's packed int4; rows even)
+//   1: (rows, k / 2) bytes, input 2j in the low nibble (packed E2M1)
+#ifdef __AVX512F__
+// 16 values to y[i..i+16]: float32, or bfloat16 bits (the values already rounded to bfloat16)
+static inline __attribute__((always_inline)) void put16(void *y, int64_t i, __m512 v, int ob) {
+    if (ob)
+        _mm256_storeu_si256((__m256i *)((uint16_t *)y + i),
+                            _mm512_cvtepi32_epi16(_mm512_srli_epi32(_mm512_castps_si512(v), 16)));
+    else
+        _mm512_storeu_ps((float *)y + i, v);
+}
+
+// nibble_row's lookups for inputs c0 .. c0 + n (n a multiple of 16) of row r, by vpermps from the
+// group's 16 values: the scalar loops' values.
+static inline __attribute__((always_inline)) void nibbles16(const uint8_t *w, int64_t layout, int64_t r, int64_t k,
+                                                            int64_t c0, int64_t n, const float *table, void *y,
+                                                            int64_t y0, int ob) {
+    const __m512 tv = _mm512_loadu_ps(table);
+    const __m512i low4 = _mm512_set1_epi32(15);
+    if (layout == 0) {
+        const uint8_t *wg = w + (r >> 1) * k + c0;
+        const int shift = (r & 1) ? 4 : 0;
+        for (int64_t c = 0; c < n; c += 16) {
+            const __m512i b = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(wg + c)));
+            const __m512i idx = _mm512_and_si512(_mm512_srli_epi32(b, shift), low4);
+            put16(y, y0 + c, _mm512_permutexvar_ps(idx, tv), ob);
+        }
+    } else {
+        const uint8_t *wg = w + r * (k >> 1) + (c0 >> 1);
+        for (int64_t c = 0; c < n; c += 16) {
+            const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)(wg + c / 2)));  // 8 bytes, 16-bit lanes
+            const __m128i codes = _mm_or_si128(_mm_and_si128(b, _mm_set1_epi16(15)), _mm_slli_epi16(_mm_srli_epi16(b, 4), 8));
+            put16(y, y0 + c, _mm512_permutexvar_ps(_mm512_cvtepu8_epi32(codes), tv), ob);  // low nibble first
+        }
+    }
+}
+#endif
+
+static inline __attribute__((always_inline)) void nibble_row(const uint8_t *w, int64_t layout, int64_t r, int64_t k,
+                                                             const float *codebook, const float *scales,
+                                                             const uint8_t *scale_codes, const float *scale_lut,
+                                                             float scale_mul, int64_t group, const float *fq,
+                                                             int bf16, void *y, int ob) {
+    const int64_t groups = k / group;
+    for (int64_t g = 0; g < groups; g++) {
+        const int64_t i = r * groups + g;
+        const float s = scale_codes ? scale_lut[scale_codes[i]] * scale_mul : scales[i];
+        float table[16];  // this group's value of each code
+        for (int c = 0; c < 16; c++) {
+            float v = codebook[c] * s;
+            if (fq) v = fp8_round(v, fq[0], fq[1]);
+            table[c] = bf16 ? round_bf16(v) : v;
+        }
+        const int64_t y0 = r * k + g * group;
+#ifdef __AVX512F__
+        if (group % 16 == 0) {  // 16 codes a vector, looked up in the table's one register
+            nibbles16(w, layout, r, k, g * group, group, table, y, y0, ob);
+            continue;
+        }
+#endif
+        if (layout == 0) {
+            const uint8_t *wg = w + (r >> 1) * k + g * group;
+            const int shift = (r & 1) ? 4 : 0;
+            for (int64_t c = 0; c < group; c++) put(y, y0 + c, table[(wg[c] >> shift) & 15], ob);
+        } else {
+            const uint8_t *wg = w + r * (k >> 1) + ((g * group) >> 1);
+            for (int64_t j = 0; j < group / 2; j++) {
+                put(y, y0 + 2 * j, table[wg[j] & 15], ob);
+                put(y, y0 + 2 * j + 1, table[wg[j] >> 4], ob);
+            }
+        }
+    }
+}
+
+int trtserve_widen_nibbles(const uint8_t *w, int64_t layout, int64_t rows, int64_t k, const float *codebook,
+                           const float *scales, const uint8_t *scale_codes, const float *scale_lut, float scale_mul,
+                           int64_t group, const float *fq, int bf16, int out_bf16, void *y, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        if (out_bf16)
+            nibble_row(w, layout, r, k, codebook, scales, scale_codes, scale_lut, scale_mul, group, fq, 1, y, 1);
+        else
+            nibble_row(w, layout, r, k, codebook, scales, scale_codes, scale_lut, scale_mul, group, fq, bf16, y, 0);
+    }
+    return 0;
+}
+
+// One input c's values of outputs o0 .. o1 (inside one block of the pack) into the k-major slab:
+// y[c * ld + o - row0] = (q - 8) * s[o].
+static inline __attribute__((always_inline)) void int4pack_span(const uint8_t *wb, int shift, const float *s, int64_t o0,
+                                                                int64_t o1, void *y, int64_t yi, int ob) {
+    for (int64_t o = o0; o < o1; o++) put(y, yi + o, (float)(((wb[o - o0] >> shift) & 15) - 8) * s[o], ob);
+}
+
+// The slab of output rows row0 .. row0 + rows of torch's CPU int4 pack of an (n, k) weight (layouts as
+// in int4_gemm.c), k-major: y[c * ld + r] = (q - 8) * scale of output row0 + r at input c (a (k, ld)
+// array, of which the first `rows` columns are written; the GEMM reads it as the transposed weight).
+// w [n / bn][k][bn / 2] bytes, byte j of row c of block b holding output bn * b + j (low nibble) and
+// bn * b + j + bn / 2 (high); scales [k / gs][n] float32 (zeros 0: symmetric int4). y: float32, or
+// bfloat16 bits (out_bf16) rounded as torch's .to(torch.bfloat16).
+int trtserve_widen_int4pack(const uint8_t *w, int64_t n, int64_t k, int64_t bn, int64_t row0, int64_t rows,
+                            const float *scales, int64_t gs, int64_t ld, int64_t out_bf16, void *y, int threads) {
+    const int64_t half = bn / 2, end = row0 + rows;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t c = 0; c < k; c++) {
+        const float *s = scales + (c / gs) * n;
+        const int64_t yi = c * ld - row0;
+        for (int64_t b = row0 / bn; b * bn < end; b++) {
+            const uint8_t *wb = w + (b * k + c) * half;
+            const int64_t lo0 = b * bn > row0 ? b * bn : row0, lo1 = b * bn + half < end ? b * bn + half : end;
+            const int64_t hi0 = b * bn + half > row0 ? b * bn + half : row0, hi1 = (b + 1) * bn < end ? (b + 1) * bn : end;
+            if (out_bf16) {
+                if (lo0 < lo1) int4pack_span(wb + lo0 - b * bn, 0, s, lo0, lo1, y, yi, 1);
+                if (hi0 < hi1) int4pack_span(wb + hi0 - b * bn - half, 4, s, hi0, hi1, y, yi, 1);
+            } else {
+                if (lo0 < lo1) int4pack_span(wb + lo0 - b * bn, 0, s, lo0, lo1, y, yi, 0);
+                if (hi0 < hi1) int4pack_span(wb + hi0 - b * bn - half, 4, s, hi0, hi1, y, yi, 0);
+            }
         }
     }
     return 0;

@@ -1,5 +1,6 @@
-"""Widening of e4m3 and 4-bit weights to float32 (`widen.c`), a slab of rows at a time, for the
-quantized linears' GEMM (trtserve/models/quantized.py), and the e4m3 rounding of activations.
+"""Widening of e4m3 and 4-bit weights to float32 or bfloat16 (`widen.c`), a slab of rows at a time,
+for the quantized linears' GEMM (trtserve/models/quantized.py), and the e4m3 and int8 rounding of
+activations.
 Built by trtserve/kernels/native.py; where it cannot be, each function runs the same formula in
 torch ops, which give the same values (the tests compare the two bit for bit).
 
@@ -21,12 +22,12 @@ from trtserve.kernels import native
 SOURCE = Path(__file__).with_name("widen.c")
 # each C function's arguments, by native.function's letters
 ARGS = {
-    "trtserve_fp8_round": "pllpplpipi",
-    "trtserve_widen_bytes": "pllppi",
-    "trtserve_widen_nibbles": "plllppppflppipi",
+    "trtserve_fp8_round": "pllppllpi",
+    "trtserve_widen_bytes": "pllplpi",
+    "trtserve_widen_nibbles": "plllppppflpiipi",
     "trtserve_int8_round": "pllppi",
-    "trtserve_scale_outer": "pllppi",
-    "trtserve_widen_int4pack": "plllllplpi",
+    "trtserve_scale_outer": "plllpplpi",
+    "trtserve_widen_int4pack": "plllllplllpi",
 }
 FP8_MAX = 448.0
 
@@ -68,8 +69,8 @@ def fp8_round(x: torch.Tensor, mult: torch.Tensor | None, inv: torch.Tensor | No
         mult, inv = mult.float().contiguous(), inv.float().contiguous()
     per_row = int(mult is not None and mult.numel() > 1)
     fn(
-        x.data_ptr(), x.shape[0], x.shape[1], _ptr(mult), _ptr(inv), per_row, E4M3.data_ptr(),
-        int(dtype == torch.bfloat16), y.data_ptr(), torch.get_num_threads(),
+        x.data_ptr(), x.shape[0], x.shape[1], _ptr(mult), _ptr(inv), per_row, int(dtype == torch.bfloat16),
+        y.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return y
 
@@ -88,26 +89,44 @@ def int8_round(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return q, scale
 
 
-def scale_outer(y: torch.Tensor, row: torch.Tensor, col: torch.Tensor) -> torch.Tensor:
-    """y * (row * col) for float32 y (rows, n), row (rows, 1), col (n,): in place where the kernel runs."""
+def scale_outer(
+    y: torch.Tensor, row: torch.Tensor, col: torch.Tensor, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """(y * (row * col)).to(dtype) for y (rows, n) of float32 or int32 sums (converted to float32
+    first), row (rows, 1), col (n,): in place for float32 in and out where the kernel runs."""
     fn = _fn("trtserve_scale_outer")
-    if fn is None or y.device.type != "cpu" or not y.is_contiguous() or y.dtype != torch.float32:
-        return y * (row * col)
+    ok = y.dtype in (torch.float32, torch.int32) and dtype in (torch.float32, torch.bfloat16)
+    if fn is None or y.device.type != "cpu" or not y.is_contiguous() or not ok:
+        return (y.float() * (row * col)).to(dtype)
     row, col = row.float().contiguous(), col.float().contiguous()
-    fn(y.data_ptr(), y.shape[0], y.shape[1], row.data_ptr(), col.data_ptr(), torch.get_num_threads())
-    return y
+    out = y if y.dtype == dtype else torch.empty(y.shape, dtype=dtype)
+    fn(
+        y.data_ptr(), int(y.dtype == torch.int32), y.shape[0], y.shape[1], row.data_ptr(), col.data_ptr(),
+        int(dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip
+    return out
+
+
+def _lut_words(lut: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """256 float32 values of `dtype` as the kernel's 32-bit words: their bits, or their bfloat16 bits."""
+    if dtype == torch.bfloat16:
+        return lut.to(dtype).view(torch.int16).int().contiguous()
+    return lut.contiguous().view(torch.int32)
 
 
 def widen_bytes(w: torch.Tensor, lut: torch.Tensor | None, out: torch.Tensor) -> None:
-    """out (rows, k) float32 = lut[w] for w (rows, k) of bytes (e4m3, ...), lut 256 float32 values;
-    lut None: e4m3 values."""
+    """out (rows, k) float32 or bfloat16 = lut[w] for w (rows, k) of bytes (e4m3, ...), lut 256 float32
+    values (of out's dtype: exact there); lut None: e4m3 values."""
     fn = _fn("trtserve_widen_bytes")
-    if fn is None or w.device.type != "cpu":
+    if fn is None or w.device.type != "cpu" or out.dtype not in (torch.float32, torch.bfloat16):
         out.copy_(w if lut is None else lut.to(w.device)[w.view(torch.uint8).long()])
     else:
         assert w.is_contiguous() and out.is_contiguous() and out.shape == w.shape and w.element_size() == 1
-        lut = E4M3 if lut is None else lut
-        fn(w.data_ptr(), w.shape[0], w.shape[1], lut.data_ptr(), out.data_ptr(), torch.get_num_threads())
+        words = _lut_words(E4M3 if lut is None else lut, out.dtype)
+        fn(
+            w.data_ptr(), w.shape[0], w.shape[1], words.data_ptr(), out.element_size(), out.data_ptr(),
+            torch.get_num_threads(),
+        )  # fmt: skip
 
 
 def widen_nibbles(
@@ -119,14 +138,16 @@ def widen_nibbles(
     dtype: torch.dtype,
     out: torch.Tensor,
 ) -> None:
-    """out (rows, k) float32 = codebook[code] * scale, for 4-bit codes w in `layout` (ROWS_PACKED:
+    """out (rows, k) = codebook[code] * scale, for 4-bit codes w in `layout` (ROWS_PACKED:
     (rows / 2, k); INPUTS_PACKED: (rows, k / 2)) and one scale per (row, group of inputs); then,
-    where fq = (mult, inv) is given, fp8_round with those, and rounded to `dtype`. scales: float32
+    where fq = (mult, inv) is given, fp8_round with those, and rounded to `dtype`; out float32, or
+    bfloat16 where `dtype` is. scales: float32
     (rows, groups), or (codes, lut, mul): byte codes (rows, groups) whose scale is lut[code] * mul."""
     rows, k = out.shape
     s = scales if isinstance(scales, torch.Tensor) else None
     groups = (s if s is not None else scales[0]).shape[1]
     fn = _fn("trtserve_widen_nibbles")
+    assert out.dtype in (torch.float32, dtype)
     if fn is None or w.device.type != "cpu" or dtype not in (torch.float32, torch.bfloat16):
         if s is None:
             s = scales[1].to(w.device)[scales[0].view(torch.uint8).long()] * scales[2]
@@ -145,7 +166,8 @@ def widen_nibbles(
         codes, lut, mul = scales[0].contiguous(), scales[1].float().contiguous(), float(scales[2])
     fn(
         w.data_ptr(), layout, rows, k, codebook.data_ptr(), _ptr(s), _ptr(codes), _ptr(lut), mul, k // groups,
-        _ptr(fq_t), E4M3.data_ptr(), int(dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads(),
+        _ptr(fq_t), int(dtype == torch.bfloat16), int(out.dtype == torch.bfloat16), out.data_ptr(),
+        torch.get_num_threads(),
     )  # fmt: skip
 
 
@@ -157,17 +179,29 @@ def _codes(w: torch.Tensor, layout: int, rows: int, k: int) -> torch.Tensor:
     return torch.stack([lo, hi], dim=dim).reshape(rows, k).long()
 
 
-def widen_int4pack(packed: torch.Tensor, n: int, bn: int, a: int, sz: torch.Tensor, gs: int, out: torch.Tensor) -> None:
-    """out (rows, k) float32 = rows a : a + rows of (q - 8) * scale, from torch's CPU int4 pack of an
-    (n, k) weight in blocks of bn outputs (trtserve/kernels/int4_gemm.c) and its float32 scales and
-    zeros sz (k / gs, n, 2), zeros 0."""
+def widen_int4pack(
+    packed: torch.Tensor, n: int, bn: int, a: int, scales: torch.Tensor, gs: int, out: torch.Tensor
+) -> None:
+    """out (rows, k) = rows a : a + rows of (q - 8) * scale, from torch's CPU int4 pack of an (n, k)
+    weight in blocks of bn outputs (trtserve/kernels/int4_gemm.c) and its float32 scales (k / gs, n)
+    (zeros 0); out float32, or bfloat16 (the values rounded to it). The kernel writes a k-major out
+    (out.t() contiguous, or a column slice of one: slab_linear's `k_major` slabs) directly; any other
+    through a k-major copy."""
     rows, k = out.shape
     fn = _fn("trtserve_widen_int4pack")
-    if fn is None or packed.device.type != "cpu":
+    if fn is None or packed.device.type != "cpu" or out.dtype not in (torch.float32, torch.bfloat16):
         p = packed.view(torch.uint8).view(n // bn, k, bn // 2)
         q = torch.cat([p & 15, p >> 4], dim=-1).permute(0, 2, 1).reshape(n, k)[a : a + rows]  # (rows, k)
-        s = sz[:, a : a + rows, 0].t().repeat_interleave(gs, dim=1)  # (rows, k)
+        s = scales[:, a : a + rows].t().repeat_interleave(gs, dim=1)  # (rows, k)
         out.copy_((q.float() - 8) * s)
         return
-    assert out.is_contiguous() and sz.dtype == torch.float32 and sz.is_contiguous()
-    fn(packed.data_ptr(), n, k, bn, a, rows, sz.data_ptr(), gs, out.data_ptr(), torch.get_num_threads())
+    assert scales.dtype == torch.float32 and scales.is_contiguous()
+    if out.stride(0) != 1 or out.stride(1) < rows:
+        kmajor = torch.empty(k, rows, dtype=out.dtype)
+        widen_int4pack(packed, n, bn, a, scales, gs, kmajor.t())
+        out.copy_(kmajor.t())
+        return
+    fn(
+        packed.data_ptr(), n, k, bn, a, rows, scales.data_ptr(), gs, out.stride(1), int(out.dtype == torch.bfloat16),
+        out.data_ptr(), torch.get_num_threads(),
+    )  # fmt: skip

@@ -27,8 +27,8 @@ _SLAB_ELEMENTS = 1 << 20
 # groups of 64 on one Zen 3 thread, kernel / slabs: 1.66 / 1.55 ms at 32 rows, 3.4 / 2.2 at 64.
 _INT4_SLAB_ROWS = 64
 
-# (rows a, rows b, out): write rows a:b of a linear's weight, as float32 values rounded to the
-# activation dtype, into out ((b - a, in) float32)
+# (rows a, rows b, out): write rows a:b of a linear's weight, as values rounded to the activation
+# dtype, into out ((b - a, in), float32 or the GEMM's bfloat16; k-major where slab_linear is asked)
 Widen = Callable[[int, int, torch.Tensor], None]
 
 
@@ -70,23 +70,33 @@ def slab_linear(
     out_features: int,
     scale: torch.Tensor | None = None,
     bias: torch.Tensor | None = None,
+    k_major: bool = False,
 ) -> torch.Tensor:
     """(F.linear(x, W) * scale + bias) in `dtype`, W (out, in) written a slab of output rows at a time
     by `widen_rows`, so no copy of the whole weight is made: x (tokens, in) holds values of `dtype`
-    (in float32 or `dtype`); scale: (out,) per output channel, or None. The GEMM runs in _gemm_dtype;
-    results equal those over the whole widened weight up to the GEMM's summation order."""
+    (in float32 or `dtype`); scale: (out,) per output channel, or None. The GEMM runs in _gemm_dtype,
+    and a bf16 GEMM's slab is widened straight to bf16 (a float32 slab and its conversion cost Xeon's
+    AMX GEMM as much as the GEMM); k_major: the slab is (in, rows), handed over as its transpose (for
+    packs whose bytes run along the outputs). Results equal those over the whole widened weight up to
+    the GEMM's summation order."""
     gd = _gemm_dtype(dtype, x.shape[0], x.device)
     x = x if x.dtype == gd else x.to(gd)  # exact: x holds values of dtype (the checks spare decode steps a few us)
     (t, k), n = x.shape, out_features
     rows = min(n, max(16, _SLAB_ELEMENTS // k // 2 * 2))
     s = None if scale is None else scale.to(dtype).to(gd)
-    slab = torch.empty(rows, k, device=x.device)  # (rows, in) float32, reused by every slab
+    sd = torch.bfloat16 if gd == torch.bfloat16 else torch.float32  # the slab's dtype
+    # reused by every slab: (rows, in), or the transpose of (in, rows)
+    slab = (
+        torch.empty(k, rows, dtype=sd, device=x.device).t()
+        if k_major
+        else torch.empty(rows, k, dtype=sd, device=x.device)
+    )
     y = None if rows == n else torch.empty(t, n, dtype=gd, device=x.device)  # (tokens, out)
     for a in range(0, n, rows):
         b = min(a + rows, n)
         w = slab if b - a == rows else slab[: b - a]
         widen_rows(a, b, w)
-        part = F.linear(x, w if gd == torch.float32 else w.to(gd))  # exact: w holds values of dtype
+        part = F.linear(x, w if w.dtype == gd else w.to(gd))  # exact: w holds values of dtype
         if y is None:
             y = part if s is None else part.mul_(s)
         elif s is None:
@@ -156,14 +166,14 @@ class Int4Groupwise:
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)  # (in,)
         self.kernel = int4_kernel.supports(dtype, self.out_features)
-        self._sz_f32 = self.scales_zeros if dtype == torch.float32 else None  # widen_rows' scales
+        self._scales_f32: torch.Tensor | None = None  # widen_rows' (in / group, out), made on first use
 
     def widen_rows(self, a: int, b: int, out: torch.Tensor) -> None:
-        """Rows a:b of (int4 x group scale) in float32 (exact there), from the pack."""
-        if self._sz_f32 is None:
-            self._sz_f32 = self.scales_zeros.float()  # bf16 engines: the scales' exact float32 values
+        """Rows a:b of (int4 x group scale), exact in float32 or rounded to bf16, from the pack."""
+        if self._scales_f32 is None:
+            self._scales_f32 = self.scales_zeros[..., 0].float().contiguous()  # the scales' exact values
         widen.widen_int4pack(
-            self.packed, self.out_features, int4_kernel.block_n(), a, self._sz_f32, self.group_size, out
+            self.packed, self.out_features, int4_kernel.block_n(), a, self._scales_f32, self.group_size, out
         )
 
     def ours(self, dtype: torch.dtype, rows: int) -> bool:
@@ -188,7 +198,7 @@ class Int4Groupwise:
             # the activation dtype (GPU weight-only GEMMs such as TensorRT-LLM's fpA_intB hold their
             # scales in it; their exact rounding is not checked here), and run torch's native bf16
             # GEMM, where torch's int4 kernel reached 0.36 of that rate (Zen 4).
-            return slab_linear(x, x.dtype, self.widen_rows, self.out_features, bias=bias)
+            return slab_linear(x, x.dtype, self.widen_rows, self.out_features, bias=bias, k_major=True)
         y = None
         if x.device.type == "cpu" and self.ours(x.dtype, x.shape[0]):
             y = int4_kernel.int4_gemm(x, self.packed, self.scales_zeros, self.group_size)
@@ -253,10 +263,10 @@ class Int8SmoothQuant:
         # Decode rows: our int8 kernel (trtserve/kernels/dense.py) reads the int8 weight directly.
         y = dense.gemm(xq, self.weight) if dense.usable(xq, self.weight) else None  # (T, out)
         if y is None and xq.device.type == "cpu" and dense.native_matmul(torch.int8):
-            y = torch._int_mm(xq.to(torch.int8), self.weight.t()).float()
+            y = torch._int_mm(xq.to(torch.int8), self.weight.t())  # int32 sums
         if y is None:
             y = slab_linear(xq, torch.float32, self.widen_rows, self.weight.shape[0])
-        y = widen.scale_outer(y, tok_scale, self.w_scale).to(x.dtype)
+        y = widen.scale_outer(y, tok_scale, self.w_scale, x.dtype)
         return y if bias is None else y + bias
 
 
