@@ -42,15 +42,14 @@ static inline uint16_t bf16_bits(float f) {
 // with the value of c10's fp8e4m3fn_from_fp32_value byte computed in place (no table: loops over it
 // vectorize). |v| >= 480 (after the clamp: NaN) -> NaN; below 2^-6 (e4m3's subnormals) by adding
 // 2^14, whose float32 ulp is their step 2^-9 (the add rounds to nearest even), and subtracting it
-// again (exact); normals by a biased add on the bits, the byte's exponent and 3 mantissa bits put
-// back as a float32.
+// again (exact); normals by rounding the float32 to 3 mantissa bits (a biased add on the bits: the
+// byte's exponent and mantissa, kept as a float32).
 static inline float fp8_round(float v, float mult, float inv) {
     v = v * mult;
     v = v < -448.0f ? -448.0f : (v > 448.0f ? 448.0f : v);  // NaN passes, as torch.clamp's does
     const uint32_t u = to_bits(v), sign = u & 0x80000000u, a = u ^ sign;
     const float sub = (from_bits(a) + 16384.0f) - 16384.0f;
-    const uint32_t byte = (a + ((uint32_t)(7 - 127) << 23) + 0x7FFFFu + ((a >> 20) & 1u)) >> 20;
-    const float normal = from_bits((byte << 20) + ((uint32_t)(127 - 7) << 23));
+    const float normal = from_bits((a + 0x7FFFFu + ((a >> 20) & 1u)) & 0xFFF00000u);  // 3 mantissa bits, nearest even
     const float mag = a >= (1087u << 20) ? __builtin_nanf("") : (a < (121u << 23) ? sub : normal);
     return from_bits(to_bits(mag) | sign) * inv;
 }
@@ -60,123 +59,6 @@ static inline float round_bf16_nb(float f) {
     const uint32_t u = to_bits(f);
     const uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
     return f != f ? f : from_bits(r);
-}
-
-static void fp8_row(const float *restrict x, int64_t k, float m, float iv, int bf16, float *restrict y) {
-    if (bf16)
-        for (int64_t c = 0; c < k; c++) y[c] = round_bf16_nb(fp8_round(x[c], m, iv));
-    else
-        for (int64_t c = 0; c < k; c++) y[c] = fp8_round(x[c], m, iv);
-}
-
-// max |x| over a row; NaN if any is (as torch's amax). Max is exact, so the 8-lane pass and the
-// scalar tail give the scalar loop's value.
-static inline float row_amax(const float *x, int64_t k) {
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    __m256 mv = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
-    int64_t c = 0;
-    for (; c + 8 <= k; c += 8) {
-        const __m256 v = _mm256_loadu_ps(x + c);
-        mv = _mm256_max_ps(mv, _mm256_and_ps(v, abs_mask));
-        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    }
-    if (_mm256_movemask_ps(nan)) return __builtin_nanf("");
-    float lanes[8];
-    _mm256_storeu_ps(lanes, mv);
-    float m = 0.0f;
-    for (int j = 0; j < 8; j++) m = lanes[j] > m ? lanes[j] : m;
-    for (; c < k; c++) {
-        const float a = x[c] < 0 ? -x[c] : x[c];
-        m = (a > m || a != a) ? a : m;
-    }
-    return m;
-}
-
-// y (rows, k) = fp8_round(x) with row r's (mult, inv) at index r (per_row) or 0; mult NULL: per
-// token, from the row's amax as Fp8Linear computes it in torch (scale = max(amax, 2^-24) / 448,
-// mult = 448 / (scale * 448), inv = 1 / mult, each a float32 op). bf16: then rounded to bfloat16 (kept in float32).
-int trtserve_fp8_round(const float *x, int64_t rows, int64_t k, const float *mult, const float *inv, int64_t per_row,
-                       int bf16, float *y, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * k;
-        float m, iv;
-        if (mult) {
-            m = mult[per_row ? r : 0], iv = inv[per_row ? r : 0];
-        } else {
-            float amax = row_amax(xr, k);
-            amax = amax < 0x1p-24f ? 0x1p-24f : amax;
-            m = (1.0f / ((amax / 448.0f) * 448.0f)) * 448.0f;  // torch's 448 / t is reciprocal(t) * 448
-            iv = 1.0f / m;
-        }
-        fp8_row(xr, k, m, iv, bf16, y + r * k);
-    }
-    return 0;
-}
-
-// W8A8 SmoothQuant's per-token int8 rounding, as Int8SmoothQuant computes it in torch: scale[r] =
-// max(amax, 1e-8) / 127, q = clamp(rint(x / scale), +-127) (nearest even), held in float32.
-int trtserve_int8_round(const float *x, int64_t rows, int64_t k, float *q, float *scale, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * k;
-        float amax = row_amax(xr, k);
-        const float s = (amax < 1e-8f ? 1e-8f : amax) / 127.0f;
-        scale[r] = s;
-        float *qr = q + r * k;
-        for (int64_t c = 0; c < k; c++) {
-            const float v = __builtin_rintf(xr[c] / s);
-            qr[c] = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
-        }
-    }
-    return 0;
-}
-
-// out (rows, n) = y * (row[r] * col[j]): the per-token times per-channel scales of an int8 GEMM. y:
-// float32, or int32 sums (in_i32; converted to float32 as torch's .float(), nearest); out: float32
-// (may be y) or, out_bf16, bfloat16 bits rounded as torch's .to(torch.bfloat16).
-int trtserve_scale_outer(const void *y, int64_t in_i32, int64_t rows, int64_t n, const float *row, const float *col,
-                         int64_t out_bf16, void *out, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        const float *yf = (const float *)y + r * n;
-        const int32_t *yi = (const int32_t *)y + r * n;
-        float *of = (float *)out + r * n;
-        uint16_t *ob = (uint16_t *)out + r * n;
-        const float rs = row[r];
-        if (in_i32 && out_bf16) {
-            for (int64_t j = 0; j < n; j++) ob[j] = bf16_bits((float)yi[j] * (rs * col[j]));
-        } else if (in_i32) {
-            for (int64_t j = 0; j < n; j++) of[j] = (float)yi[j] * (rs * col[j]);
-        } else if (out_bf16) {
-            for (int64_t j = 0; j < n; j++) ob[j] = bf16_bits(yf[j] * (rs * col[j]));
-        } else {
-            for (int64_t j = 0; j < n; j++) of[j] = yf[j] * (rs * col[j]);
-        }
-    }
-    return 0;
-}
-
-static void gather_row16(const uint8_t *restrict w, const uint32_t *restrict lut, uint16_t *restrict y, int64_t k) {
-    for (int64_t c = 0; c < k; c++) y[c] = (uint16_t)lut[w[c]];
-}
-
-static void gather_row32(const uint8_t *restrict w, const uint32_t *restrict lut, uint32_t *restrict y, int64_t k) {
-    for (int64_t c = 0; c < k; c++) y[c] = lut[w[c]];
-}
-
-// y (rows, k) = lut[w] for a (rows, k) slab of byte codes (e4m3, ...); lut: 256 32-bit words, float32
-// values (esize 4) or bfloat16 bits in the low half (esize 2: y holds bfloat16).
-int trtserve_widen_bytes(const uint8_t *w, int64_t rows, int64_t k, const uint32_t *lut, int64_t esize, void *y,
-                         int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t r = 0; r < rows; r++) {
-        if (esize == 2)
-            gather_row16(w + r * k, lut, (uint16_t *)y + r * k, k);
-        else
-            gather_row32(w + r * k, lut, (uint32_t *)y + r * k, k);
-    }
-    return 0;
 }
 
 // Stores of a widened value: float32, or bfloat16 bits (the value already rounded to bfloat16, or
@@ -195,6 +77,188 @@ static inline __attribute__((always_inline)) void put(void *y, int64_t i, float 
 // `scale_codes` is not NULL, bytes (rows, k / group) decoded as scale_lut[byte] * scale_mul. Layouts of w:
 //   0: (rows / 2, k) bytes, row 2i in the low nibble (TensorRT-LLM's packed int4; rows even)
 //   1: (rows, k / 2) bytes, input 2j in the low nibble (packed E2M1)
+// x[c] of a float32 row, or (ib) of a bfloat16 row
+static inline __attribute__((always_inline)) float get(const void *x, int64_t c, int ib) {
+    return ib ? from_bits((uint32_t)((const uint16_t *)x)[c] << 16) : ((const float *)x)[c];
+}
+
+// One row of fp8_round, read as float32 or (ib) bfloat16 and written as float32 or (ob) bfloat16 (bf16:
+// rounded to it).
+static inline __attribute__((always_inline)) void fp8_row(const void *x, int64_t k, float m, float iv, int bf16,
+                                                          void *y, int ib, int ob) {
+    if (ob)  // put rounds to bfloat16
+        for (int64_t c = 0; c < k; c++) put(y, c, fp8_round(get(x, c, ib), m, iv), 1);
+    else if (bf16)
+        for (int64_t c = 0; c < k; c++) put(y, c, round_bf16_nb(fp8_round(get(x, c, ib), m, iv)), 0);
+    else
+        for (int64_t c = 0; c < k; c++) put(y, c, fp8_round(get(x, c, ib), m, iv), 0);
+}
+
+// max |x| over a row of float32 or (ib) bfloat16; NaN if any is (as torch's amax). Max is exact, so
+// the 8-lane pass and the scalar tail give the scalar loop's value.
+static inline float row_amax(const void *x, int64_t k, int ib) {
+    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256 mv = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+    int64_t c = 0;
+    for (; c + 8 <= k; c += 8) {
+        const __m256 v = ib ? _mm256_castsi256_ps(_mm256_slli_epi32(
+                                  _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + c))), 16))
+                            : _mm256_loadu_ps((const float *)x + c);
+        mv = _mm256_max_ps(mv, _mm256_and_ps(v, abs_mask));
+        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    }
+    if (_mm256_movemask_ps(nan)) return __builtin_nanf("");
+    float lanes[8];
+    _mm256_storeu_ps(lanes, mv);
+    float m = 0.0f;
+    for (int j = 0; j < 8; j++) m = lanes[j] > m ? lanes[j] : m;
+    for (; c < k; c++) {
+        const float v = get(x, c, ib), a = v < 0 ? -v : v;
+        m = (a > m || a != a) ? a : m;
+    }
+    return m;
+}
+
+// y (rows, k) = fp8_round(x) with row r's (mult, inv) at index r (per_row) or 0; mult NULL: per
+// token, from the row's amax as Fp8Linear computes it in torch (scale = max(amax, 2^-24) / 448,
+// mult = 448 / (scale * 448), inv = 1 / mult, each a float32 op). bf16: then rounded to bfloat16. x:
+// float32, or bfloat16 (in_bf16); y: float32, or bfloat16 (out_bf16, with bf16).
+int trtserve_fp8_round(const void *x, int64_t rows, int64_t k, const float *mult, const float *inv, int64_t per_row,
+                       int bf16, int64_t in_bf16, int64_t out_bf16, void *y, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const void *xr = in_bf16 ? (const void *)((const uint16_t *)x + r * k) : (const void *)((const float *)x + r * k);
+        void *yr = out_bf16 ? (void *)((uint16_t *)y + r * k) : (void *)((float *)y + r * k);
+        float m, iv;
+        if (mult) {
+            m = mult[per_row ? r : 0], iv = inv[per_row ? r : 0];
+        } else {
+            float amax = row_amax(xr, k, (int)in_bf16);
+            amax = amax < 0x1p-24f ? 0x1p-24f : amax;
+            m = (1.0f / ((amax / 448.0f) * 448.0f)) * 448.0f;  // torch's 448 / t is reciprocal(t) * 448
+            iv = 1.0f / m;
+        }
+        if (in_bf16 && out_bf16)
+            fp8_row(xr, k, m, iv, 1, yr, 1, 1);
+        else if (in_bf16)
+            fp8_row(xr, k, m, iv, bf16, yr, 1, 0);
+        else if (out_bf16)
+            fp8_row(xr, k, m, iv, 1, yr, 0, 1);
+        else
+            fp8_row(xr, k, m, iv, bf16, yr, 0, 0);
+    }
+    return 0;
+}
+
+// W8A8 SmoothQuant's per-token int8 rounding, as Int8SmoothQuant computes it in torch: scale[r] =
+// max(amax, 1e-8) / 127, q = clamp(rint(x / scale), +-127) (nearest even), held in float32.
+int trtserve_int8_round(const float *x, int64_t rows, int64_t k, float *q, float *scale, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * k;
+        float amax = row_amax(xr, k, 0);
+        const float s = (amax < 1e-8f ? 1e-8f : amax) / 127.0f;
+        scale[r] = s;
+        float *qr = q + r * k;
+        for (int64_t c = 0; c < k; c++) {
+            const float v = __builtin_rintf(xr[c] / s);
+            qr[c] = v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v);
+        }
+    }
+    return 0;
+}
+
+// One row of scale_outer: y read as float32, int32 (ii) or bfloat16 (ib), out float32 or (ob) bfloat16.
+static inline __attribute__((always_inline)) void scale_row(const void *y, float rs, const float *col, int64_t n,
+                                                            void *out, int ii, int ib, int ob) {
+    for (int64_t j = 0; j < n; j++) {
+        const float v = ii ? (float)((const int32_t *)y)[j] : get(y, j, ib);
+        put(out, j, v * (rs * col[j]), ob);
+    }
+}
+
+// out (rows, n) = y * (row[r] * col[j]): the per-token times per-channel scales of an int8 GEMM, or
+// (row NULL: 1) a per-channel scale. y: float32 (in_type 0), int32 sums (1; converted to float32
+// as torch's .float(), nearest) or bfloat16 (2); out: float32 or (out_bf16) bfloat16 bits rounded as
+// torch's .to(torch.bfloat16); out may be y.
+int trtserve_scale_outer(const void *y, int64_t in_type, int64_t rows, int64_t n, const float *row, const float *col,
+                         int64_t out_bf16, void *out, int threads) {
+    const int64_t in_size = in_type == 2 ? 2 : 4, out_size = out_bf16 ? 2 : 4;
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t r = 0; r < rows; r++) {
+        const void *yr = (const char *)y + r * n * in_size;
+        void *o = (char *)out + r * n * out_size;
+        const float rs = row ? row[r] : 1.0f;
+        if (in_type == 1 && out_bf16)
+            scale_row(yr, rs, col, n, o, 1, 0, 1);
+        else if (in_type == 1)
+            scale_row(yr, rs, col, n, o, 1, 0, 0);
+        else if (in_type == 2)
+            scale_row(yr, rs, col, n, o, 0, 1, (int)out_bf16);
+        else if (out_bf16)
+            scale_row(yr, rs, col, n, o, 0, 0, 1);
+        else
+            scale_row(yr, rs, col, n, o, 0, 0, 0);
+    }
+    return 0;
+}
+
+#ifndef __AVX512BW__
+static void gather_row16(const uint8_t *restrict w, const uint32_t *restrict lut, uint16_t *restrict y, int64_t k) {
+    for (int64_t c = 0; c < k; c++) y[c] = (uint16_t)lut[w[c]];
+}
+#endif
+
+static void gather_row32(const uint8_t *restrict w, const uint32_t *restrict lut, uint32_t *restrict y, int64_t k) {
+    for (int64_t c = 0; c < k; c++) y[c] = lut[w[c]];
+}
+
+#ifdef __AVX512BW__
+// gather_row16 by vpermt2w: the 256 bfloat16 entries in 8 registers, 64 a pair, bits 6 and 7 of
+// each code choosing the pair; 32 codes a step.
+static void lut_row16(const uint8_t *w, const __m512i *tab, uint16_t *y, int64_t k) {
+    int64_t c = 0;
+    for (; c + 32 <= k; c += 32) {
+        const __m512i idx = _mm512_cvtepu8_epi16(_mm256_loadu_si256((const __m256i *)(w + c)));
+        const __mmask32 b6 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(64));
+        const __mmask32 b7 = _mm512_test_epi16_mask(idx, _mm512_set1_epi16(128));
+        const __m512i lo = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(tab[0], idx, tab[1]),
+                                                   _mm512_permutex2var_epi16(tab[2], idx, tab[3]));
+        const __m512i hi = _mm512_mask_blend_epi16(b6, _mm512_permutex2var_epi16(tab[4], idx, tab[5]),
+                                                   _mm512_permutex2var_epi16(tab[6], idx, tab[7]));
+        _mm512_storeu_si512((void *)(y + c), _mm512_mask_blend_epi16(b7, lo, hi));
+    }
+    const uint16_t *t = (const uint16_t *)tab;
+    for (; c < k; c++) y[c] = t[w[c]];
+}
+#endif
+
+// y (rows, k) = lut[w] for a (rows, k) slab of byte codes (e4m3, ...); lut: 256 32-bit words, float32
+// values (esize 4) or bfloat16 bits in the low half (esize 2: y holds bfloat16).
+int trtserve_widen_bytes(const uint8_t *w, int64_t rows, int64_t k, const uint32_t *lut, int64_t esize, void *y,
+                         int threads) {
+#pragma omp parallel num_threads(threads)
+    {
+#ifdef __AVX512BW__
+        __m512i tab[8];  // the bfloat16 entries, 32 a register
+        uint16_t *t = (uint16_t *)tab;
+        for (int i = 0; i < 256; i++) t[i] = (uint16_t)lut[i];
+#endif
+#pragma omp for schedule(static)
+        for (int64_t r = 0; r < rows; r++) {
+            if (esize == 2)
+#ifdef __AVX512BW__
+                lut_row16(w + r * k, tab, (uint16_t *)y + r * k, k);
+#else
+                gather_row16(w + r * k, lut, (uint16_t *)y + r * k, k);
+#endif
+            else
+                gather_row32(w + r * k, lut, (uint32_t *)y + r * k, k);
+        }
+    }
+    return 0;
+}
+
 #ifdef __AVX512F__
 // 16 values to y[i..i+16]: float32, or bfloat16 bits (the values already rounded to bfloat16)
 static inline __attribute__((always_inline)) void put16(void *y, int64_t i, __m512 v, int ob) {

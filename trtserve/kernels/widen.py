@@ -22,7 +22,7 @@ from trtserve.kernels import native
 SOURCE = Path(__file__).with_name("widen.c")
 # each C function's arguments, by native.function's letters
 ARGS = {
-    "trtserve_fp8_round": "pllppllpi",
+    "trtserve_fp8_round": "pllpplillpi",
     "trtserve_widen_bytes": "pllplpi",
     "trtserve_widen_nibbles": "plllppppflpiipi",
     "trtserve_int8_round": "pllppi",
@@ -51,10 +51,17 @@ def available() -> bool:
     return _fn("trtserve_widen_bytes") is not None
 
 
-def fp8_round(x: torch.Tensor, mult: torch.Tensor | None, inv: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
-    """e4m3(clamp(x * mult, +-448)) * inv rounded to `dtype`, held in float32: x (rows, k); mult and
-    inv float32 of one element, or one per row ((rows, 1)); None: per token, mult = 448 / amax of
-    the row (as 448 / ((max(amax, 2^-24) / 448) * 448)), inv = 1 / mult."""
+def fp8_round(
+    x: torch.Tensor,
+    mult: torch.Tensor | None,
+    inv: torch.Tensor | None,
+    dtype: torch.dtype,
+    out_dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """e4m3(clamp(x * mult, +-448)) * inv rounded to `dtype`, in out_dtype (float32, or `dtype` where
+    that is bfloat16): x (rows, k); mult and inv float32 of one element, or one per row ((rows, 1));
+    None: per token, mult = 448 / amax of the row (as 448 / ((max(amax, 2^-24) / 448) * 448)),
+    inv = 1 / mult."""
     fn = _fn("trtserve_fp8_round")
     if fn is None or x.device.type != "cpu" or x.dim() != 2 or dtype not in (torch.float32, torch.bfloat16):
         if mult is None:
@@ -62,15 +69,16 @@ def fp8_round(x: torch.Tensor, mult: torch.Tensor | None, inv: torch.Tensor | No
             mult = FP8_MAX / (scale * FP8_MAX)
             inv = 1 / mult
         q = (x.float() * mult).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn)
-        return (q.float() * inv).to(dtype).float()
-    x = x.float().contiguous()
-    y = torch.empty_like(x)
+        return (q.float() * inv).to(dtype).to(out_dtype)
+    assert out_dtype in (torch.float32, dtype)
+    x = (x if x.dtype == torch.bfloat16 else x.float()).contiguous()
+    y = torch.empty(x.shape, dtype=out_dtype)
     if mult is not None:
         mult, inv = mult.float().contiguous(), inv.float().contiguous()
     per_row = int(mult is not None and mult.numel() > 1)
     fn(
         x.data_ptr(), x.shape[0], x.shape[1], _ptr(mult), _ptr(inv), per_row, int(dtype == torch.bfloat16),
-        y.data_ptr(), torch.get_num_threads(),
+        int(x.dtype == torch.bfloat16), int(out_dtype == torch.bfloat16), y.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return y
 
@@ -90,18 +98,23 @@ def int8_round(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def scale_outer(
-    y: torch.Tensor, row: torch.Tensor, col: torch.Tensor, dtype: torch.dtype = torch.float32
+    y: torch.Tensor, row: torch.Tensor | None, col: torch.Tensor, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """(y * (row * col)).to(dtype) for y (rows, n) of float32 or int32 sums (converted to float32
-    first), row (rows, 1), col (n,): in place for float32 in and out where the kernel runs."""
+    """(y * (row * col)).to(dtype) for y (rows, n) of float32, int32 sums (converted to float32
+    first) or bf16, row (rows, 1) or None (y * col: a per-channel scale, col holding values of y's
+    dtype), col (n,): in place where y's dtype is `dtype` and the kernel runs."""
     fn = _fn("trtserve_scale_outer")
-    ok = y.dtype in (torch.float32, torch.int32) and dtype in (torch.float32, torch.bfloat16)
+    in_types = {torch.float32: 0, torch.int32: 1, torch.bfloat16: 2}
+    ok = y.dtype in in_types and dtype in (torch.float32, torch.bfloat16)
     if fn is None or y.device.type != "cpu" or not y.is_contiguous() or not ok:
+        if row is None:
+            return y.mul_(col.to(y.dtype)) if y.dtype == dtype else (y * col.to(y.dtype)).to(dtype)
         return (y.float() * (row * col)).to(dtype)
-    row, col = row.float().contiguous(), col.float().contiguous()
+    row = None if row is None else row.float().contiguous()
+    col = col.float().contiguous()
     out = y if y.dtype == dtype else torch.empty(y.shape, dtype=dtype)
     fn(
-        y.data_ptr(), int(y.dtype == torch.int32), y.shape[0], y.shape[1], row.data_ptr(), col.data_ptr(),
+        y.data_ptr(), in_types[y.dtype], y.shape[0], y.shape[1], _ptr(row), col.data_ptr(),
         int(dtype == torch.bfloat16), out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return out
