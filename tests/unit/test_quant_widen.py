@@ -106,12 +106,15 @@ def widened(lin, out: int, k: int, *args) -> torch.Tensor:
 
 
 def awkward_rows(dtype: torch.dtype) -> torch.Tensor:
-    """(rows, 64): random bit patterns (subnormals, huge, tiny), a ramp across e4m3's range, normal noise."""
+    """(rows, 64): random bit patterns (subnormals, huge, tiny), a ramp across e4m3's range, normal
+    noise; then a row with an inf and one with a NaN (per-token scales of inf and NaN)."""
     g = torch.Generator().manual_seed(0)
     bits = torch.randint(-(2**31), 2**31 - 1, (1 << 18,), generator=g, dtype=torch.int64).to(torch.int32)
     x = bits.view(torch.float32)
     x = torch.cat([x[torch.isfinite(x)][: 1 << 17], torch.linspace(-500, 500, 1 << 16), torch.randn(1 << 16) * 1e-3])
-    return x[: x.numel() // 64 * 64].view(-1, 64).to(dtype)
+    special = torch.randn(2, 64)
+    special[0, 5], special[1, 40] = -float("inf"), float("nan")
+    return torch.cat([x[: x.numel() // 64 * 64].view(-1, 64), special]).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

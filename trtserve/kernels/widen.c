@@ -50,8 +50,10 @@ static inline float fp8_round(float v, float mult, float inv) {
     const uint32_t u = to_bits(v), sign = u & 0x80000000u, a = u ^ sign;
     const float sub = (from_bits(a) + 16384.0f) - 16384.0f;
     const float normal = from_bits((a + 0x7FFFFu + ((a >> 20) & 1u)) & 0xFFF00000u);  // 3 mantissa bits, nearest even
-    const float mag = a >= (1087u << 20) ? __builtin_nanf("") : (a < (121u << 23) ? sub : normal);
-    return from_bits(to_bits(mag) | sign) * inv;
+    // NaN: the float32 torch makes of e4m3's NaN byte 0x7F (its mantissa bits on top: 0x7FF00000)
+    const float mag = a >= (1087u << 20) ? from_bits(0x7FF00000u) : (a < (121u << 23) ? sub : normal);
+    const float r = from_bits(to_bits(mag) | sign) * inv;
+    return inv != inv ? inv : r;  // a NaN scale's bits, as torch's product gives them (the compiler may swap operands)
 }
 
 // float32 -> bfloat16 -> float32 as round_bf16, without a branch
@@ -94,29 +96,33 @@ static inline __attribute__((always_inline)) void fp8_row(const void *x, int64_t
         for (int64_t c = 0; c < k; c++) put(y, c, fp8_round(get(x, c, ib), m, iv), 0);
 }
 
-// max |x| over a row of float32 or (ib) bfloat16; NaN if any is (as torch's amax). Max is exact, so
-// the 8-lane pass and the scalar tail give the scalar loop's value.
-static inline float row_amax(const void *x, int64_t k, int ib) {
-    const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
-    __m256 mv = _mm256_setzero_ps(), nan = _mm256_setzero_ps();
+// max |x| over a row of float32 or (ib) bfloat16; NaN if any is (as torch's amax). On the bits: with
+// the sign cleared, floats order as unsigned integers, inf below every NaN; so an integer max, 16
+// bf16 or 8 float32 values an instruction, and NaN where the largest bits are past inf's.
+static inline __attribute__((always_inline)) float row_amax(const void *x, int64_t k, int ib) {
+    uint32_t m = 0;
     int64_t c = 0;
-    for (; c + 8 <= k; c += 8) {
-        const __m256 v = ib ? _mm256_castsi256_ps(_mm256_slli_epi32(
-                                  _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *)((const uint16_t *)x + c))), 16))
-                            : _mm256_loadu_ps((const float *)x + c);
-        mv = _mm256_max_ps(mv, _mm256_and_ps(v, abs_mask));
-        nan = _mm256_or_ps(nan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    if (ib) {
+        const uint16_t *xb = (const uint16_t *)x;
+        __m256i mv = _mm256_setzero_si256();
+        for (; c + 16 <= k; c += 16)
+            mv = _mm256_max_epu16(mv, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(xb + c)), _mm256_set1_epi16(0x7FFF)));
+        uint16_t lanes[16];
+        _mm256_storeu_si256((__m256i *)lanes, mv);
+        for (int j = 0; j < 16; j++) m = lanes[j] > m ? lanes[j] : m;
+        for (; c < k; c++) m = (xb[c] & 0x7FFFu) > m ? (xb[c] & 0x7FFFu) : m;
+        m <<= 16;
+    } else {
+        const float *xf = (const float *)x;
+        __m256i mv = _mm256_setzero_si256();
+        for (; c + 8 <= k; c += 8)
+            mv = _mm256_max_epu32(mv, _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(xf + c)), _mm256_set1_epi32(0x7FFFFFFF)));
+        uint32_t lanes[8];
+        _mm256_storeu_si256((__m256i *)lanes, mv);
+        for (int j = 0; j < 8; j++) m = lanes[j] > m ? lanes[j] : m;
+        for (; c < k; c++) m = (to_bits(xf[c]) & 0x7FFFFFFFu) > m ? (to_bits(xf[c]) & 0x7FFFFFFFu) : m;
     }
-    if (_mm256_movemask_ps(nan)) return __builtin_nanf("");
-    float lanes[8];
-    _mm256_storeu_ps(lanes, mv);
-    float m = 0.0f;
-    for (int j = 0; j < 8; j++) m = lanes[j] > m ? lanes[j] : m;
-    for (; c < k; c++) {
-        const float v = get(x, c, ib), a = v < 0 ? -v : v;
-        m = (a > m || a != a) ? a : m;
-    }
-    return m;
+    return m > 0x7F800000u ? __builtin_nanf("") : from_bits(m);
 }
 
 // y (rows, k) = fp8_round(x) with row r's (mult, inv) at index r (per_row) or 0; mult NULL: per
@@ -133,7 +139,7 @@ int trtserve_fp8_round(const void *x, int64_t rows, int64_t k, const float *mult
         if (mult) {
             m = mult[per_row ? r : 0], iv = inv[per_row ? r : 0];
         } else {
-            float amax = row_amax(xr, k, (int)in_bf16);
+            float amax = in_bf16 ? row_amax(xr, k, 1) : row_amax(xr, k, 0);
             amax = amax < 0x1p-24f ? 0x1p-24f : amax;
             m = (1.0f / ((amax / 448.0f) * 448.0f)) * 448.0f;  // torch's 448 / t is reciprocal(t) * 448
             iv = 1.0f / m;
