@@ -12,7 +12,7 @@ W4A8_AWQ's unpack, scale and e4m3 rounding of the weight 15 ms (1.2); NVFP4's un
 
 from __future__ import annotations
 
-from functools import cache
+from functools import cache, lru_cache
 from pathlib import Path
 
 import torch
@@ -120,6 +120,7 @@ def scale_outer(
     return out
 
 
+@lru_cache(maxsize=1024)  # by the table's identity: the linears keep theirs (1 KB each)
 def _lut_words(lut: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """256 float32 values of `dtype` as the kernel's 32-bit words: their bits, or their bfloat16 bits."""
     if dtype == torch.bfloat16:
