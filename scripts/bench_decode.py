@@ -51,12 +51,20 @@ def main() -> None:
     ap.add_argument("--prompt-len", type=int, default=128)
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument(
+        "--int8-activations", action="store_true", help="RuntimeConfig.int8_activations (W4A16 engines, AVX-512 VNNI)"
+    )
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     from trtserve import LLM
 
-    llm = LLM(args.engine_dir, kv_cache_memory=128 << 20, enable_prefix_caching=False)
+    llm = LLM(
+        args.engine_dir,
+        kv_cache_memory=128 << 20,
+        enable_prefix_caching=False,
+        int8_activations=args.int8_activations,
+    )
     dtype = getattr(torch, llm.engine.config.pretrained_config.dtype)
     device = llm.engine.model.device.type  # CUDA where present (trtserve/runtime/loader.py)
     per_token = roofline.weight_bytes_per_token(Path(args.engine_dir))
@@ -82,6 +90,7 @@ def main() -> None:
                 "dtype": str(dtype),
                 "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
                 "threads": torch.get_num_threads(),
+                "int8_activations": args.int8_activations,
                 "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset)"),
                 "weight_bytes_per_token": per_token,
                 "gemv_bytes": size,

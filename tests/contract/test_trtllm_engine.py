@@ -192,3 +192,12 @@ def test_trtllm_argument_errors_become_user_errors(engine, monkeypatch):
     monkeypatch.setattr(engine, "max_batch_size", 100)  # let n=9 past our check to TensorRT-LLM's own
     with pytest.raises(UserError, match=r"TensorRT-LLM refused the request: SamplingParams.n \(9\)"):
         collect(engine, req(n=9, temperature=0.5))
+
+
+def test_the_torch_backends_int8_activations_are_refused(fake_trtllm, trtllm_engine_dir):
+    from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
+    from trtserve.engine.run_config import RuntimeConfig
+
+    with pytest.raises(UserError, match="int8_activations is the torch backend's CPU option"):
+        TrtllmEngine(trtllm_engine_dir, RuntimeConfig(int8_activations=True))
+    assert not fake_trtllm.INSTANCES  # refused before TensorRT-LLM was started

@@ -12,7 +12,9 @@ from helpers import make_hf_model, random_prompts
 from trtserve import LLM, SamplingParams
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
+from trtserve.engine.errors import UserError
 from trtserve.kernels import decode_layers, dense
+from trtserve.kernels import int4 as int4_kernel
 
 needs_kernel = pytest.mark.skipif(
     decode_layers.load() is None, reason="the decode kernel needs x86-64 with AVX2/FMA/F16C and a C compiler"
@@ -64,9 +66,15 @@ def llm_dtype(engine) -> torch.dtype:
         ("llama", torch.bfloat16, "w8a16", {}),
         ("llama", torch.float32, "w4a16", INT4),  # int4: the per-op path runs int4_gemm.c, as the step
         ("llama", torch.bfloat16, "w4a16", INT4),
+        ("llama", torch.bfloat16, "w4a16", {**INT4, "int8_activations": True}),  # RuntimeConfig's opt-in
+        ("llama", torch.float32, "w4a16", {**INT4, "int8_activations": True}),
     ],
 )
 def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, overrides):
+    overrides = dict(overrides)
+    int8_act = overrides.pop("int8_activations", False)
+    if int8_act and not int4_kernel.int8_activations_available():
+        pytest.skip("int8 activations need the kernels' AVX-512 build with VNNI and VBMI")
     src = make_hf_model(tmp_path / "hf", arch, seed=7, dtype=dtype, **overrides)
     out = tmp_path / "engine"
     # quantized engines are built in bfloat16 unless asked
@@ -74,7 +82,10 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, 
     extra |= {"group_size": 64} if quant == "w4a16" else {}
     build_engine(BuildConfig(model=str(src), tokens_per_block=8, quant=quant, **extra), out, quiet=True)
     assert llm_dtype(out) == dtype
-    llm = LLM(out, device="cpu", enable_prefix_caching=False)  # CPU kernels; both runs compute every prompt token alike
+    # CPU kernels; both runs compute every prompt token alike
+    llm = LLM(out, device="cpu", enable_prefix_caching=False, int8_activations=int8_act)
+    if int8_act:
+        assert all(layer.qkv.int8_activations for layer in llm.engine.model.layers)
     if quant == "w4a16" and not llm.engine.model.layers[0].qkv.ours(dtype, 1):
         pytest.skip("the per-op path runs torch's int4 kernel here (bf16 on an AVX-512 build of torch)")
     assert llm.engine.model.step_weights is not None
@@ -85,6 +96,18 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, 
         op_by_op, ran_off = _outputs(llm, prompts, False, monkeypatch)
         assert ran >= PARAMS.max_tokens - 1 and ran_off == 0
         assert fused == op_by_op
+
+
+def test_int8_activations_are_refused_where_they_cannot_apply(tmp_path, monkeypatch, tiny_llama_engine):
+    with pytest.raises(UserError, match="int8_activations applies to engines with int4 group-wise weights"):
+        LLM(tiny_llama_engine, device="cpu", int8_activations=True)  # a float engine
+    src = make_hf_model(tmp_path / "hf", "llama", seed=7, dtype=torch.bfloat16, **INT4)
+    build_engine(
+        BuildConfig(model=str(src), tokens_per_block=8, quant="w4a16", group_size=64), tmp_path / "e", quiet=True
+    )
+    monkeypatch.setattr(int4_kernel, "int8_activations_available", lambda: False)  # a CPU without VNNI / VBMI
+    with pytest.raises(UserError, match="needs the CPU kernels' AVX-512 build with VNNI and VBMI"):
+        LLM(tmp_path / "e", device="cpu", int8_activations=True)
 
 
 def test_deterministic_models_and_mismatched_weights_take_the_op_path(tiny_llama_engine):

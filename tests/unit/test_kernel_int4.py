@@ -83,7 +83,7 @@ def test_groupwise_routes_inputs_to_the_faster_kernel(monkeypatch, block_n, wide
     monkeypatch.setattr(int4_kernel.native, "avx512_build", lambda: wide)
     calls = []
 
-    def recorded(x, packed, sz, group):  # torch's kernel: right whatever this machine's pack layout
+    def recorded(x, packed, sz, group, int8_activations=False):  # torch's kernel: right whatever the pack layout
         calls.append((x.dtype, x.shape[0]))
         return torch._weight_int4pack_mm_for_cpu(x, packed, group, sz)
 
@@ -98,6 +98,68 @@ def test_groupwise_routes_inputs_to_the_faster_kernel(monkeypatch, block_n, wide
     most = top if block_n == 32 else int4_kernel.BF16_WIDE_ROWS if wide else 0
     bf16 = [(torch.bfloat16, r) for r in sizes if r <= most]
     assert sorted(calls, key=str) == sorted(f32 + bf16, key=str)
+
+
+needs_int8_activations = pytest.mark.skipif(
+    not int4_kernel.int8_activations_available(), reason="needs the kernels' AVX-512 build with VNNI and VBMI"
+)
+
+
+def _int8_rounded_product(x: torch.Tensor, q: torch.Tensor, sz: torch.Tensor, group: int) -> torch.Tensor:
+    """What the int8-activation path computes, in float64: each row of x rounded to int8 per group
+    (d = amax / 127 and x * (1 / d) rounded to nearest even, in float32, as int4.h), the integer dots
+    with q + 8 in [0, 15], then d * (scale * (dot - 8 sum x_q) + zero * sum x_q) summed over groups."""
+    rows, k = x.shape
+    xg = x.float().view(rows, k // group, group)
+    d = xg.abs().amax(dim=-1, keepdim=True) / 127
+    inv = torch.where(d > 0, 1 / d, torch.zeros_like(d))
+    xq = (xg * inv).round().clamp(-127, 127).double()  # (rows, groups, group)
+    qg = (q.double() + 8).view(q.shape[0], k // group, group)  # (N, groups, group)
+    dots = torch.einsum("rgk,ngk->rgn", xq, qg)  # (rows, groups, N)
+    sums = xq.sum(dim=-1, keepdim=True)  # (rows, groups, 1)
+    scale, zero = sz[..., 0].double(), sz[..., 1].double()  # (groups, N)
+    return (d.double() * (scale * (dots - 8 * sums) + zero * sums)).sum(dim=1)  # (rows, N)
+
+
+@needs_int8_activations
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+@pytest.mark.parametrize(("n", "k", "group"), [(192, 256, 64), (64, 384, 128), (128, 128, 32)])
+def test_int8_activations_compute_the_int8_rounded_product(dtype, rows, n, k, group):
+    """The opt-in path: exact integer dots of the int8-rounded activations (checked against them to
+    float32 accuracy), which the float path does not compute (it differs by the rounding)."""
+    q = torch.randint(-8, 8, (n, k), dtype=torch.int8)
+    scale, zero = torch.rand(k // group, n) / 20 + 1e-3, torch.randn(k // group, n) / 50
+    sz = torch.stack([scale, zero], dim=-1).to(dtype).contiguous()
+    x = torch.randn(rows, k).to(dtype)
+    x[0, 5] = 0.0  # a group of all zeros too
+    x[-1, :group] = 0.0
+    got = int4_kernel.int4_gemm(x, _pack(q), sz, group, int8_activations=True)
+    assert got.dtype == dtype and got.shape == (rows, n)
+    want = _int8_rounded_product(x, q, sz, group)
+    tol = 2e-6 if dtype == torch.float32 else 8e-3  # bf16: one rounding of the output
+    torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol * want.abs().max().item())
+    if dtype == torch.float32:  # bf16's output rounding hides the difference
+        exact = int4_kernel.int4_gemm(x, _pack(q), sz, group).double()
+        assert (exact - want).abs().max() > 20 * tol * want.abs().max()
+
+
+@needs_int8_activations
+def test_groupwise_takes_int8_activations_to_our_kernel_for_every_decode_row(monkeypatch):
+    lin, w = _groupwise(128, 128, torch.bfloat16)
+    lin.int8_activations = True
+    calls = []
+    real = int4_kernel.int4_gemm
+
+    def recorded(x, packed, sz, group, int8_activations=False):
+        calls.append((x.shape[0], int8_activations))
+        return real(x, packed, sz, group, int8_activations)
+
+    monkeypatch.setattr(int4_kernel, "int4_gemm", recorded)
+    for rows in (1, 3, int4_kernel.Q8_MAX_ROWS - 1, int4_kernel.Q8_MAX_ROWS):
+        x = torch.randn(rows, 128, dtype=torch.bfloat16)
+        torch.testing.assert_close(lin(x).float(), x.float() @ w.T, rtol=5e-2, atol=0.15)
+    assert calls == [(1, True), (3, True), (int4_kernel.Q8_MAX_ROWS - 1, True)]  # prefill: widened slabs
 
 
 @needs_kernel

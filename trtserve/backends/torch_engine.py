@@ -67,7 +67,7 @@ class TorchEngine:
             raise self._dead
 
     def _load(self, engine_dir: str | Path, cfg: RuntimeConfig) -> None:
-        self.loaded = load_engine(engine_dir, cfg.device, cfg.deterministic)
+        self.loaded = load_engine(engine_dir, cfg.device, cfg.deterministic, cfg.int8_activations)
         self.manifest = self.loaded.manifest  # its identity, for receipts
         self.deterministic = cfg.deterministic
         self.tokenizer = self.loaded.tokenizer

@@ -25,3 +25,8 @@ class RuntimeConfig(BaseModel):
     max_num_tokens: int | None = Field(None, ge=1)
     device: str | None = None  # None: cuda if available, else cpu
     deterministic: bool = False  # bitwise-identical results whatever the batch, chunking or cache state
+    # W4A16 engines on CPUs with AVX-512 VNNI and VBMI (torch backend): decode rows' activations rounded
+    # to int8 per weight group (as llama.cpp's q8_0), their dots in int8 instructions. Faster, and an
+    # approximation of the float path (greedy outputs can differ; prefill keeps the float path);
+    # refused on other engines and machines.
+    int8_activations: bool = False

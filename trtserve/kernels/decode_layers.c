@@ -34,6 +34,7 @@ typedef struct { /* one layer's weights; biases may be NULL, scales are NULL unl
     const float *qkv_s, *dense_s, *fc_gate_s, *proj_s;
     const void *qkv_sz, *dense_sz, *fc_gate_sz, *proj_sz; /* int4: [K/gs][N][2] scale, zero in dt; else NULL */
     int64_t gs, bn;                                       /* int4: inputs per group, outputs per pack block */
+    int64_t q8; /* int4: int8 activations (int4.h's INT4_Q8 path) where built, for 64-output blocks */
 } layer_t;
 
 typedef struct {
@@ -45,17 +46,26 @@ typedef struct {
 } step_t;
 
 /* Work-shared y = (x w^T) * scale (+ bias) into float32 y holding dt-rounded values; w in wdt. int4 (sz, gs,
- * bn; xsum: [M][K/gs] scratch) as int4_gemm.c computes it: the group sums, then 32 outputs a work item. */
+ * bn, q8; xsum: [M][K] floats of scratch) as int4_gemm.c computes it: the group sums (or, q8, x rounded to
+ * int8 with its sums and scales), then a unit of outputs a work item. */
 static inline __attribute__((always_inline)) void linear(const float* x, int64_t M, int64_t K, const void* w,
                                                         int wdt, const float* scale, const void* sz, int64_t gs,
-                                                        int64_t bn, float* xsum, const void* bias, int64_t N,
-                                                        float* y, int dt) {
+                                                        int64_t bn, int64_t q8, float* xsum, const void* bias,
+                                                        int64_t N, float* y, int dt) {
     if (wdt == I4) {
         const int64_t ng = K / gs;
+        q8 = q8 && INT4_Q8 && int4_width(bn) == 64 && gs % 4 == 0;
+        int32_t* xqs = (int32_t*)(xsum + M * ng); /* q8: xsum holds the scales */
+        int8_t* xq = (int8_t*)(xqs + M * ng);
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < M * ng; i++) xsum[i] = int4_group_sum(x + i / ng * K + i % ng * gs, gs);
+        for (int64_t i = 0; i < M * ng; i++) {
+            const int64_t at = i / ng * K + i % ng * gs;
+            if (q8) int4_quant_group(x + at, gs, xq + at, xqs + i, xsum + i);
+            else xsum[i] = int4_group_sum(x + at, gs);
+        }
 #pragma omp for schedule(static)
-        for (int64_t u = 0; u < int4_units(N, bn); u++) int4_unit(u, x, xsum, M, K, w, N, bn, sz, dt, gs, y, F32, dt);
+        for (int64_t u = 0; u < int4_units(N, bn); u++)
+            int4_unit(u, x, xsum, M, K, w, N, bn, sz, dt, gs, y, F32, dt, q8 ? xq : NULL, xqs, xsum);
     } else {
 #pragma omp for schedule(static)
         for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, x, M, K, w, N, wdt, scale, F32, y, dt);
@@ -81,7 +91,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) /* the last layer's MLP output joins the residual first */
             norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, x, F32);
-        linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_sz, w->gs, w->bn, xsum, w->qkv_b, width, qkv, dt);
+        linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_sz, w->gs, w->bn, w->q8, xsum, w->qkv_b, width, qkv, dt);
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < M * (n_h + n_kv); j++) { /* q and k heads rotated; k and v to the cache */
             const int64_t m = j / (n_h + n_kv), head = j % (n_h + n_kv), src = m * width + head * hd;
@@ -100,17 +110,17 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
             heads(q, F32, k_cache, v_cache, dt, m * n_h * hd, n_kv, h0, group, s->split.nr, hd,
                   s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale, att, att_buf);
         }
-        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, xsum, NULL, H, d, dt);
+        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, w->q8, xsum, NULL, H, d, dt);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) norm_row(h, dt, d, F32, m * H, H, w->post_norm, dt, s->eps, x, F32);
-        linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, xsum, w->fc_gate_b, 2 * I, fg,
-               dt);
+        linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, w->q8, xsum, w->fc_gate_b, 2 * I,
+               fg, dt);
 #pragma omp for schedule(static)
         for (int64_t c = 0; c < M * silu_chunks; c++) { /* 64 outputs of one row a work item */
             const int64_t m = c / silu_chunks, i0 = c % silu_chunks * 64, n = I - i0 < 64 ? I - i0 : 64;
             silu_mul_row(fg, F32, m * 2 * I + i0, m * 2 * I + I + i0, a, F32, m * I + i0, n, dt);
         }
-        linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_sz, w->gs, w->bn, xsum, w->proj_b, H, d, dt);
+        linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_sz, w->gs, w->bn, w->q8, xsum, w->proj_b, H, d, dt);
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M * H; i++) store1(h, dt, i, rnd(load1(h, dt, i) + d[i], dt));
@@ -144,7 +154,7 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     const split_t split = split_heads(M, n_kv, n_h / n_kv, threads);
     const step_t s = {M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs, split, eps, scale, cos, sin, pos, slots, tables};
     const int64_t width = (n_h + 2 * n_kv) * hd;
-    const int64_t widest_in = H > n_h * hd ? (H > I ? H : I) : (n_h * hd > I ? n_h * hd : I); /* int4's xsum */
+    const int64_t widest_in = H > n_h * hd ? (H > I ? H : I) : (n_h * hd > I ? n_h * hd : I); /* int4's xsum, x_q */
     float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I + widest_in)));
     const int64_t att_scratch = head_scratch(split.nr, longest, hd);
     float* att_bufs = malloc(sizeof(float) * (size_t)(threads * att_scratch));

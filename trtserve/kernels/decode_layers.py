@@ -43,7 +43,7 @@ class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
         [(f, ctypes.c_void_p) for f in FIELDS]
         + [(f + "_s", ctypes.c_void_p) for f in LINEARS]
         + [(f + "_sz", ctypes.c_void_p) for f in LINEARS]
-        + [("gs", ctypes.c_int64), ("bn", ctypes.c_int64)]
+        + [("gs", ctypes.c_int64), ("bn", ctypes.c_int64), ("q8", ctypes.c_int64)]
     )
 
 
@@ -101,12 +101,15 @@ def _pack_int4(row: _Layer, layer: object, dtype: torch.dtype, shapes: dict[str,
     rows = dense.MAX_ROWS
     for f in LINEARS:
         t = getattr(layer, f)
-        if not _int4_groupwise(t) or t.group_size != layer.qkv.group_size:
+        if not _int4_groupwise(t) or (t.group_size, t.int8_activations) != (
+            layer.qkv.group_size,
+            layer.qkv.int8_activations,
+        ):
             return 0
         rows = min(rows, _int4_rows(t, dtype, shapes[f]))
         setattr(row, f, t.packed.data_ptr())
         setattr(row, f + "_sz", t.scales_zeros.data_ptr())
-    row.gs, row.bn = layer.qkv.group_size, int4_kernel.block_n()
+    row.gs, row.bn, row.q8 = layer.qkv.group_size, int4_kernel.block_n(), int(layer.qkv.int8_activations)
     return rows
 
 

@@ -53,6 +53,8 @@ static inline int64_t int4_units(int64_t N, int64_t bn) { return N / int4_width(
  * layers of int4 from DRAM, one bf16 row: 58.8 ms (AVX2 build) -> 46.3 (16 lanes) -> 34.8 (and the
  * prefetch) -> 32.1 (whole blocks, vector scales; torch's AVX-512 kernel 36.5); two rows 31.1 (42.2). */
 #define INT4_PF 64
+#define INT4_SZ_PF 2 /* groups ahead whose scales a 64-output unit prefetches */
+#define INT4_Q8_PF 4096 /* bytes ahead in a block that the int8-activation path prefetches (128 rows) */
 #define INT4_UNPACK16(p, lo, hi)                                                       \
     do {                                                                               \
         __m128i v_ = _mm_loadu_si128((const __m128i*)(p));                             \
@@ -177,6 +179,92 @@ static void int4_group_dot2(const uint8_t* p, int64_t st, const float* x, const 
 
 #endif
 
+/* int8 activations (RuntimeConfig.int8_activations, opt-in; the AVX-512 build on CPUs with VNNI and
+ * VBMI, 64-output blocks): each row of x rounded to int8 per group of the weights' groups, scale d =
+ * amax / 127 (llama.cpp's q8_0 does the same per 32 inputs), so a group's dots are exact int32 sums of
+ * q in [0, 15] times x_q in [-127, 127] (vpdpbusd, 64 products an instruction), scaled by d after: an
+ * approximation of the float path, not its bits. */
+#if defined(__AVX512VNNI__) && defined(__AVX512VBMI__)
+#define INT4_Q8 1
+#else
+#define INT4_Q8 0
+#endif
+
+/* x[0..gs) -> q (int8, nearest even), its sum, and the scale d with x ~ d q. NaN counts as 0. */
+static inline void int4_quant_group(const float* x, int64_t gs, int8_t* q, int32_t* qsum, float* d) {
+    float amax = 0.0f;
+    for (int64_t k = 0; k < gs; k++) {
+        const float a = x[k] < 0 ? -x[k] : x[k];
+        amax = a > amax ? a : amax;
+    }
+    const float s = amax / 127.0f, inv = s > 0.0f ? 1.0f / s : 0.0f;
+    int32_t sum = 0;
+    for (int64_t k = 0; k < gs; k++) {
+        float v = __builtin_rintf(x[k] * inv);
+        v = v != v ? 0.0f : (v < -127.0f ? -127.0f : (v > 127.0f ? 127.0f : v));
+        q[k] = (int8_t)v;
+        sum += q[k];
+    }
+    *qsum = sum;
+    *d = s;
+}
+
+#if INT4_Q8
+static const uint8_t INT4_Q8_GATHER[64] = { /* 4 j + i -> 32 i + j: row i's byte j */
+    0, 32, 64, 96, 1, 33, 65, 97, 2, 34, 66, 98, 3, 35, 67, 99, 4, 36, 68, 100, 5, 37, 69, 101,
+    6, 38, 70, 102, 7, 39, 71, 103, 8, 40, 72, 104, 9, 41, 73, 105, 10, 42, 74, 106, 11, 43, 75, 107,
+    12, 44, 76, 108, 13, 45, 77, 109, 14, 46, 78, 110, 15, 47, 79, 111};
+
+/* One group of a 64-output block (rows 32 bytes apart) dotted with one or two rows of int8 x (xb
+ * NULL: one): acc[r][j] = d[r] * sum_k q[k, j] x_q[r][k]. Four k a step: vpermt2b gathers each
+ * output's four bytes (rows k..k+3) into one 32-bit lane, nibbles split by mask and shift. */
+static inline __attribute__((always_inline)) void int4_q8_step(const uint8_t* p, const int8_t* xa, const int8_t* xb,
+                                                              __m512i* a, __m512i* ab) {
+    const __m512i idx0 = _mm512_loadu_si512(INT4_Q8_GATHER); /* lane j: byte j of rows 0..3 */
+    const __m512i idx1 = _mm512_add_epi8(idx0, _mm512_set1_epi8(16)); /* bytes 16..31 */
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    _mm_prefetch((const char*)p + INT4_Q8_PF, _MM_HINT_T0);
+    _mm_prefetch((const char*)p + INT4_Q8_PF + 64, _MM_HINT_T0);
+    const __m512i r01 = _mm512_loadu_si512(p), r23 = _mm512_loadu_si512(p + 64);
+    const __m512i v0 = _mm512_permutex2var_epi8(r01, idx0, r23), v1 = _mm512_permutex2var_epi8(r01, idx1, r23);
+    const __m512i w0 = _mm512_and_si512(v0, m4), w1 = _mm512_and_si512(v1, m4);
+    const __m512i w2 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4), w3 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
+    int32_t x4;
+    memcpy(&x4, xa, 4);
+    const __m512i xv = _mm512_set1_epi32(x4);
+    a[0] = _mm512_dpbusd_epi32(a[0], w0, xv);
+    a[1] = _mm512_dpbusd_epi32(a[1], w1, xv);
+    a[2] = _mm512_dpbusd_epi32(a[2], w2, xv);
+    a[3] = _mm512_dpbusd_epi32(a[3], w3, xv);
+    if (xb) {
+        memcpy(&x4, xb, 4);
+        const __m512i xw = _mm512_set1_epi32(x4);
+        ab[0] = _mm512_dpbusd_epi32(ab[0], w0, xw);
+        ab[1] = _mm512_dpbusd_epi32(ab[1], w1, xw);
+        ab[2] = _mm512_dpbusd_epi32(ab[2], w2, xw);
+        ab[3] = _mm512_dpbusd_epi32(ab[3], w3, xw);
+    }
+}
+
+static inline __attribute__((always_inline)) void int4_dot_q8(const uint8_t* p, const int8_t* xa, const int8_t* xb,
+                                                             int64_t gs, const float* d, float acc[2][64]) {
+    __m512i a[4], b[4], c[4], e[4]; /* row a: chains a (k / 4 even), b (odd); row b: c, e */
+    for (int i = 0; i < 4; i++) a[i] = b[i] = c[i] = e[i] = _mm512_setzero_si512();
+    int64_t k = 0;
+    for (; k + 8 <= gs; k += 8, p += 256) {
+        int4_q8_step(p, xa + k, xb ? xb + k : NULL, a, c);
+        int4_q8_step(p + 128, xa + k + 4, xb ? xb + k + 4 : NULL, b, e);
+    }
+    if (k < gs) int4_q8_step(p, xa + k, xb ? xb + k : NULL, a, c); /* gs % 8 == 4 */
+    for (int i = 0; i < 4; i++) { /* sums below 2^24: exact in float32 */
+        _mm512_storeu_ps(acc[0] + 16 * i, _mm512_mul_ps(_mm512_set1_ps(d[0]), _mm512_cvtepi32_ps(_mm512_add_epi32(a[i], b[i]))));
+        if (xb)
+            _mm512_storeu_ps(acc[1] + 16 * i,
+                             _mm512_mul_ps(_mm512_set1_ps(d[1]), _mm512_cvtepi32_ps(_mm512_add_epi32(c[i], e[i]))));
+    }
+}
+#endif
+
 /* sum of x[0..gs) in order: the xsum of one row's group. */
 static inline float int4_group_sum(const float* x, int64_t gs) {
     float s = 0;
@@ -185,9 +273,12 @@ static inline float int4_group_sum(const float* x, int64_t gs) {
 }
 
 /* The int4_width(bn) outputs of unit u of y = x w^T for all M rows (one work item), stored in ydt after
- * rounding to rdt. sz is in szdt (F32 or BF16). */
+ * rounding to rdt. sz is in szdt (F32 or BF16). xq (int8 x [M][K]), xqs and xd ([M][K/gs] sums and
+ * scales): the int8-activation path where it is built (INT4_Q8) and the unit is a 64-output block;
+ * NULL: the float path (xsum). */
 static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int64_t M, int64_t K, const uint8_t* w,
-                             int64_t N, int64_t bn, const void* sz, int szdt, int64_t gs, void* y, int ydt, int rdt) {
+                             int64_t N, int64_t bn, const void* sz, int szdt, int64_t gs, void* y, int ydt, int rdt,
+                             const int8_t* xq, const int32_t* xqs, const float* xd) {
     const int64_t ng = K / gs, st = bn / 2, W = int4_width(bn), half = W / 2;
     /* unit u: `half` bytes of each row of block b = u / (bn / W), at byte offset h */
     const int64_t b = u / (bn / W), h = (u % (bn / W)) * half;
@@ -203,6 +294,10 @@ static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int6
         memset(out, 0, sizeof(out));
         for (int64_t g = 0; g < ng; g++) {
 #ifdef __AVX512F__
+            if (W == 64 && g + INT4_SZ_PF < ng) { /* a later group's pairs: N pairs apart, no stream to follow */
+                const char* next = (const char*)sz + ((g + INT4_SZ_PF) * N + idx[0]) * 2 * (szdt == BF16 ? 2 : 4);
+                for (int c = 0; c < (szdt == BF16 ? 4 : 8); c++) _mm_prefetch(next + 64 * c, _MM_HINT_T0);
+            }
             if (W == 64) /* the block's 64 (scale, zero) pairs lie side by side */
                 int4_scales64(sz, szdt, (g * N + idx[0]) * 2, sc, ze);
             else
@@ -214,6 +309,12 @@ static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int6
             }
             const float* xm = xf + m * K + g * gs;
             const uint8_t* p = wb + g * gs * st;
+#if INT4_Q8
+            if (xq && W == 64) {
+                const float dd[2] = {xd[m * ng + g], two ? xd[(m + 1) * ng + g] : 0.0f};
+                int4_dot_q8(p, xq + m * K + g * gs, two ? xq + (m + 1) * K + g * gs : NULL, gs, dd, acc);
+            } else
+#endif
 #ifdef __AVX512F__
             if (W == 64 && two) int4_dot2x16(p, st, xm, xm + K, gs, 2, acc[0], acc[1]);
             else if (W == 64) int4_dot1x16(p, st, xm, gs, 2, acc[0]);
@@ -224,7 +325,8 @@ static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int6
             else int4_group_dot1(p, st, xm, gs, acc[0]);
 #endif
             for (int r = 0; r <= two; r++) {
-                float s = xsum[(m + r) * ng + g];
+                const int64_t i = (m + r) * ng + g; /* int8 x: sum_k x_k ~ d sum_k x_q[k] */
+                const float s = INT4_Q8 && xq && W == 64 ? xd[i] * (float)xqs[i] : xsum[i];
                 int j = 0;
 #ifdef __AVX512F__ /* the scalar expression's operations, one rounding each, 16 lanes at a time */
                 const __m512 s8 = _mm512_set1_ps(8.0f * s), sv = _mm512_set1_ps(s);

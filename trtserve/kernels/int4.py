@@ -25,8 +25,16 @@ BF16_MAX_ROWS = 16  # beyond this (prefill), torch's AVX2 kernel is as fast for 
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
     return native.function(
-        SOURCE, "trtserve_int4_gemm", "pillpllpilpi"
-    )  # x, x_bf16, M, K, w, N, bn, sz, sz_bf16, gs, y, threads
+        SOURCE, "trtserve_int4_gemm", "pillpllpilpii"
+    )  # x, x_bf16, M, K, w, N, bn, sz, sz_bf16, gs, y, q8, threads
+
+
+@cache
+def int8_activations_available() -> bool:
+    """Whether this machine runs the int8-activation path (int4.h, INT4_Q8): the kernel's AVX-512
+    build with VNNI and VBMI, over torch's 64-output pack."""
+    probe = native.function(SOURCE, "trtserve_int4_q8", "")
+    return load() is not None and probe is not None and probe() == 1 and block_n() == 64
 
 
 @cache
@@ -42,13 +50,18 @@ def block_n() -> int | None:
 BF16_WIDE_ROWS = 2  # the same against torch's AVX-512 kernel, with this kernel's AVX-512 build
 
 
-def preferred(dtype: torch.dtype, rows: int) -> bool:
+# Rows below which the int8-activation path runs ours whatever the dtype (torch's kernel has no such path)
+Q8_MAX_ROWS = 64
+
+
+def preferred(dtype: torch.dtype, rows: int, int8_activations: bool = False) -> bool:
     """Whether this kernel beats torch's on a (rows, K) input. float32: always (torch's kernel runs
     float32 inputs 12-40x slower, measured). bfloat16: decode rows on AVX2 builds of torch; against
     torch's AVX-512 kernel (64-output blocks) only this kernel's AVX-512 build, up to 2 rows (Xeon,
     2 threads, TinyLlama's 22 layers from DRAM: 35.3 vs 38.1 ms at one row, 38.8 vs 42.3 at two,
-    58.0 vs 40.6 at three; its AVX2 build streamed 7 GB/s against torch's 13 at one row)."""
-    if dtype == torch.float32:
+    58.0 vs 40.6 at three; its AVX2 build streamed 7 GB/s against torch's 13 at one row). With int8
+    activations (opt-in): below Q8_MAX_ROWS."""
+    if dtype == torch.float32 or (int8_activations and rows < Q8_MAX_ROWS):
         return True
     return rows <= (BF16_MAX_ROWS if block_n() == 32 else BF16_WIDE_ROWS if native.avx512_build() else 0)
 
@@ -58,16 +71,17 @@ def supports(dtype: torch.dtype, out_features: int) -> bool:
 
 
 def int4_gemm(
-    x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group_size: int
+    x: torch.Tensor, packed: torch.Tensor, scales_zeros: torch.Tensor, group_size: int, int8_activations: bool = False
 ) -> torch.Tensor | None:
     """(M, K) x, torch's CPU int4 pack of an (N, K) weight and its (K / group, N, 2) scales and
-    zeros (in x's dtype) -> (M, N) in x's dtype; None if the kernel could not run."""
+    zeros (in x's dtype) -> (M, N) in x's dtype; None if the kernel could not run. int8_activations:
+    x rounded to int8 per group (int4.h) where int8_activations_available(), else the float path."""
     m, k = x.shape
     n = scales_zeros.shape[1]
     y = torch.empty(m, n, dtype=x.dtype)
     bf16 = int(x.dtype == torch.bfloat16)
     rc = load()(
         x.data_ptr(), bf16, m, k, packed.data_ptr(), n, block_n(), scales_zeros.data_ptr(), bf16, group_size,
-        y.data_ptr(), torch.get_num_threads(),
+        y.data_ptr(), int(int8_activations), torch.get_num_threads(),
     )  # fmt: skip
     return y if rc == 0 else None

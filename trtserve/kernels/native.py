@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 # kernels' vector FMAs are explicit intrinsics).
 FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-shared", "-fPIC")
 AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl")  # the 16-lane GEMM, attention and int4 code
+# int4.h's int8-activation path (vpdpbusd, vpermt2b), in the AVX-512 build where the CPU has them
+AVX512_INT8 = {"avx512_vnni": "-mavx512vnni", "avx512vbmi": "-mavx512vbmi"}
 
 
 @cache
@@ -67,9 +69,16 @@ def avx512_build() -> bool:
     return {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= cpu_flags() and cpu_vendor() == "GenuineIntel"
 
 
+def avx512_int8() -> bool:
+    """Whether the AVX-512 build has VNNI and VBMI (int4.h's int8-activation path)."""
+    return avx512_build() and set(AVX512_INT8) <= cpu_flags()
+
+
 def flags() -> tuple[str, ...]:
     """The compiler flags for this CPU."""
-    return FLAGS + AVX512 if avx512_build() else FLAGS
+    if not avx512_build():
+        return FLAGS
+    return FLAGS + AVX512 + (tuple(AVX512_INT8.values()) if avx512_int8() else ())
 
 
 def cache_dir() -> Path:

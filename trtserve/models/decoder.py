@@ -17,8 +17,9 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig
-from trtserve.kernels import attention, decode_layers, dense, pointwise
+from trtserve.kernels import attention, decode_layers, dense, int4, native, pointwise
 from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
 from trtserve.models.dtypes import TORCH_DTYPES
@@ -61,6 +62,7 @@ class DecoderModel:
         max_positions: int,
         device: torch.device,
         deterministic: bool = False,
+        int8_activations: bool = False,
     ):
         self.cfg = cfg
         self.deterministic = deterministic
@@ -111,11 +113,31 @@ class DecoderModel:
             "qkv": ((n_h + 2 * n_kv) * hd, hidden), "dense": (hidden, n_h * hd), "fc_gate": (2 * inter, hidden),
             "proj": (hidden, inter),
         }  # fmt: skip
+        if int8_activations:
+            self._use_int8_activations()
         features = family.features_of(cfg)
         step = not deterministic and self._implements(decode_layers, "the one-call decode step", features)
         self.step_weights = decode_layers.pack(self.layers, self.dtype, shapes) if step else None
         # The per-token glue as our C kernels (decode-sized CPU batches) where they fit the model
         self.use_pointwise = not deterministic and self._implements(pointwise, "the pointwise kernels", features)
+
+    def _use_int8_activations(self) -> None:
+        """RuntimeConfig.int8_activations: every int4 linear's decode rows on int4.h's int8-activation
+        path; a UserError where it cannot apply (it is asked for, so it is never dropped silently)."""
+        linears = [getattr(layer, f) for layer in self.layers for f in decode_layers.LINEARS]
+        if not all(hasattr(t, "int8_activations") for t in linears):
+            algo = self.cfg.quantization.quant_algo or "unquantized"
+            raise UserError(
+                f"int8_activations applies to engines with int4 group-wise weights (--quant w4a16 / w4a16_awq); "
+                f"this engine is {algo}: remove it from the run config's engine section"
+            )
+        if self.device.type != "cpu" or not int4.int8_activations_available():
+            raise UserError(
+                f"int8_activations needs the CPU kernels' AVX-512 build with VNNI and VBMI (this machine: "
+                f"{self.device.type}, {native.cpu_model()}): remove it from the run config's engine section"
+            )
+        for t in linears:
+            t.int8_activations = True
 
     @staticmethod
     def _implements(kernels, what: str, features: frozenset[str]) -> bool:
@@ -143,9 +165,15 @@ class DecoderModel:
 
     @classmethod
     def load(
-        cls, path: Path, cfg: ModelConfig, max_positions: int, device: torch.device, deterministic: bool = False
+        cls,
+        path: Path,
+        cfg: ModelConfig,
+        max_positions: int,
+        device: torch.device,
+        deterministic: bool = False,
+        int8_activations: bool = False,
     ) -> DecoderModel:
-        return cls(cfg, load_file(str(path)), max_positions, device, deterministic)
+        return cls(cfg, load_file(str(path)), max_positions, device, deterministic, int8_activations)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if self.deterministic:

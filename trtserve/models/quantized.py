@@ -174,6 +174,9 @@ class Int4Groupwise:
         self.pre_quant = None if pqs is None else pqs.to(dtype)  # (in,)
         self.kernel = int4_kernel.supports(dtype, self.out_features)
         self._scales_f32: torch.Tensor | None = None  # widen_rows' (in / group, out), made on first use
+        # Decode rows' activations rounded to int8 per group (RuntimeConfig.int8_activations; the
+        # model sets it where int4.int8_activations_available())
+        self.int8_activations = False
 
     def widen_rows(self, a: int, b: int, out: torch.Tensor) -> None:
         """Rows a:b of (int4 x group scale), exact in float32 or rounded to bf16, from the pack."""
@@ -187,7 +190,8 @@ class Int4Groupwise:
         """Whether `rows` CPU input rows of `dtype` (after the pre-quant scale) go to our int4 kernel
         (not torch's, nor float32 slabs)."""
         slabs = dtype == torch.float32 and rows >= _INT4_SLAB_ROWS
-        return self.kernel and dtype == self.scales_zeros.dtype and not slabs and int4_kernel.preferred(dtype, rows)
+        ok = self.kernel and dtype == self.scales_zeros.dtype and not slabs
+        return ok and int4_kernel.preferred(dtype, rows, self.int8_activations)
 
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         if self.pre_quant is not None:
@@ -208,7 +212,7 @@ class Int4Groupwise:
             return slab_linear(x, x.dtype, self.widen_rows, self.out_features, bias=bias, k_major=True)
         y = None
         if x.device.type == "cpu" and self.ours(x.dtype, x.shape[0]):
-            y = int4_kernel.int4_gemm(x, self.packed, self.scales_zeros, self.group_size)
+            y = int4_kernel.int4_gemm(x, self.packed, self.scales_zeros, self.group_size, self.int8_activations)
         if y is None:
             y = torch._weight_int4pack_mm_for_cpu(x, self.packed, self.group_size, self.scales_zeros)
         return y if bias is None else y + bias

@@ -33,7 +33,9 @@ def default_device(device: str | None = None) -> torch.device:
     return torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
 
 
-def load_engine(engine_dir: str | Path, device: str | None = None, deterministic: bool = False) -> LoadedEngine:
+def load_engine(
+    engine_dir: str | Path, device: str | None = None, deterministic: bool = False, int8_activations: bool = False
+) -> LoadedEngine:
     path = Path(engine_dir)
     manifest = verify_engine_dir(path)
     if manifest.backend != "torch":
@@ -48,7 +50,12 @@ def load_engine(engine_dir: str | Path, device: str | None = None, deterministic
     rebuild = "rebuild the engine with `trtserve build ... --force`"
     try:
         model = DecoderModel.load(
-            path / ENGINE_WEIGHTS, config.pretrained_config, config.build_config.max_seq_len, dev, deterministic
+            path / ENGINE_WEIGHTS,
+            config.pretrained_config,
+            config.build_config.max_seq_len,
+            dev,
+            deterministic,
+            int8_activations,
         )
     except SafetensorError as err:
         raise EngineIntegrityError(f"engine file {ENGINE_WEIGHTS} cannot be read ({err}); {rebuild}") from None

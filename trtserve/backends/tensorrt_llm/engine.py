@@ -51,6 +51,11 @@ class TrtllmEngine:
 
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
         cfg = config or RuntimeConfig()
+        if cfg.int8_activations:
+            raise UserError(
+                "int8_activations is the torch backend's CPU option (TensorRT-LLM's W4A16 kernels keep their "
+                "activations in the model dtype): remove it from the run config's engine section"
+            )
         path = Path(engine_dir)
         manifest = verify_engine_dir(path)
         self.manifest = manifest  # its identity, for receipts
