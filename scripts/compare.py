@@ -81,7 +81,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--trt-quants",
         default="",
-        help="trtserve engines of these --quant formats too, e.g. w8a16,w4a16 (batch-1 decode only)",
+        help="trtserve engines of these --quant formats too, e.g. w8a16,w4a16 (batch-1 decode only); "
+        "w4a16+int8act: the w4a16 engine served with int8_activations",
     )
     ap.add_argument("--no-build-llama", action="store_true", help="use llama.cpp only if already built")
     ap.add_argument("--kv-cache-memory", default="2GiB")
@@ -210,8 +211,12 @@ def run_trtserve_quants(args, spec, dtype, work, log_dir, say) -> list[dict]:
     from peers import trtserve_peer
 
     points = []
-    for quant in [q for q in args.trt_quants.split(",") if q]:
-        say(f"trtserve {quant}: building unless cached, then decode")
+    for name in [q for q in args.trt_quants.split(",") if q]:
+        quant, _, variant = name.partition("+")
+        if variant not in ("", "int8act"):
+            say(f"trtserve {name}: unknown variant {variant!r} (known: int8act); skipped")
+            continue
+        say(f"trtserve {name}: building unless cached, then decode")
         try:
             engine = trtserve_peer.build_engine(
                 spec.build_source,
@@ -226,13 +231,14 @@ def run_trtserve_quants(args, spec, dtype, work, log_dir, say) -> list[dict]:
                 [dict(name="decode", **work["decode"])],
                 prefix_caching=True,
                 kv_cache_memory=args.kv_cache_memory,
-                log=log_dir / f"trtserve-{quant}.log",
+                log=log_dir / f"trtserve-{name}.log",
                 seed=args.seed,
+                engine_options={"int8_activations": True} if variant else None,
             )
         except RuntimeError as err:
-            say(f"trtserve {quant} failed: {err}")
+            say(f"trtserve {name} failed: {err}")
             continue
-        points.append(point(f"trtserve-{quant}", "decode", quant, runs["decode"]))
+        points.append(point(f"trtserve-{name}", "decode", name, runs["decode"]))
     return points
 
 

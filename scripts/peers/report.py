@@ -121,7 +121,7 @@ def targets(points: list[Point], llama_peer: str | None) -> list[dict]:
             )
         )
     # weight-only formats vs the unquantized engine (issue 21's bars, against bf16) and llama.cpp's nearest type
-    for quant, gguf, bar in (("w8a16", "q8_0", 1.6), ("w4a16", "q4_0", 2.2)):
+    for quant, gguf, bar in (("w8a16", "q8_0", 1.6), ("w4a16", "q4_0", 2.2), ("w4a16+int8act", "q4_0", 2.2)):
         mine, theirs = _find(points, f"{REFERENCE}-{quant}", "decode"), _find(points, f"llama.cpp-{gguf}", "decode")
         if mine and dec:
             got = ratio(_extra(mine, "decode_tok_per_s"), _extra(dec, "decode_tok_per_s"))

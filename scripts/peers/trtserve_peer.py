@@ -29,13 +29,23 @@ def build_engine(
     return out
 
 
-def serve_and_run(engine: Path, runs: list[dict], *, prefix_caching: bool, kv_cache_memory: str, log: Path, seed: int):
+def serve_and_run(
+    engine: Path,
+    runs: list[dict],
+    *,
+    prefix_caching: bool,
+    kv_cache_memory: str,
+    log: Path,
+    seed: int,
+    engine_options: dict | None = None,
+):
     """Start one server and do `runs` (dicts: name, requests, max_concurrency, request_rate) in order.
 
-    Returns {name: BenchRun}. Prefix caching is turned off through the run config's engine section.
+    Returns {name: BenchRun}. Prefix caching is turned off through the run config's engine section,
+    to which engine_options (RuntimeConfig fields) are added.
     """
     port = free_port()
-    cfg = {"engine": {"enable_prefix_caching": prefix_caching}, "max_queued_requests": 100000}
+    cfg = {"engine": {"enable_prefix_caching": prefix_caching, **(engine_options or {})}, "max_queued_requests": 100000}
     cfg_file = log.with_suffix(".yaml")
     cfg_file.write_text(yaml.safe_dump(cfg))
     cmd = [sys.executable, "-m", "trtserve.cli", "run", str(engine), "--port", str(port), "--config", str(cfg_file)]

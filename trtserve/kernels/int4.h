@@ -218,6 +218,14 @@ static const uint8_t INT4_Q8_GATHER[64] = { /* 4 j + i -> 32 i + j: row i's byte
 /* One group of a 64-output block (rows 32 bytes apart) dotted with one or two rows of int8 x (xb
  * NULL: one): acc[r][j] = d[r] * sum_k q[k, j] x_q[r][k]. Four k a step: vpermt2b gathers each
  * output's four bytes (rows k..k+3) into one 32-bit lane, nibbles split by mask and shift. */
+/* acc[c] += the four 4-byte dots of w[c]'s lanes with x[0..3] */
+static inline __attribute__((always_inline)) void int4_q8_dots(__m512i* acc, const __m512i* w, const int8_t* x) {
+    int32_t x4;
+    memcpy(&x4, x, 4);
+    const __m512i xv = _mm512_set1_epi32(x4);
+    for (int c = 0; c < 4; c++) acc[c] = _mm512_dpbusd_epi32(acc[c], w[c], xv);
+}
+
 static inline __attribute__((always_inline)) void int4_q8_step(const uint8_t* p, const int8_t* xa, const int8_t* xb,
                                                               __m512i* a, __m512i* ab) {
     const __m512i idx0 = _mm512_loadu_si512(INT4_Q8_GATHER); /* lane j: byte j of rows 0..3 */
@@ -227,23 +235,10 @@ static inline __attribute__((always_inline)) void int4_q8_step(const uint8_t* p,
     _mm_prefetch((const char*)p + INT4_Q8_PF + 64, _MM_HINT_T0);
     const __m512i r01 = _mm512_loadu_si512(p), r23 = _mm512_loadu_si512(p + 64);
     const __m512i v0 = _mm512_permutex2var_epi8(r01, idx0, r23), v1 = _mm512_permutex2var_epi8(r01, idx1, r23);
-    const __m512i w0 = _mm512_and_si512(v0, m4), w1 = _mm512_and_si512(v1, m4);
-    const __m512i w2 = _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4), w3 = _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4);
-    int32_t x4;
-    memcpy(&x4, xa, 4);
-    const __m512i xv = _mm512_set1_epi32(x4);
-    a[0] = _mm512_dpbusd_epi32(a[0], w0, xv);
-    a[1] = _mm512_dpbusd_epi32(a[1], w1, xv);
-    a[2] = _mm512_dpbusd_epi32(a[2], w2, xv);
-    a[3] = _mm512_dpbusd_epi32(a[3], w3, xv);
-    if (xb) {
-        memcpy(&x4, xb, 4);
-        const __m512i xw = _mm512_set1_epi32(x4);
-        ab[0] = _mm512_dpbusd_epi32(ab[0], w0, xw);
-        ab[1] = _mm512_dpbusd_epi32(ab[1], w1, xw);
-        ab[2] = _mm512_dpbusd_epi32(ab[2], w2, xw);
-        ab[3] = _mm512_dpbusd_epi32(ab[3], w3, xw);
-    }
+    const __m512i w[4] = {_mm512_and_si512(v0, m4), _mm512_and_si512(v1, m4),
+                          _mm512_and_si512(_mm512_srli_epi16(v0, 4), m4), _mm512_and_si512(_mm512_srli_epi16(v1, 4), m4)};
+    int4_q8_dots(a, w, xa);
+    if (xb) int4_q8_dots(ab, w, xb);
 }
 
 static inline __attribute__((always_inline)) void int4_dot_q8(const uint8_t* p, const int8_t* xa, const int8_t* xb,
