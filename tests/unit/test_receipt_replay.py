@@ -89,3 +89,13 @@ def test_a_hashes_receipt_needs_the_prompt_and_checks_its_sha256():
     with pytest.raises(UserError, match="sha256"):
         prompt_of(hashed, [5, 6, 8])
     assert prompt_of(hashed, PROMPT) == PROMPT
+
+
+def test_a_replay_without_the_originals_int8_activations_says_so():
+    int8 = ENGINE.model_copy(update={"int8_activations": True})
+    old = Receipt.model_validate(_receipt().model_dump() | {"engine": ENGINE.model_dump(exclude={"int8_activations"})})
+    assert old.engine.int8_activations is False  # receipts from before the field read as without
+    text = compare(_receipt(engine=int8), _result([1, 2, 3], [-0.5, -0.25, -1.0]), other_engine=False).text()
+    assert "the original ran with int8 activations and the replay without them" in text
+    same = compare(_receipt(engine=int8), _result([1, 2, 3], [-0.5, -0.25, -1.0], int8), other_engine=False).text()
+    assert "int8 activations" not in same

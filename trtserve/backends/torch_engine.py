@@ -70,6 +70,7 @@ class TorchEngine:
         self.loaded = load_engine(engine_dir, cfg.device, cfg.deterministic, cfg.int8_activations)
         self.manifest = self.loaded.manifest  # its identity, for receipts
         self.deterministic = cfg.deterministic
+        self.int8_activations = cfg.int8_activations  # receipts record it (serve/receipts/book.py)
         self.tokenizer = self.loaded.tokenizer
         self.core = EngineCore(self.loaded, cfg)
         self.max_seq_len = self.core.max_seq_len

@@ -27,10 +27,11 @@ SEED_BITS = 63  # fits every backend's seed range (TensorRT-LLM: unsigned 64-bit
 def engine_identity(engine, deterministic: bool) -> EngineIdentity:
     """What a loaded engine is, from its manifest (an engine without one, e.g. a test fake: unknown)."""
     det = bool(getattr(engine, "deterministic", deterministic))
-    return identity_of(getattr(engine, "manifest", None), getattr(engine, "platform", "unknown"), det)
+    int8 = getattr(engine, "int8_activations", False) is True
+    return identity_of(getattr(engine, "manifest", None), getattr(engine, "platform", "unknown"), det, int8)
 
 
-def identity_of(manifest, platform: str, deterministic: bool) -> EngineIdentity:
+def identity_of(manifest, platform: str, deterministic: bool, int8_activations: bool = False) -> EngineIdentity:
     """manifest: the engine dir's Manifest (engine/manifest.py), or None when unknown."""
     backend = manifest.backend if manifest is not None else "unknown"
     toolchain = manifest.toolchain if manifest is not None else {}
@@ -42,6 +43,7 @@ def identity_of(manifest, platform: str, deterministic: bool) -> EngineIdentity:
         backend_version=version,
         trtserve_version=trtserve.__version__,
         deterministic=deterministic,
+        int8_activations=int8_activations,
     )
 
 

@@ -43,6 +43,8 @@ class EngineIdentity(BaseModel):
     backend_version: str  # trtserve's version for torch; TensorRT-LLM's for the tensorrt_llm backends
     trtserve_version: str
     deterministic: bool  # batch-invariant kernels: a replay must be identical bit for bit
+    # decode activations rounded to int8 (RuntimeConfig.int8_activations): a replay runs the same way
+    int8_activations: bool = False
 
 
 class SequenceRecord(BaseModel):

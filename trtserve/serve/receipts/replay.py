@@ -178,6 +178,13 @@ def _notes(receipt: Receipt, result: ReplayResult, other_engine: bool) -> list[s
             "prefix-cache hits and preemptions can change logprobs and tokens; serve with "
             "`engine: {deterministic: true}` for bitwise replays"
         )
+    if receipt.engine.int8_activations != result.engine.int8_activations:
+        said = {True: "with", False: "without"}
+        notes.append(
+            f"the original ran {said[receipt.engine.int8_activations]} int8 activations and the replay "
+            f"{said[result.engine.int8_activations]} them (`engine: {{int8_activations: ...}}`): their rounding "
+            "changes logprobs and tokens"
+        )
     if receipt.cache.preemptions:
         notes.append(f"the original was preempted {receipt.cache.preemptions} time(s) and its KV cache recomputed")
     if receipt.cache.cached_tokens != result.cached_tokens:
