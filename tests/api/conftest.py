@@ -15,7 +15,8 @@ import pytest
 
 
 class Server:
-    def __init__(self, engine: Path, *args: str, env: dict | None = None, log: Path):
+    def __init__(self, engine: Path, *args: str, env: dict | None = None, log: Path, until_ready: bool = True):
+        """until_ready False: until the start-up loads have ended, ready or not (/health no longer "loading")."""
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -33,9 +34,11 @@ class Server:
             if self.proc.poll() is not None:
                 raise RuntimeError(f"server exited: {log.read_text()[-2000:]}")
             try:
-                if httpx.get(f"{self.url}/v2/health/ready", timeout=1).status_code == 200:
+                if until_ready and httpx.get(f"{self.url}/v2/health/ready", timeout=1).status_code == 200:
                     return
-            except httpx.HTTPError:
+                if not until_ready and httpx.get(f"{self.url}/health", timeout=1).json().get("status") != "loading":
+                    return
+            except (httpx.HTTPError, ValueError):
                 pass
             time.sleep(0.2)
         self.stop()

@@ -131,3 +131,21 @@ def test_sigterm_drains_in_flight_then_exits_0(tiny_llama_engine, tmp_path, mode
         time.sleep(0.1)
     assert s.proc.returncode == 0, s.log.read_text()[-1500:]
     s.stop()
+
+
+def test_a_server_whose_only_model_cannot_load_is_not_ready(tiny_llama_engine, tmp_path):
+    """A run config the engine refuses (int8 activations on a float engine): the server stays up to
+    say why on /health, and its readiness probes fail, so no traffic is routed to it."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("engine:\n  int8_activations: true\n")
+    s = Server(tiny_llama_engine, "--config", str(cfg), log=tmp_path / "refused.log", until_ready=False)
+    try:
+        health = httpx.get(f"{s.url}/health", timeout=5)
+        assert health.status_code == 503 and health.json()["status"] == "error"
+        assert "int8_activations applies to engines with int4 group-wise weights" in health.json()["error"]
+        assert httpx.get(f"{s.url}/v2/health/ready", timeout=5).status_code == 400
+        assert httpx.get(f"{s.url}/health/ready", timeout=5).status_code == 503
+        assert httpx.get(f"{s.url}/v2/health/live", timeout=5).status_code == 200  # up, to say why
+    finally:
+        s.stop()
+    assert "Traceback" not in (tmp_path / "refused.log").read_text()  # a user error is one line, not a stack

@@ -74,7 +74,12 @@ class ServerState:
 
     @property
     def is_ready(self) -> bool:
-        return self.ready and not self.draining and not self.stalled and self.alive
+        """Readiness (/health/ready, /v2/health/ready, gRPC ServerReady): False, too, when nothing at all
+        could load at start-up (until a version loads), so a probe does not send traffic to a server
+        that can only refuse it."""
+        if not self.ready or self.draining or self.stalled or not self.alive:
+            return False
+        return self.load_error is None or any(mv.ready for mv in self.repository.versions())
 
     @property
     def in_flight(self) -> int:

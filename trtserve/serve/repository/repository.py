@@ -171,7 +171,10 @@ class Repository:
             mv.state = State.READY
             log.info("ready: %s", mv.name)
         except Exception as err:  # the others keep serving; this one says why
-            log.exception("loading %s failed", mv.name)
+            if isinstance(err, UserError):  # a bad engine dir or run config: its message says what to fix
+                log.error("loading %s failed: %s", mv.name, err)
+            else:
+                log.exception("loading %s failed", mv.name)
             await self._release(mv)
             mv.state, mv.reason = State.UNAVAILABLE, f"{type(err).__name__}: {err}"
 
