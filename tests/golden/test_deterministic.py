@@ -9,16 +9,29 @@ from helpers import make_hf_model, random_prompts
 from trtserve import LLM, SamplingParams
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
+from trtserve.kernels import int4 as int4_kernel
 
 P = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=3)
 
 
-@pytest.fixture(scope="module", params=["float32", "bfloat16"])
+@pytest.fixture(
+    scope="module",
+    params=["float32", "bfloat16", "bfloat16-w8a16", "float32-w4a16", "bfloat16-w4a16", "bfloat16-w4a16+int8act"],
+)
 def engine(request, tmp_path_factory):
-    d = tmp_path_factory.mktemp(f"det-{request.param}")
-    src = make_hf_model(d / "hf", "llama", seed=4, num_key_value_heads=1, dtype=getattr(torch, request.param))
-    build_engine(BuildConfig(model=str(src), tokens_per_block=16), d / "engine", quiet=True)
-    return d / "engine"
+    """(engine dir, LLM options): plain engines and weight-only quantized ones, whose linears pick
+    kernels by row count too; int8act: with int8 activations."""
+    name, _, variant = request.param.partition("+")
+    if variant and not int4_kernel.int8_activations_available():
+        pytest.skip("int8 activations need the kernels' AVX-512 build with VNNI and VBMI")
+    dtype, _, quant = name.partition("-")
+    d = tmp_path_factory.mktemp(f"det-{name}")
+    extra = {"intermediate_size": 128} if quant == "w4a16" else {}  # int4 groups of 64 divide every input
+    src = make_hf_model(d / "hf", "llama", seed=4, num_key_value_heads=1, dtype=getattr(torch, dtype), **extra)
+    build = {"quant": quant, "dtype": dtype} if quant else {}
+    build |= {"group_size": 64} if quant == "w4a16" else {}
+    build_engine(BuildConfig(model=str(src), tokens_per_block=16, **build), d / "engine", quiet=True)
+    return d / "engine", {"int8_activations": True} if variant else {}
 
 
 def _signature(out):
@@ -26,6 +39,7 @@ def _signature(out):
 
 
 def test_bitwise_identical_across_batches_chunks_and_cache(engine):
+    engine, opts = engine
     target = random_prompts(1, seed=50, lo=70, hi=71)[0]
     others = random_prompts(15, seed=51, lo=2, hi=100)
     runs = []
@@ -43,7 +57,8 @@ def test_bitwise_identical_across_batches_chunks_and_cache(engine):
             others + [target],
         ),
     ]:
-        llm = LLM(engine, deterministic=True, kv_cache_memory=settings.pop("kv_cache_memory", 8 << 20), **settings)
+        budget = settings.pop("kv_cache_memory", 8 << 20)
+        llm = LLM(engine, deterministic=True, kv_cache_memory=budget, **settings, **opts)
         if settings.get("enable_prefix_caching"):
             llm.generate([target[:50]], SamplingParams(max_tokens=1))  # warm the prefix cache
         outs = llm.generate(batch, P)
@@ -52,7 +67,8 @@ def test_bitwise_identical_across_batches_chunks_and_cache(engine):
 
 
 def test_fast_path_matches_deterministic_tokens(engine):
+    engine, opts = engine
     prompts = random_prompts(4, seed=52)
-    fast = [o.token_ids for o in LLM(engine, kv_cache_memory=8 << 20).generate(prompts, P)]
-    slow = [o.token_ids for o in LLM(engine, kv_cache_memory=8 << 20, deterministic=True).generate(prompts, P)]
+    fast = [o.token_ids for o in LLM(engine, kv_cache_memory=8 << 20, **opts).generate(prompts, P)]
+    slow = [o.token_ids for o in LLM(engine, kv_cache_memory=8 << 20, deterministic=True, **opts).generate(prompts, P)]
     assert sum(f == s for f, s in zip(fast, slow, strict=True)) >= 3
