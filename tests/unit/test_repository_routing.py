@@ -9,11 +9,13 @@ import pytest
 from trtserve.engine.errors import UserError
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.serve.errors import APIError
+from trtserve.serve.repository.admin import version_parameter
 from trtserve.serve.repository.budget import KVBudget
 from trtserve.serve.repository.guard import parse_rules, verdict
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.policy import Policy
 from trtserve.serve.repository.router import Target, parse_target, sticky_point, weighted_choice
+from trtserve.serve.repository.scan import scan_versions
 from trtserve.serve.repository.version import ModelVersion, Outcome, State
 
 
@@ -43,6 +45,21 @@ def test_parse_target_forms():
     with pytest.raises(APIError) as e:
         parse_target("m", "x")
     assert e.value.status == 404
+
+
+@pytest.mark.parametrize("digits", ["\u00b2", "\u0663", "\uff13"])  # superscript 2, Arabic-Indic 3, fullwidth 3
+def test_non_ascii_digits_are_not_versions(tmp_path, digits):
+    """str.isdigit says yes to them, int() refuses some (a fuzzed KServe path gave a 500)."""
+    assert parse_target(f"m:{digits}") == Target(f"m:{digits}")
+    with pytest.raises(APIError) as e:
+        parse_target("m", digits)
+    assert e.value.status == 404
+    with pytest.raises(APIError) as e:
+        version_parameter({"version": digits})
+    assert e.value.status == 400
+    (tmp_path / "m" / digits).mkdir(parents=True)
+    (tmp_path / "m" / "2").mkdir()
+    assert list(scan_versions(tmp_path / "m")) == [2]
 
 
 def test_weighted_choice_cuts_ranges_in_version_order():

@@ -82,7 +82,7 @@ class ServerMiddleware:
         if not self.server.loaded and path not in ("/metrics", "/openapi.json"):
             return 503, "the model is still loading; retry when /v2/health/ready returns 200", {"Retry-After": "2"}
         length = headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > body_limit(cfg, path):
+        if length is not None and length.isascii() and length.isdigit() and int(length) > body_limit(cfg, path):
             return 413, f"the request body has {length} bytes; the limit is {body_limit(cfg, path)}", {}
         return None
 

@@ -18,6 +18,7 @@ from trtserve.serve.admin_key import RECEIPT_PATHS, require_admin
 from trtserve.serve.errors import APIError
 from trtserve.serve.repository import operations
 from trtserve.serve.repository.repository import Repository
+from trtserve.serve.repository.router import ascii_int
 
 router = APIRouter()
 
@@ -52,9 +53,10 @@ def version_parameter(params: dict) -> list[int] | None:
     v = params.get("version")
     if v is None:
         return None
-    if not str(v).isdigit() or int(v) < 1:
+    number = ascii_int(str(v))
+    if number is None or number < 1:
         raise APIError(400, f"parameter 'version' is {v!r}; give a positive integer")
-    return [int(v)]
+    return [number]
 
 
 # ---- Triton's repository API -----------------------------------------------------------------------

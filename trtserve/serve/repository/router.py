@@ -30,22 +30,29 @@ class Target:
         return f"{self.model}@{self.label}" if self.label else self.model
 
 
+def ascii_int(text: str) -> int | None:
+    """The integer `text` writes in ASCII digits, else None ("²" and "٣" are digits to str.isdigit,
+    which int() refuses)."""
+    return int(text) if text.isascii() and text.isdigit() else None
+
+
 def parse_target(spec: str, version: str | None = None) -> Target:
     """`name`, `name:VERSION` or `name@LABEL`; `version` (a KServe path's) pins it too."""
     name, label, pinned = spec, None, None
     head, sep, tail = spec.rpartition(":")
-    if sep and head and tail.isdigit():
-        name, pinned = head, int(tail)
+    if sep and head and ascii_int(tail) is not None:
+        name, pinned = head, ascii_int(tail)
     else:
         head, sep, tail = spec.rpartition("@")
         if sep and head and tail:
             name, label = head, tail
     if version not in (None, ""):
-        if not version.isdigit() or int(version) < 1:
+        number = ascii_int(version)
+        if number is None or number < 1:
             raise APIError(404, f"model {name!r} has no version {version!r}; versions are positive integers")
-        if pinned is not None and pinned != int(version):
+        if pinned is not None and pinned != number:
             raise APIError(400, f"the model names version {pinned} and the path version {version}; give one")
-        pinned = int(version)
+        pinned = number
     if pinned is not None and pinned < 1:
         raise APIError(404, f"model {name!r} has no version {pinned}; versions are positive integers")
     return Target(name, pinned, None if pinned is not None else label)

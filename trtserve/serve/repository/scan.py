@@ -9,6 +9,7 @@ from trtserve.engine.errors import UserError
 from trtserve.engine.manifest import MANIFEST
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.policy import Policy, read_policy
+from trtserve.serve.repository.router import ascii_int
 from trtserve.serve.repository.version import ModelVersion
 
 
@@ -42,5 +43,5 @@ def scan_versions(model_dir: Path) -> dict[int, ModelVersion]:
     return {
         int(p.name): ModelVersion(model_dir.name, int(p.name), p)
         for p in model_dir.iterdir()
-        if p.is_dir() and p.name.isdigit() and int(p.name) > 0
+        if p.is_dir() and (ascii_int(p.name) or 0) > 0
     }
