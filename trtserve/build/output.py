@@ -37,7 +37,7 @@ def remove_stale_staging(out: Path) -> None:
     """Remove staging dirs of earlier builds of `out` whose process was killed (e.g. SIGKILL)."""
     for stale in out.parent.glob(f".{out.name}.building-*"):
         pid = stale.name.rsplit(".building-", 1)[1].split("-", 1)[0]
-        if pid.isdigit() and not _pid_alive(int(pid)):
+        if pid.isascii() and pid.isdigit() and not _pid_alive(int(pid)):
             shutil.rmtree(stale, ignore_errors=True)
 
 
