@@ -105,3 +105,12 @@ def test_seeded_draws_do_not_depend_on_the_other_rows():
         return [sample(batch, rows)[0][1 if with_others else 0] for _ in range(10)]
 
     assert draw(False) == draw(True)
+
+
+def test_a_vanishing_temperature_samples_the_top_token():
+    """temperature 2.7e-118 (a fuzzed request): logits / t overflowed to inf and softmax to NaN."""
+    logits = _logits(seed=3)
+    for t in (2.7e-118, 1e-30, 1e-7):
+        p = SamplingParams(temperature=t, seed=1)
+        tokens, _ = sample(logits, [SampleRow(p, [1], [], torch.Generator().manual_seed(1))])
+        assert tokens == [int(logits.argmax())]

@@ -103,9 +103,14 @@ def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], 
     return tokens, lps
 
 
+# Temperatures below this divide as this: logits / 2.7e-118 overflow to inf and softmax to NaN (a
+# fuzzed request got a 500); at 1e-5 the distribution is already one-hot but for exact ties.
+MIN_TEMPERATURE = 1e-5
+
+
 def _draw(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[int]:
     """Sample one token per row. logits: (S, vocab)."""
-    temps = torch.tensor([r.params.temperature for r in rows]).unsqueeze(1)  # (S, 1)
+    temps = torch.tensor([r.params.temperature for r in rows]).clamp_min(MIN_TEMPERATURE).unsqueeze(1)  # (S, 1)
     probs_sorted, order = torch.sort(torch.softmax(logits / temps, dim=-1), dim=-1, descending=True)  # (S, vocab)
     ranks = torch.arange(logits.shape[1]).unsqueeze(0)  # (1, vocab)
     top_k = torch.tensor([r.params.top_k or logits.shape[1] for r in rows]).unsqueeze(1)
