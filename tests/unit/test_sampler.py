@@ -114,3 +114,13 @@ def test_a_vanishing_temperature_samples_the_top_token():
         p = SamplingParams(temperature=t, seed=1)
         tokens, _ = sample(logits, [SampleRow(p, [1], [], torch.Generator().manual_seed(1))])
         assert tokens == [int(logits.argmax())]
+
+
+def test_a_vanishing_repetition_penalty_keeps_the_distribution_finite():
+    """repetition_penalty 5e-324 (fuzzed requests): seen tokens' logits overflowed to inf, softmax to NaN."""
+    logits = _logits(seed=4)
+    seen = [int(logits.argmin()), 7]
+    for penalty in (5e-324, 5.3e-79):
+        p = SamplingParams(repetition_penalty=penalty, temperature=0.5, seed=2, logprobs=2)
+        tokens, lps = sample(logits, [SampleRow(p, seen, [], torch.Generator().manual_seed(2))])
+        assert tokens[0] in seen and lps[0].logprob == lps[0].logprob  # a seen token, a finite logprob

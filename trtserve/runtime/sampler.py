@@ -29,6 +29,11 @@ class SampleRow:
     guided: GuidedState | None = None  # the sequence's grammar matcher, standing after output_ids
 
 
+# Repetition penalties below this divide as this: logits / 5e-324 overflowed to inf, and softmax and
+# log-softmax to NaN (fuzzed requests got 500s); at 1e-4 a seen token's logit is already 10^4 times its own.
+MIN_REPETITION_PENALTY = 1e-4
+
+
 def apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
     """In place. logits: (B, vocab) float32."""
     for i, r in enumerate(rows):
@@ -39,7 +44,8 @@ def apply_penalties(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
         if p.repetition_penalty != 1.0:
             seen = torch.tensor(sorted(set(r.prompt_ids) | set(r.output_ids)), dtype=torch.long)
             vals = row[seen]
-            row[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+            penalty = max(p.repetition_penalty, MIN_REPETITION_PENALTY)
+            row[seen] = torch.where(vals > 0, vals / penalty, vals * penalty)
         if r.output_ids and (p.presence_penalty or p.frequency_penalty):
             ids, counts = torch.tensor(r.output_ids, dtype=torch.long).unique(return_counts=True)
             row[ids] -= p.frequency_penalty * counts.float() + p.presence_penalty
