@@ -54,15 +54,11 @@ static inline __attribute__((always_inline)) void linear(const float* x, int64_t
                                                         int64_t N, float* y, int dt) {
     if (wdt == I4) {
         const int64_t ng = K / gs;
-        q8 = q8 && INT4_Q8 && int4_width(bn) == 64 && gs % 4 == 0;
+        q8 = q8 && int4_q8_ok(bn, gs);
         int32_t* xqs = (int32_t*)(xsum + M * ng); /* q8: xsum holds the scales */
         int8_t* xq = (int8_t*)(xqs + M * ng);
 #pragma omp for schedule(static)
-        for (int64_t i = 0; i < M * ng; i++) {
-            const int64_t at = i / ng * K + i % ng * gs;
-            if (q8) int4_quant_group(x + at, gs, xq + at, xqs + i, xsum + i);
-            else xsum[i] = int4_group_sum(x + at, gs);
-        }
+        for (int64_t i = 0; i < M * ng; i++) int4_prepare_group(x, i, K, gs, (int)q8, xsum, xqs, xq);
 #pragma omp for schedule(static)
         for (int64_t u = 0; u < int4_units(N, bn); u++)
             int4_unit(u, x, xsum, M, K, w, N, bn, sz, dt, gs, y, F32, dt, q8 ? xq : NULL, xqs, xsum);

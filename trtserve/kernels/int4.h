@@ -215,9 +215,6 @@ static const uint8_t INT4_Q8_GATHER[64] = { /* 4 j + i -> 32 i + j: row i's byte
     6, 38, 70, 102, 7, 39, 71, 103, 8, 40, 72, 104, 9, 41, 73, 105, 10, 42, 74, 106, 11, 43, 75, 107,
     12, 44, 76, 108, 13, 45, 77, 109, 14, 46, 78, 110, 15, 47, 79, 111};
 
-/* One group of a 64-output block (rows 32 bytes apart) dotted with one or two rows of int8 x (xb
- * NULL: one): acc[r][j] = d[r] * sum_k q[k, j] x_q[r][k]. Four k a step: vpermt2b gathers each
- * output's four bytes (rows k..k+3) into one 32-bit lane, nibbles split by mask and shift. */
 /* acc[c] += the four 4-byte dots of w[c]'s lanes with x[0..3] */
 static inline __attribute__((always_inline)) void int4_q8_dots(__m512i* acc, const __m512i* w, const int8_t* x) {
     int32_t x4;
@@ -241,6 +238,9 @@ static inline __attribute__((always_inline)) void int4_q8_step(const uint8_t* p,
     if (xb) int4_q8_dots(ab, w, xb);
 }
 
+/* One group of a 64-output block (rows 32 bytes apart) dotted with one or two rows of int8 x (xb
+ * NULL: one): acc[r][j] = d[r] * sum_k q[k, j] x_q[r][k]. Four k a step: vpermt2b gathers each
+ * output's four bytes (rows k..k+3) into one 32-bit lane, nibbles split by mask and shift. */
 static inline __attribute__((always_inline)) void int4_dot_q8(const uint8_t* p, const int8_t* xa, const int8_t* xb,
                                                              int64_t gs, const float* d, float acc[2][64]) {
     __m512i a[4], b[4], c[4], e[4]; /* row a: chains a (k / 4 even), b (odd); row b: c, e */
@@ -267,10 +267,21 @@ static inline float int4_group_sum(const float* x, int64_t gs) {
     return s;
 }
 
+/* Whether asked-for int8 activations run: built (INT4_Q8), 64-output units, groups of 4k inputs. */
+static inline int int4_q8_ok(int64_t bn, int64_t gs) { return INT4_Q8 && int4_width(bn) == 64 && gs % 4 == 0; }
+
+/* Group i (row i / ng, group i % ng) of x [M][K] made ready for int4_unit: its sum xsum[i]; or, q8,
+ * its int8 values (at the group's place in xq [M][K]), their sum xqs[i] and scale xsum[i]. */
+static inline void int4_prepare_group(const float* x, int64_t i, int64_t K, int64_t gs, int q8, float* xsum,
+                                      int32_t* xqs, int8_t* xq) {
+    const int64_t ng = K / gs, at = i / ng * K + i % ng * gs;
+    if (q8) int4_quant_group(x + at, gs, xq + at, xqs + i, xsum + i);
+    else xsum[i] = int4_group_sum(x + at, gs);
+}
+
 /* The int4_width(bn) outputs of unit u of y = x w^T for all M rows (one work item), stored in ydt after
  * rounding to rdt. sz is in szdt (F32 or BF16). xq (int8 x [M][K]), xqs and xd ([M][K/gs] sums and
- * scales): the int8-activation path where it is built (INT4_Q8) and the unit is a 64-output block;
- * NULL: the float path (xsum). */
+ * scales): the int8-activation path, given only where int4_q8_ok; NULL: the float path (xsum). */
 static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int64_t M, int64_t K, const uint8_t* w,
                              int64_t N, int64_t bn, const void* sz, int szdt, int64_t gs, void* y, int ydt, int rdt,
                              const int8_t* xq, const int32_t* xqs, const float* xd) {
@@ -305,7 +316,7 @@ static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int6
             const float* xm = xf + m * K + g * gs;
             const uint8_t* p = wb + g * gs * st;
 #if INT4_Q8
-            if (xq && W == 64) {
+            if (xq) {
                 const float dd[2] = {xd[m * ng + g], two ? xd[(m + 1) * ng + g] : 0.0f};
                 int4_dot_q8(p, xq + m * K + g * gs, two ? xq + (m + 1) * K + g * gs : NULL, gs, dd, acc);
             } else
@@ -321,7 +332,7 @@ static inline void int4_unit(int64_t u, const float* xf, const float* xsum, int6
 #endif
             for (int r = 0; r <= two; r++) {
                 const int64_t i = (m + r) * ng + g; /* int8 x: sum_k x_k ~ d sum_k x_q[k] */
-                const float s = INT4_Q8 && xq && W == 64 ? xd[i] * (float)xqs[i] : xsum[i];
+                const float s = xq ? xd[i] * (float)xqs[i] : xsum[i];
                 int j = 0;
 #ifdef __AVX512F__ /* the scalar expression's operations, one rounding each, 16 lanes at a time */
                 const __m512 s8 = _mm512_set1_ps(8.0f * s), sv = _mm512_set1_ps(s);

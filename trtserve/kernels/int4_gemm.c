@@ -20,7 +20,7 @@ int trtserve_int4_gemm(const void* x, int x_bf16, int64_t M, int64_t K, const ui
     if (!int4_block_ok(bn, N)) return -1;
     const int64_t ng = K / gs;
     const int xdt = x_bf16 ? BF16 : F32;
-    q8 = q8 && INT4_Q8 && int4_width(bn) == 64 && gs % 4 == 0;
+    q8 = q8 && int4_q8_ok(bn, gs);
     /* xf [M][K], xsum or xd [M][ng], xqs [M][ng], xq [M][K] bytes */
     float* xf = malloc(sizeof(float) * (size_t)(M * K + 2 * M * ng) + (size_t)(M * K));
     if (!xf) return -1;
@@ -28,11 +28,7 @@ int trtserve_int4_gemm(const void* x, int x_bf16, int64_t M, int64_t K, const ui
     int32_t* xqs = (int32_t*)(xsum + M * ng);
     int8_t* xq = (int8_t*)(xqs + M * ng);
     for (int64_t i = 0; i < M * K; i++) xf[i] = load1(x, xdt, i);
-    for (int64_t i = 0; i < M * ng; i++) {
-        const float* xg = xf + i / ng * K + i % ng * gs;
-        if (q8) int4_quant_group(xg, gs, xq + i / ng * K + i % ng * gs, xqs + i, xsum + i);
-        else xsum[i] = int4_group_sum(xg, gs);
-    }
+    for (int64_t i = 0; i < M * ng; i++) int4_prepare_group(xf, i, K, gs, q8, xsum, xqs, xq);
 #pragma omp parallel for schedule(static) num_threads(threads)
     for (int64_t u = 0; u < int4_units(N, bn); u++) /* stored rounds */
         int4_unit(u, xf, xsum, M, K, w, N, bn, sz, sz_bf16 ? BF16 : F32, gs, y, xdt, F32, q8 ? xq : NULL, xqs, xsum);

@@ -5,7 +5,7 @@
 //
 // Every value is the one torch's elementwise ops give for the same formula: each product is one
 // float32 rounding (no contraction, see native.FLAGS), e4m3 and bfloat16 rounding are c10's
-// (round to nearest even), and decoding tables (byte -> value) are handed in, computed by torch.
+// (round to nearest even), and the widening tables (byte -> value) are handed in, computed by torch.
 
 #include <immintrin.h>
 #include <stdint.h>
@@ -22,20 +22,17 @@ static inline uint32_t to_bits(float f) {
     return v.u;
 }
 
-// float32 -> bfloat16 -> float32 as c10::BFloat16 rounds (nearest even; NaN stays NaN).
+// float32 -> bfloat16 -> float32 as c10::BFloat16 rounds (nearest even; NaN stays NaN); branch-free,
+// so loops over it vectorize.
 static inline float round_bf16(float f) {
-    if (f != f) return f;
-    uint32_t u = to_bits(f);
-    u += 0x7FFFu + ((u >> 16) & 1u);
-    return from_bits(u & 0xFFFF0000u);
+    const uint32_t u = to_bits(f);
+    const uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    return f != f ? f : from_bits(r);
 }
 
-// float32 -> bfloat16 bits as c10 converts (nearest even; NaN -> 0x7FC0); branch-free, so loops
-// that store it vectorize.
+// float32 -> bfloat16 bits as c10 converts (nearest even; NaN -> 0x7FC0)
 static inline uint16_t bf16_bits(float f) {
-    const uint32_t u = to_bits(f);
-    const uint16_t r = (uint16_t)((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-    return f != f ? (uint16_t)0x7FC0 : r;
+    return f != f ? (uint16_t)0x7FC0 : (uint16_t)(to_bits(round_bf16(f)) >> 16);
 }
 
 // e4m3(clamp(v * mult, +-448)) * inv: ModelOpt's fake quantization as _fp8_fake_quant computes it,
@@ -56,13 +53,6 @@ static inline float fp8_round(float v, float mult, float inv) {
     return inv != inv ? inv : r;  // a NaN scale's bits, as torch's product gives them (the compiler may swap operands)
 }
 
-// float32 -> bfloat16 -> float32 as round_bf16, without a branch
-static inline float round_bf16_nb(float f) {
-    const uint32_t u = to_bits(f);
-    const uint32_t r = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    return f != f ? f : from_bits(r);
-}
-
 // Stores of a widened value: float32, or bfloat16 bits (the value already rounded to bfloat16, or
 // rounded here as torch's .to(torch.bfloat16)); `ob` is a constant where these are inlined, so each
 // loop is compiled once per output type.
@@ -73,12 +63,6 @@ static inline __attribute__((always_inline)) void put(void *y, int64_t i, float 
         ((float *)y)[i] = v;
 }
 
-// y (rows, k) from 4-bit codes: value = codebook[code] * s with s the (row, input group)'s scale,
-// then optionally fp8_round (fq: {mult, inv}, else NULL) and bfloat16 rounding (bf16). y: float32,
-// or bfloat16 (out_bf16, with bf16). Scales: float32 (rows, k / group) in `scales`, or, where
-// `scale_codes` is not NULL, bytes (rows, k / group) decoded as scale_lut[byte] * scale_mul. Layouts of w:
-//   0: (rows / 2, k) bytes, row 2i in the low nibble (TensorRT-LLM's packed int4; rows even)
-//   1: (rows, k / 2) bytes, input 2j in the low nibble (packed E2M1)
 // x[c] of a float32 row, or (ib) of a bfloat16 row
 static inline __attribute__((always_inline)) float get(const void *x, int64_t c, int ib) {
     return ib ? from_bits((uint32_t)((const uint16_t *)x)[c] << 16) : ((const float *)x)[c];
@@ -91,7 +75,7 @@ static inline __attribute__((always_inline)) void fp8_row(const void *x, int64_t
     if (ob)  // put rounds to bfloat16
         for (int64_t c = 0; c < k; c++) put(y, c, fp8_round(get(x, c, ib), m, iv), 1);
     else if (bf16)
-        for (int64_t c = 0; c < k; c++) put(y, c, round_bf16_nb(fp8_round(get(x, c, ib), m, iv)), 0);
+        for (int64_t c = 0; c < k; c++) put(y, c, round_bf16(fp8_round(get(x, c, ib), m, iv)), 0);
     else
         for (int64_t c = 0; c < k; c++) put(y, c, fp8_round(get(x, c, ib), m, iv), 0);
 }
@@ -301,6 +285,12 @@ static inline __attribute__((always_inline)) void nibbles16(const uint8_t *w, in
 }
 #endif
 
+// y (rows, k) from 4-bit codes: value = codebook[code] * s with s the (row, input group)'s scale,
+// then optionally fp8_round (fq: {mult, inv}, else NULL) and bfloat16 rounding (bf16). y: float32,
+// or bfloat16 (out_bf16, with bf16). Scales: float32 (rows, k / group) in `scales`, or, where
+// `scale_codes` is not NULL, bytes (rows, k / group) decoded as scale_lut[byte] * scale_mul. Layouts of w:
+//   0: (rows / 2, k) bytes, row 2i in the low nibble (TensorRT-LLM's packed int4; rows even)
+//   1: (rows, k / 2) bytes, input 2j in the low nibble (packed E2M1)
 static inline __attribute__((always_inline)) void nibble_row(const uint8_t *w, int64_t layout, int64_t r, int64_t k,
                                                              const float *codebook, const float *scales,
                                                              const uint8_t *scale_codes, const float *scale_lut,
@@ -372,14 +362,11 @@ int trtserve_widen_int4pack(const uint8_t *w, int64_t n, int64_t k, int64_t bn, 
         const int64_t yi = c * ld - row0;
         for (int64_t b = row0 / bn; b * bn < end; b++) {
             const uint8_t *wb = w + (b * k + c) * half;
-            const int64_t lo0 = b * bn > row0 ? b * bn : row0, lo1 = b * bn + half < end ? b * bn + half : end;
-            const int64_t hi0 = b * bn + half > row0 ? b * bn + half : row0, hi1 = (b + 1) * bn < end ? (b + 1) * bn : end;
-            if (out_bf16) {
-                if (lo0 < lo1) int4pack_span(wb + lo0 - b * bn, 0, s, lo0, lo1, y, yi, 1);
-                if (hi0 < hi1) int4pack_span(wb + hi0 - b * bn - half, 4, s, hi0, hi1, y, yi, 1);
-            } else {
-                if (lo0 < lo1) int4pack_span(wb + lo0 - b * bn, 0, s, lo0, lo1, y, yi, 0);
-                if (hi0 < hi1) int4pack_span(wb + hi0 - b * bn - half, 4, s, hi0, hi1, y, yi, 0);
+            for (int hi = 0; hi < 2; hi++) { /* the low nibbles' outputs, then the high ones' */
+                const int64_t o0 = b * bn + hi * half, o1 = o0 + half, a = o0 > row0 ? o0 : row0, z = o1 < end ? o1 : end;
+                if (a >= z) continue;
+                if (out_bf16) int4pack_span(wb + a - o0, 4 * hi, s, a, z, y, yi, 1);
+                else int4pack_span(wb + a - o0, 4 * hi, s, a, z, y, yi, 0);
             }
         }
     }

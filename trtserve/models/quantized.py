@@ -88,9 +88,8 @@ def slab_linear(
     x = x if x.dtype == gd else x.to(gd)  # exact: x holds values of dtype (the checks spare decode steps a few us)
     (t, k), n = x.shape, out_features
     sd = torch.bfloat16 if gd == torch.bfloat16 else torch.float32  # the slab's dtype
-    rows = min(
-        n, max(16, _SLAB_BYTES // sd.itemsize // k // 2 * 2)
-    )  # even: a slab of packed int4 rows starts on a byte row
+    # even: a slab of packed int4 rows starts on a byte row
+    rows = min(n, max(16, _SLAB_BYTES // sd.itemsize // k // 2 * 2))
     s = None if scale is None else scale.to(dtype).to(gd)
     # reused by every slab: (rows, in), or the transpose of (in, rows)
     slab = (

@@ -40,8 +40,8 @@ def parse_target(spec: str, version: str | None = None) -> Target:
     """`name`, `name:VERSION` or `name@LABEL`; `version` (a KServe path's) pins it too."""
     name, label, pinned = spec, None, None
     head, sep, tail = spec.rpartition(":")
-    if sep and head and ascii_int(tail) is not None:
-        name, pinned = head, ascii_int(tail)
+    if sep and head and (number := ascii_int(tail)) is not None:
+        name, pinned = head, number
     else:
         head, sep, tail = spec.rpartition("@")
         if sep and head and tail:
