@@ -1,4 +1,4 @@
-"""Figures for README "Scaling out", all in one run on this machine:
+"""Figures for docs/scaling-out.md, all in one run on this machine:
 
 1. throughput of plain `trtserve run` vs Ray Serve with 1 and 2 replicas on a mixed (ShareGPT-like)
    workload, interleaved round by round so both see the same background load;

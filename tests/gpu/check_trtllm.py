@@ -3,7 +3,7 @@
 
     python tests/gpu/check_trtllm.py [--out trtllm-check.json] [--keep DIR]
 
-Needs an NVIDIA GPU, TensorRT-LLM installed (README "GPU: TensorRT-LLM") and trtserve's dev
+Needs an NVIDIA GPU, TensorRT-LLM installed (docs/tensorrt-llm.md) and trtserve's dev
 dependencies (HF transformers for the reference tokens, openai for the server check). It builds tiny
 random models (no downloads), so it takes minutes, not hours. For each workflow this host supports
 (`trtserve doctor`'s verdicts), it checks what issue 20 found could break on a real install:
@@ -16,7 +16,7 @@ random models (no downloads), so it takes minutes, not hours. For each workflow 
 
 Every check prints PASS / FAIL / SKIP with a reason; the summary and the doctor report go to --out as
 JSON. Exit status 1 if any check failed, 2 if nothing could be checked here. Please attach that JSON (and the printed summary) when you
-report the result (README "GPU: TensorRT-LLM" says where).
+report the result (docs/tensorrt-llm.md says where).
 """
 
 from __future__ import annotations

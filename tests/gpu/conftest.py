@@ -12,7 +12,7 @@ def _why_skip() -> str | None:
     if not torch.cuda.is_available():
         return "needs a CUDA GPU"
     if importlib.util.find_spec("tensorrt_llm") is None:
-        return 'needs TensorRT-LLM (pip install "trtserve[tensorrt]", see README "GPU: TensorRT-LLM")'
+        return 'needs TensorRT-LLM (pip install "trtserve[tensorrt]", see docs/tensorrt-llm.md)'
     return None
 
 

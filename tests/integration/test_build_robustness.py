@@ -2,7 +2,7 @@
 (plain and quantized) never leaves a partial engine dir and the next build succeeds; a full file
 system gives one clear error and leaves nothing; every damage is refused at load naming the file.
 
-The manifest is unsigned (README "Operations"): someone who edits a file *and* its manifest entry
+The manifest is unsigned (docs/serving.md): someone who edits a file *and* its manifest entry
 defeats the hash check, so loading must still refuse what cannot be a working engine."""
 
 from __future__ import annotations
@@ -39,8 +39,7 @@ def _visible(parent: Path) -> list[str]:
     return sorted(p.name for p in parent.iterdir() if not p.name.startswith("."))
 
 
-@pytest.mark.slow  # ten CLI builds: ~4 min on a loaded 2-core machine (like test_signal_during_build_leaves_nothing)
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(600)  # ten CLI builds, each killed at a random moment
 @pytest.mark.parametrize("quant", [None, "w8a16"])
 def test_sigkill_at_random_moments_leaves_no_partial_engine(tmp_path, src, quant):
     extra = ("--quant", quant) if quant else ()
@@ -162,6 +161,6 @@ def test_tampered_file_with_a_matching_manifest_is_still_refused(engine, tmp_pat
     eng = _copy(engine, tmp_path)
     rel = tamper(eng)
     _reseal(eng, rel)
-    verify_engine_dir(eng)  # the unsigned manifest is fooled, as the README says...
+    verify_engine_dir(eng)  # the unsigned manifest is fooled, as docs/serving.md says...
     with pytest.raises(UserError, match=rel.split("/")[-1].split(".")[0]):  # ...but loading is not
         _load(eng)

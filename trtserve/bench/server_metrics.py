@@ -52,8 +52,8 @@ class MetricsWatcher:
     """Scrapes `{base_url}/metrics` before, during (every `interval` s) and after a run.
 
     A scrape is not free for the server it measures: rendering /metrics takes its event loop ~2 ms,
-    which on a 2-core CPU also stalls the engine's OpenMP threads; scraped every 0.1 s, trtserve's
-    batch-1 decode of SmolLM2 ran 7-17% slower (Xeon, 2 threads). Peaks need no finer sampling than a
+    which on a 2-core CPU also stalls the engine's OpenMP threads, so frequent scrapes slow the run
+    they measure (docs/performance.md). Peaks need no finer sampling than a
     Prometheus server would take, so once a request is seen running, one scrape a second."""
 
     def __init__(self, client: httpx.AsyncClient, base_url: str, interval: float = 1.0):

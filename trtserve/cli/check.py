@@ -51,7 +51,7 @@ def command(
     """Check build configs: exit 0 when every check passes, 1 when one fails, 2 on a usage error.
 
     Each CONFIG is the YAML `trtserve build --config` takes, plus an optional `target:` and `checks:`
-    block (README "Checking engine builds in CI").
+    block (docs/ci-checks.md).
     """
     from rich.console import Console
 

@@ -4,9 +4,8 @@
  *
  * Each score is one FMA chain over the head dim and a horizontal sum, each output a sum over keys in
  * key order, whichever way the work is split: grouping query heads or keys changes no bit. Keys run
- * KB at a time so their chains overlap (one chain a key left the FMA unit waiting on its latency:
- * ~40% of a 32-row SmolLM2 decode step, AMD EPYC Zen 3), and the outputs sit in registers while
- * the values stream past. */
+ * KB at a time so their chains overlap (one chain a key leaves the FMA unit waiting on its latency),
+ * and the outputs sit in registers while the values stream past. */
 #ifndef TRTSERVE_ATTENTION_H
 #define TRTSERVE_ATTENTION_H
 #include <math.h>
@@ -76,10 +75,9 @@ static inline int64_t head_scratch(int64_t n, int64_t len, int64_t hd) {
 
 /* How a step's attention is cut into tasks: per sequence, nr consecutive query heads a task, per_seq
  * tasks a sequence. Every head of a sequence where that leaves several tasks a thread (lengths
- * differ): each key's cache row (all KV heads) is then read once, front to back; reading one KV
- * head's part of the rows a task was ~1.1x slower (Xeon, 2 threads, SmolLM2, 24 sequences of 400
- * keys from DRAM). Else a KV head's group of query heads (its keys read once for all of them), else
- * one query head a task. */
+ * differ): each key's cache row (all KV heads) is then read once, front to back, which streams
+ * better than reading one KV head's part of the rows a task. Else a KV head's group of query heads
+ * (its keys read once for all of them), else one query head a task. */
 typedef struct {
     int64_t nr, per_seq;
 } split_t;
@@ -160,11 +158,9 @@ static inline int head_run(int64_t h0, int64_t j, int64_t n, int64_t group) {
 /* heads (below) on 16 lanes, hd a multiple of 16: query heads that share a KV head go through the keys
  * and values four at a time, so each cache row is loaded once for them and the heads' sums are
  * independent FMA chains; the score loop prefetches the key rows PF keys ahead into L1 and the value
- * rows into L2, and each tile of values prefetches the next. Xeon, 2 threads, SmolLM2's shapes (3 KV
- * heads of 64, groups of 3), 30 layers of float32 KV from DRAM: 24 sequences of 400 keys 30.6-32.3 -> 19.8-20.0 ms
- * (heads one at a time, no prefetch; 13.7 -> 22.3 GB/s), 4 of 2000 keys 30.4 -> 23.2 ms; 1.2 MB of KV
- * in L2 0.57 -> 0.61 ms. Each score is one 16-lane FMA chain and a horizontal sum, each output a sum
- * over keys in key order, however the heads are grouped. */
+ * rows into L2, and each tile of values prefetches the next: KV read from DRAM streams near memory
+ * speed. Each score is one 16-lane FMA chain and a horizontal sum, each output a sum over keys in
+ * key order, however the heads are grouped. */
 static inline __attribute__((always_inline)) void heads16(const void* q, int qdt, const void* k, const void* v, int dt,
                                                          int64_t qoff, int64_t h0, int64_t group, int64_t n,
                                                          int64_t hd, const int64_t* at, int64_t len, float scale,

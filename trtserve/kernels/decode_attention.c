@@ -2,9 +2,9 @@
  * x86-64 with AVX2 + FMA + F16C.
  *
  * Why: the torch path first copies every block of each sequence's keys and values out of the
- * cache (index_select), per layer and step, then runs SDPA on the copy with a padding mask. At
- * batch-1 decode of SmolLM2 that was ~3 ms of a 32 ms step. Here each (sequence, KV head) reads
- * its keys and values where they lie, once for all the query heads that share them (GQA).
+ * cache (index_select), per layer and step, then runs SDPA on the copy with a padding mask. Here
+ * each (sequence, KV head) reads its keys and values where they lie, once for all the query heads
+ * that share them (GQA).
  *
  * Layouts: q and out [T][n_kv * group][hd] (row `rows[g]` is sequence g's token); k and v
  * [slots][n_kv][hd] with slot = tables[g][t / bs] * bs + t % bs for key t < kv_lens[g]; all in one

@@ -4,9 +4,9 @@
  * SiLU * gate, the down projection and residual, layer after layer.
  *
  * Why: with each of these a call of its own (dense_gemv.c, pointwise.c, decode_attention.c) a
- * SmolLM2 step made ~270 calls from Python into C, each with its own parallel region; their
- * dispatch, not the weight reads, was a third of the step. Here one parallel region covers the
- * whole step and the stages meet at OpenMP barriers.
+ * small model's step made hundreds of calls from Python into C, each with its own parallel region,
+ * and their dispatch rivalled the weight reads. Here one parallel region covers the whole step and
+ * the stages meet at OpenMP barriers.
  *
  * Numerics are the per-op kernels' (and so HF transformers'): every stage's output is rounded to
  * the model dtype; the scratch buffers hold those rounded values in float32.

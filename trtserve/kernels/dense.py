@@ -23,17 +23,10 @@ WIDE = {"avx512f"}  # on Intel CPUs, torch's (MKL's) GEMM runs AVX-512 code
 
 @cache
 def max_rows(dtype: torch.dtype) -> int:
-    """Rows up to which the kernel beats torch. On AMD CPUs MKL runs its AVX2 code even where AVX-512
-    is present, and the kernel beats torch's float32 GEMM at every size it takes (2 threads, SmolLM2's
-    30 layers of weights cold from DRAM): on a Zen 3 (AVX2 only) 100 vs 59 GFLOP/s at 32 rows of a
-    (3072, 576) weight, 22 vs 68 ms for the (49152, 576) lm_head; on a Zen 4 (AVX-512, AVX512-BF16)
-    113 vs 90 GFLOP/s at 32 rows, 135 vs 116 at 64, 58 vs 36 at 8. Bfloat16 there: torch's native-bf16
-    GEMM overtakes from 4 rows (47 vs 41, 215 vs 93 GFLOP/s at 32), so 2 rows; Zen 3 emulates bf16 in
-    torch, so the kernel wins at every size. On an AVX-512 Xeon with AMX (same layers, 2 threads) the
-    kernel's AVX-512 build (native.avx512_build) beats MKL's float32 GEMM at every size: 76 vs 52
-    GFLOP/s at 8 rows, 187 vs 169 at 32, 235 vs 228 at 64; bfloat16 up to 4 rows (TinyLlama's layers
-    from DRAM: 98.6 vs 89.7 GFLOP/s at 4, 144 vs 182 at 8, where AMX takes over), float16 up to 8 (93 vs
-    84 at 8, 130 vs 139 at 16: the CPU has AVX512-FP16). Its AVX2 build lost to MKL above 8 rows there."""
+    """Rows up to which the kernel beats torch (the crossovers measured are in docs/performance.md).
+    On AMD CPUs MKL runs its AVX2 code even where AVX-512 is present, so the kernel wins float32 at
+    every size it takes; where the CPU has native bf16 matmul, torch's bf16 GEMM overtakes after a few
+    rows. On Intel CPUs with AVX-512, only the kernel's AVX-512 build keeps up with MKL beyond 8 rows."""
     if dtype == torch.bfloat16 and native_matmul(dtype):
         return 4 if native.avx512_build() else 2
     if native.cpu_flags() & WIDE and native.cpu_vendor() == "GenuineIntel":
@@ -49,11 +42,9 @@ def load():
 
 def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether the kernel takes x @ weight^T: a CPU decode batch of x in weight's dtype, or over int8
-    weights (W8A16) in any float dtype, weight contiguous (out, in). Int8: torch's kernel ran float32
-    inputs at 0.5-2.6 GB/s, this one at 13-16 (TinyLlama's 22 layers, 1-2 rows); for bf16 inputs the
-    two are close (Zen 4, SmolLM2's 30 layers, 1-8 rows: torch 1.02-1.19x this kernel's time), and
-    this one gives the bits the one-call decode step (decode_layers.c) gives, so a sequence decodes
-    alike in either."""
+    weights (W8A16) in any float dtype, weight contiguous (out, in). Int8: torch's kernel streams
+    float32 inputs far below memory speed; for bf16 inputs the two are close, and this one gives the
+    bits the one-call decode step (decode_layers.c) gives, so a sequence decodes alike in either."""
     return (
         x.device.type == "cpu"
         and x.dim() == 2
@@ -81,8 +72,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None = Non
 
 UPCAST_ROWS = 64  # from this many rows a float32 GEMM over upcast weights beats an emulated bf16/fp16 one
 NATIVE = {torch.bfloat16: {"avx512_bf16", "amx_bf16"}, torch.float16: {"avx512_fp16", "amx_fp16"}}
-# int8 x int8 -> int32 (torch._int_mm): on a Xeon with AMX (2 threads) 0.9-2.8 TOP/s at 512 rows of
-# SmolLM2's shapes, against 330-380 GFLOP/s for float32; elsewhere it measured 0.5-1 GOP/s.
+# int8 x int8 -> int32 (torch._int_mm) is fast only with AMX-INT8; elsewhere far below float32's GEMM.
 NATIVE[torch.int8] = {"amx_int8"}
 
 
@@ -94,9 +84,8 @@ def native_matmul(dtype: torch.dtype) -> bool:
 
 def upcast(x: torch.Tensor, weight: torch.Tensor) -> bool:
     """Whether to run x @ weight^T in float32: a bf16/fp16 prefill-sized batch on a CPU without that
-    dtype's matmul instructions, where torch's GEMM emulates it at ~7 GFLOPS (TinyLlama's fc_gate at
-    256 rows on 2 Zen 3 cores: 281 ms, against 73 ms converting the weight and running float32;
-    even at 64 rows 81 vs 48 ms; 32 rows break even). Outputs are the same up to float32 summation order."""
+    dtype's matmul instructions, where torch's GEMM emulates it slowly and converting the weight to
+    float32 wins from UPCAST_ROWS rows. Outputs are the same up to float32 summation order."""
     return (
         x.device.type == "cpu"
         and x.dtype in NATIVE

@@ -1,10 +1,8 @@
 /* Dense GEMM for few rows (decode) on x86-64 with AVX2 + FMA + F16C: y = x w^T, w stored (N, K).
  *
  * Why: decode reads every weight once per token for a handful of rows, so it runs at the speed
- * the weights stream from memory. Measured on 2 threads (TinyLlama-1.1B's 22 layers, from DRAM):
- * on an AVX2 AMD Zen 2, torch's float32 GEMV moved ~22 GB/s where llama.cpp moved ~33 GB/s, and its
- * bf16 GEMMs are emulated; on an AVX-512/AMX Xeon, torch's float32 GEMM fell from 31 GB/s at one row
- * to 16 GB/s at four and its float16 GEMV reached 15 GB/s, against 26 and 24 GB/s here. Each thread
+ * the weights stream from memory, and torch's GEMV / small GEMMs stream well below that (its bf16
+ * GEMMs are emulated on CPUs without bf16 matmul; docs/performance.md has the figures). Each thread
  * streams four weight rows at a time, front to back, and dots them with every row of x while they
  * sit in L1.
  *

@@ -9,7 +9,7 @@
 #define KC 512   /* k per chunk: ROWS x KC weights stay in L1 while every row of x uses them */
 #define MAX_M 64 /* the caller routes larger batches to torch */
 #ifdef __AVX512F__
-#define SEQ_M 0 /* Xeon: four weight rows side by side stream faster than one at a time (chunk16) */
+#define SEQ_M 0 /* AVX-512 CPUs: four weight rows side by side stream faster than one at a time (chunk16) */
 #else
 #define SEQ_M 4 /* up to this many rows of x, a block's weight rows are read one after another (row_dots) */
 #endif
@@ -61,11 +61,10 @@ static inline __attribute__((always_inline)) void chunk(const void* w0, const vo
 
 #ifdef __AVX512F__ /* built so where the CPU has AVX-512 F/DQ/BW/VL (native.py) */
 #define KC16 1024 /* the AVX-512 chunk's k: 4 rows of float32 weights (16 KB) stay in L1 */
-#define MR16 4    /* rows of x a tile: 16 sums, 8 loads for 16 FMAs (3 or 2 by 8 weight rows: 0.8-0.9x as fast) */
+#define MR16 4    /* rows of x a tile: 16 sums, 8 loads for 16 FMAs (beats 3 or 2 by 8 weight rows) */
 #define PFW 1024  /* bytes ahead in each weight row that the first tile prefetches */
-/* Up to this many rows of x the first tile prefetches the next block's rows too: TinyLlama's 22 layers from
- * DRAM, 1 row: int8 weights 18.9 -> 23.3 GB/s, bf16 25.8 -> 27.6; SmolLM2's float32 at 8 rows 85 -> 100
- * GFLOP/s; at 32 rows 0.95x as fast. */
+/* Up to this many rows of x the first tile prefetches the next block's rows too: it helps few-row
+ * decode and costs a little at many rows. */
 #define PF_NEXT_M 8
 
 /* mr rows of x (a constant after inlining) by ROWS weight rows, 16 lanes: acc[m][j] += x[m] . w[j] over [k0, k0 + kv). */
@@ -82,7 +81,7 @@ static inline __attribute__((always_inline)) void tile16(const void* const* w, i
         __m512 u[MR16];
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) u[i] = _mm512_loadu_ps(x + i * K + k0 + k);
-        if (pf & 1) /* Xeon, SmolLM2's float32 layers from DRAM: 1.06-1.19x faster at 4-32 rows, same at 1 and 64 */
+        if (pf & 1) /* weights from DRAM: keeps each row's stream ahead of the FMAs */
 #pragma GCC unroll 8
             for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (k0 + k) * es + PFW, _MM_HINT_T0);
         if (pf & 2) /* the next block's rows into L2 (their first PFW bytes are nobody's PFW ahead) */
@@ -123,8 +122,7 @@ static inline __attribute__((always_inline)) void chunk16(const void* const* w, 
 /* out[m * stride] = sum over k of x[m][k] wr[k] for m < M (M <= SEQ_M): one weight row, front to back, dotted
  * with each pair of x rows in turn (the row stays in L1 after the first pair). A thread's blocks are
  * contiguous, so it reads its weights as one sequential stream; four rows read side by side (chunk)
- * made four short streams, and batch-1 GEMVs over SmolLM2's 576-wide rows ran at half the bandwidth
- * (Zen 4, 2 threads, from DRAM: float32 17-20 vs 30-36 GB/s, bf16 13-15 vs 23-33). Sums: four
+ * make four short streams, which halve the bandwidth of batch-1 GEMVs over narrow rows. Sums: four
  * 8-lane accumulators over k mod 32, added pairwise, then hsum; K mod 8 is added after. */
 static inline __attribute__((always_inline)) void row_dots(const void* wr, int dt, const float* xf, int64_t M,
                                                           int64_t K, float* out, int64_t stride) {

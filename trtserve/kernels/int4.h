@@ -49,9 +49,7 @@ static inline int64_t int4_units(int64_t N, int64_t bn) { return N / int4_width(
  * (checked: both builds, float32 and bf16, 1-8 rows of TinyLlama's fc_gate) in half the conversions,
  * and the rows INT4_PF ahead prefetched (the unit reads 16 bytes of each 32-byte row: a stride the
  * hardware prefetcher followed too slowly). With torch's 64-output blocks a unit is the whole block
- * (int4_width), its scales and zeros loaded and applied 16 at a time. Xeon, 2 threads, TinyLlama's 22
- * layers of int4 from DRAM, one bf16 row: 58.8 ms (AVX2 build) -> 46.3 (16 lanes) -> 34.8 (and the
- * prefetch) -> 32.1 (whole blocks, vector scales; torch's AVX-512 kernel 36.5); two rows 31.1 (42.2). */
+ * (int4_width), its scales and zeros loaded and applied 16 at a time. */
 #define INT4_PF 64
 #define INT4_SZ_PF 2 /* groups ahead whose scales a 64-output unit prefetches */
 #define INT4_Q8_PF 4096 /* bytes ahead in a block that the int8-activation path prefetches (128 rows) */

@@ -1,10 +1,8 @@
 """The W4A16 decode kernel (`int4_gemm.c`), built by trtserve/kernels/native.py; torch's own int4
 GEMM runs instead where it cannot be built. Its per-unit math is int4.h, which the one-call decode
 step (decode_layers.c) shares, so a W4A16 step gives the same bits in one call as op by op.
-
-Measured on this project's AVX2 machine (AMD EPYC Zen 2, 2 threads): `scripts/bench_quant.py` on the
-TinyLlama-1.1B shape, batch-1 decode, went from 1.75x to 2.34x the bf16 engine with it; one
-5632 x 2048 weight in groups of 64 at one float32 row, 36 ms -> 1 ms (torch's kernel -> this one).
+Decode is bandwidth-bound, and torch's int4 kernel unpacks too slowly to stream at memory speed
+(docs/performance.md has the figures).
 """
 
 from __future__ import annotations
@@ -56,11 +54,9 @@ Q8_MAX_ROWS = 64
 
 def preferred(dtype: torch.dtype, rows: int, int8_activations: bool = False) -> bool:
     """Whether this kernel beats torch's on a (rows, K) input. float32: always (torch's kernel runs
-    float32 inputs 12-40x slower, measured). bfloat16: decode rows on AVX2 builds of torch; against
-    torch's AVX-512 kernel (64-output blocks) only this kernel's AVX-512 build, up to 2 rows (Xeon,
-    2 threads, TinyLlama's 22 layers from DRAM: 35.3 vs 38.1 ms at one row, 38.8 vs 42.3 at two,
-    58.0 vs 40.6 at three; its AVX2 build streamed 7 GB/s against torch's 13 at one row). With int8
-    activations (opt-in): below Q8_MAX_ROWS."""
+    float32 inputs far slower). bfloat16: decode rows on AVX2 builds of torch; against torch's AVX-512
+    kernel (64-output blocks) only this kernel's AVX-512 build, up to BF16_WIDE_ROWS rows (the
+    crossovers measured are in docs/performance.md). With int8 activations (opt-in): below Q8_MAX_ROWS."""
     if dtype == torch.float32 or (int8_activations and rows < Q8_MAX_ROWS):
         return True
     return rows <= (BF16_MAX_ROWS if block_n() == 32 else BF16_WIDE_ROWS if native.avx512_build() else 0)

@@ -1,9 +1,9 @@
 /* W4A16 GEMM for few rows (decode) on x86-64 with AVX2 + FMA, over torch's CPU int4 pack.
  *
- * Why: torch 2.13's `_weight_int4pack_mm_for_cpu` unpacks int4 at about 7 GB/s on an AVX2 CPU at
- * one row, and takes ~30x longer with float32 activations; decode is bandwidth-bound, so the int4
- * engine ran barely faster than int8 on half the bytes. This kernel reads the same packed weights
- * (no second copy) and keeps activations in float32 through the sums.
+ * Why: torch's `_weight_int4pack_mm_for_cpu` unpacks int4 far below memory speed on AVX2 CPUs, and
+ * far slower still with float32 activations; decode is bandwidth-bound, so int4 should stream at
+ * memory speed. This kernel reads the same packed weights (no second copy) and keeps activations in
+ * float32 through the sums.
  *
  * Layouts and the per-unit math: int4.h (shared with decode_layers.c, whose one-call decode step
  * computes each int4 linear exactly as this does). x [M][K] bf16 or float32, y [M][N] in x's dtype;

@@ -61,11 +61,9 @@ def cpu_has_avx2_fma() -> bool:
 
 
 def avx512_build() -> bool:
-    """Whether the kernels are built with AVX-512: on Intel CPUs that have it. On a Xeon (2 threads,
-    SmolLM2's 30 layers of float32 linears from DRAM) the 16-lane decode GEMM ran 187 against the AVX2
-    build's 119 GFLOP/s at 32 rows (torch 169), 240 against 140 at 64 (torch 229), and at one row
-    16.4 against 12.1 GFLOP/s (torch 16.2). AMD's Zen 4 splits 512-bit ops in two halves, and its AVX2
-    build was the one measured there; it keeps that build."""
+    """Whether the kernels are built with AVX-512: on Intel CPUs that have it, where the 16-lane decode
+    GEMM beats the AVX2 build; AMD CPUs split 512-bit ops in two halves and keep the AVX2 build
+    (docs/performance.md)."""
     return {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= cpu_flags() and cpu_vendor() == "GenuineIntel"
 
 

@@ -2,9 +2,9 @@
  * RMSNorm, RoPE on q and k with k and v written into the paged KV cache, and SiLU(fc) * gate.
  *
  * Why: at batch-1 decode each of these was 3-8 small torch ops per layer (~25 per layer in all),
- * and at a few microseconds of dispatch each they cost ~5 ms of a 39 ms SmolLM2 step (AMD Zen 3,
- * 2 threads). Used where the whole-step kernel (decode_layers.c) is not: quantized weights, mixed
- * batches of up to 64 rows. Numerics are HF transformers' op for op (pointwise.h).
+ * and their dispatch overhead was a sizeable share of a small model's step. Used where the
+ * whole-step kernel (decode_layers.c) is not: quantized weights, mixed batches of up to 64 rows.
+ * Numerics are HF transformers' op for op (pointwise.h).
  *
  * Layouts (row-major, dtype 0 float32, 1 bfloat16, 2 float16):
  *   rms_norm:  h, delta, out [T][H], w [H]

@@ -4,10 +4,9 @@ activations.
 Built by trtserve/kernels/native.py; where it cannot be, each function runs the same formula in
 torch ops, which give the same values (the tests compare the two bit for bit).
 
-What it replaced, timed on one Zen 3 thread for a (1536, 576) weight, whose float32 GEMM at 512
-rows takes 11.5 ms: torch's e4m3 -> float32 conversion runs scalar, 4.1 ms (the table here: 0.34);
-W4A8_AWQ's unpack, scale and e4m3 rounding of the weight 15 ms (1.2); NVFP4's unpack and scale
-4.8 ms (0.73). Each also ran as 4-10 separate torch ops, each a parallel region.
+Why: torch converts e4m3 to float32 with scalar code, and unpacking, scaling and rounding a 4-bit
+weight took several separate torch ops (each a parallel region), costing a large share of the GEMM
+they feed (docs/performance.md).
 """
 
 from __future__ import annotations

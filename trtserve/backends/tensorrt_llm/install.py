@@ -7,7 +7,7 @@ from types import ModuleType
 
 from trtserve.engine.errors import UserError
 
-# TensorRT-LLM's wheels and TensorRT's libraries come from NVIDIA's index (README "GPU: TensorRT-LLM").
+# TensorRT-LLM's wheels and TensorRT's libraries come from NVIDIA's index (docs/tensorrt-llm.md).
 INSTALL_COMMAND = 'pip install "trtserve[tensorrt]" --extra-index-url https://pypi.nvidia.com'
 
 
