@@ -28,7 +28,7 @@ class LLM:
         # Validated, not model_copy(update=...): "2GiB" becomes a byte count, a typo is refused.
         cfg = RuntimeConfig.model_validate((config or RuntimeConfig()).model_dump() | overrides)
         self.config = cfg
-        self.engine = load_engine(engine_dir, cfg.device, cfg.deterministic, cfg.int8_activations)
+        self.engine = load_engine(engine_dir, cfg.device, cfg.options)
         self.tokenizer = self.engine.tokenizer
         self.fit_to_requests = cfg.kv_cache_memory is None
         # One block until the first generate() says how many its requests need.

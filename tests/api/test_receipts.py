@@ -188,6 +188,7 @@ def test_a_receipt_records_what_replay_needs_and_needs_the_admin_key(served_floa
     rec = _receipt(s, rid)
     assert rec.engine.fingerprint == engine_fingerprint(read_manifest(s.engine))
     assert rec.engine.backend == "torch" and rec.model == s.engine.name
+    assert rec.engine.options == {"deterministic": True}  # the served engine options that change the numbers
     assert rec.params["seed"] == 7 and rec.params["temperature"] == 0.9 and rec.params["max_tokens"] == 4
     assert rec.prompt_token_ids == TARGET[:20] and rec.prompt_sha256 == token_sha256(TARGET[:20])
     assert (rec.cache.namespace, rec.cache.context_version) == ("docs", 3)

@@ -5,6 +5,7 @@ main (conftest.py), each behaving as that release's source does."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 
 import pytest
@@ -189,15 +190,66 @@ def test_tensorrt_llm_older_than_1_0_is_refused_for_trtllm_dirs(fake_trtllm, trt
 
 
 def test_trtllm_argument_errors_become_user_errors(engine, monkeypatch):
-    monkeypatch.setattr(engine, "max_batch_size", 100)  # let n=9 past our check to TensorRT-LLM's own
+    # let n=9 past our check to TensorRT-LLM's own
+    monkeypatch.setattr(engine, "info", dataclasses.replace(engine.info, max_batch_size=100))
     with pytest.raises(UserError, match=r"TensorRT-LLM refused the request: SamplingParams.n \(9\)"):
         collect(engine, req(n=9, temperature=0.5))
 
 
-def test_the_torch_backends_int8_activations_are_refused(fake_trtllm, trtllm_engine_dir):
+@pytest.mark.parametrize("option", ["int8_activations", "deterministic"])
+def test_the_torch_backends_options_are_refused(fake_trtllm, trtllm_engine_dir, option):
     from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
     from trtserve.engine.run_config import RuntimeConfig
 
-    with pytest.raises(UserError, match="int8_activations is the torch backend's CPU option"):
-        TrtllmEngine(trtllm_engine_dir, RuntimeConfig(int8_activations=True))
+    with pytest.raises(UserError, match=f"engine option {option} .* is not available on the trtllm backend") as err:
+        TrtllmEngine(trtllm_engine_dir, RuntimeConfig(**{option: True}))
+    assert f"remove `{option}` from the run config's engine section" in str(err.value)
     assert not fake_trtllm.INSTANCES  # refused before TensorRT-LLM was started
+
+
+def test_info_declares_identity_limits_and_what_the_backend_cannot_do(engine, fake_trtllm, trtllm_engine_dir):
+    from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
+    from trtserve.engine.manifest import engine_fingerprint, read_manifest
+    from trtserve.engine.run_config import RuntimeConfig
+
+    manifest, info = read_manifest(trtllm_engine_dir), engine.info
+    assert (info.backend, info.platform, info.fingerprint) == ("trtllm", "tensorrt_llm", engine_fingerprint(manifest))
+    assert info.backend_version == manifest.toolchain.get("tensorrt_llm", "unknown")
+    assert (info.max_seq_len, info.max_batch_size, info.max_num_tokens) == (
+        256,
+        8,
+        fake_trtllm.INSTANCES[0].kwargs["max_num_tokens"],
+    )
+    caps = info.capabilities
+    assert (caps.priorities, caps.prompt_logprobs, caps.cache_invalidation) == (False, False, False)
+    assert caps.logprobs and caps.max_top_logprobs > 0
+    assert not caps.guided_decoding  # the built options name no guided_decoding_backend
+    with pytest.raises(UserError, match="priority"):
+        engine.check(GenerateRequest(list(PROMPT), SamplingParams(), priority=1.0))
+    smaller = TrtllmEngine(trtllm_engine_dir, RuntimeConfig(kv_cache_memory=1 << 20, max_batch_size=3))
+    try:
+        assert smaller.info.max_batch_size == 3  # the run config's limit under the build's
+    finally:
+        smaller.shutdown()
+
+
+def test_heartbeat_stops_while_tensorrt_llm_does_not_move(engine, fake_trtllm):
+    """A hung executor with a request in flight leaves the heartbeat where it was; it moves idle and streaming."""
+    [llm] = fake_trtllm.INSTANCES
+    idle = engine.heartbeat()
+    time.sleep(0.3)
+    assert engine.heartbeat() > idle  # idle polls beat
+
+    async def run():
+        gen = engine.generate(req(max_tokens=200, temperature=0.0, ignore_eos=True))
+        await gen.__anext__()
+        with llm._lock:  # the fake executor cannot step
+            await asyncio.sleep(0.4)  # stats already queued drain by now
+            stalled = engine.heartbeat()
+            await asyncio.sleep(0.5)
+            assert engine.heartbeat() == stalled
+        await gen.__anext__()
+        assert engine.heartbeat() > stalled
+        await gen.aclose()
+
+    asyncio.run(run())

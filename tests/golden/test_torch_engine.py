@@ -113,6 +113,35 @@ def test_the_model_loads_and_steps_on_the_engine_thread_only(tiny_llama_engine, 
         e.shutdown()
 
 
+def test_info_declares_identity_limits_and_capabilities_and_the_loop_beats(engine, tiny_llama_engine):
+    import time
+
+    import trtserve
+    from trtserve.engine.layout import read_engine_config
+    from trtserve.engine.manifest import engine_fingerprint, read_manifest
+    from trtserve.engine.options import EngineOptions
+
+    info, built = engine.info, read_engine_config(tiny_llama_engine).build_config
+    assert (info.backend, info.platform, info.backend_version) == ("torch", "trtserve_torch", trtserve.__version__)
+    assert info.fingerprint == engine_fingerprint(read_manifest(tiny_llama_engine))
+    assert (info.max_seq_len, info.max_batch_size, info.options) == (
+        built.max_seq_len,
+        built.max_batch_size,
+        EngineOptions(),
+    )
+    caps = info.capabilities
+    assert caps.priorities and caps.prompt_logprobs and caps.guided_decoding and caps.cache_invalidation
+    beat = engine.heartbeat()
+    time.sleep(0.2)
+    assert engine.heartbeat() > beat  # idle ticks beat too
+    e = TorchEngine(tiny_llama_engine, RuntimeConfig(kv_cache_memory=16 << 20, max_batch_size=2, deterministic=True))
+    try:
+        assert e.info.max_batch_size == 2 and e.info.options.identity() == {"deterministic": True}
+        assert e.loaded.model.deterministic  # the one options value reached the model
+    finally:
+        e.shutdown()
+
+
 def test_a_bad_engine_dir_raises_from_the_constructor(tmp_path):
     with pytest.raises(UserError, match="does not exist"):
         TorchEngine(tmp_path / "missing")

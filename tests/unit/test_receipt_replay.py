@@ -5,8 +5,16 @@ from __future__ import annotations
 import pytest
 
 from trtserve.engine.errors import UserError
+from trtserve.engine.options import EngineOptions
 from trtserve.serve.receipts.model import EngineIdentity, Receipt, token_sha256
-from trtserve.serve.receipts.replay import ReplayResult, ReplaySequence, check_engine, compare, prompt_of
+from trtserve.serve.receipts.replay import (
+    ReplayResult,
+    ReplaySequence,
+    check_engine,
+    compare,
+    options_of,
+    prompt_of,
+)
 
 ENGINE = EngineIdentity(
     fingerprint="a" * 64,
@@ -14,7 +22,7 @@ ENGINE = EngineIdentity(
     platform="trtserve_torch",
     backend_version="0",
     trtserve_version="0",
-    deterministic=True,
+    options={"deterministic": True},
 )
 PROMPT = [5, 6, 7]
 
@@ -72,7 +80,7 @@ def test_the_first_differing_position_names_both_tokens_and_logprobs():
 
 
 def test_another_engine_is_refused_unless_allowed_and_then_said():
-    other = ENGINE.model_copy(update={"fingerprint": "b" * 64, "deterministic": False})
+    other = ENGINE.model_copy(update={"fingerprint": "b" * 64, "options": {}})
     with pytest.raises(UserError, match="--allow-other-engine"):
         check_engine(_receipt(), other, allow_other_engine=False)
     assert check_engine(_receipt(), other, allow_other_engine=True)
@@ -91,11 +99,28 @@ def test_a_hashes_receipt_needs_the_prompt_and_checks_its_sha256():
     assert prompt_of(hashed, PROMPT) == PROMPT
 
 
-def test_a_replay_without_the_originals_int8_activations_says_so():
-    int8 = ENGINE.model_copy(update={"int8_activations": True})
-    old = Receipt.model_validate(_receipt().model_dump() | {"engine": ENGINE.model_dump(exclude={"int8_activations"})})
-    assert old.engine.int8_activations is False  # receipts from before the field read as without
+def test_a_replay_with_other_engine_options_says_which():
+    int8 = ENGINE.model_copy(update={"options": {"deterministic": True, "int8_activations": True}})
     text = compare(_receipt(engine=int8), _result([1, 2, 3], [-0.5, -0.25, -1.0]), other_engine=False).text()
-    assert "the original ran with int8 activations and the replay without them" in text
+    assert "engine option int8_activations differs: the original ran with True, the replay with False" in text
     same = compare(_receipt(engine=int8), _result([1, 2, 3], [-0.5, -0.25, -1.0], int8), other_engine=False).text()
-    assert "int8 activations" not in same
+    assert "differs" not in same
+    assert options_of(_receipt(engine=int8)) == EngineOptions(deterministic=True, int8_activations=True)
+    future = ENGINE.model_copy(update={"options": {"speculation": "eagle"}})
+    with pytest.raises(UserError, match="engine options .*speculation.* that this trtserve cannot set"):
+        options_of(_receipt(engine=future))
+
+
+@pytest.mark.parametrize(
+    ("fields", "options"),
+    [
+        ({"deterministic": True, "int8_activations": True}, {"deterministic": True, "int8_activations": True}),
+        ({"deterministic": True}, {"deterministic": True}),  # before int8_activations was recorded
+        ({"deterministic": False, "int8_activations": False}, {}),
+    ],
+)
+def test_receipts_written_before_the_options_table_read_back(fields, options):
+    old = ENGINE.model_dump(exclude={"options"}) | fields
+    engine = Receipt.model_validate(_receipt().model_dump() | {"engine": old}).engine
+    assert engine.options == options and engine.deterministic is fields["deterministic"]
+    assert EngineIdentity.model_validate_json(engine.model_dump_json()) == engine  # written back in the new form

@@ -15,15 +15,29 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from trtserve.backends.faults import FaultInjector
+import trtserve
+from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import EngineDeadError
+from trtserve.engine.info import Capabilities, EngineInfo
+from trtserve.engine.manifest import engine_fingerprint
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
 from trtserve.engine.run_config import RuntimeConfig
+from trtserve.engine.sampling import MAX_LOGPROBS
 from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
 
 log = logging.getLogger(__name__)
 INVALIDATE_TIMEOUT_S = 30.0  # a live engine thread answers within one step
+# What EngineCore implements: its scheduler orders by priority, its sampler returns any top-N up to
+# SamplingParams' limit and prompt logprobs, its grammars guide, its prefix cache drops namespaces.
+CAPABILITIES = Capabilities(
+    priorities=True,
+    logprobs=True,
+    max_top_logprobs=MAX_LOGPROBS,
+    prompt_logprobs=True,
+    guided_decoding=True,
+    cache_invalidation=True,
+)
 
 
 @dataclass
@@ -40,8 +54,6 @@ class _Sink:
 class TorchEngine:
     """The Engine interface (trtserve/engine/protocol.py) over the torch EngineCore."""
 
-    platform = "trtserve_torch"
-
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
         cfg = config or RuntimeConfig()
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -49,14 +61,11 @@ class TorchEngine:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._dead: BaseException | None = None
-        self._faults = FaultInjector.from_env()  # tests only: None unless TRTSERVE_FAULTS is set
-        # time.monotonic() when the engine loop last finished a step or an idle tick; the serve
-        # watchdog (serve/watchdog.py) reads it to tell a stalled engine from a busy one.
-        self.last_beat = time.monotonic()
+        self._beat = time.monotonic()  # when the engine loop last finished a step or an idle tick
         # The engine thread loads the model too, so that it is the only thread running OpenMP
         # regions. Once a second thread has its own OpenMP team, libgomp sees more threads than
         # cores and stops spinning between regions: each of a decode step's ~150 regions then
-        # waits on a futex wake (measured: 19 -> 100 us a region, batch-1 decode 32 -> 50 ms).
+        # waits on a futex wake, which makes batch-1 decode far slower (docs/performance.md).
         loaded = threading.Event()
         self._thread = threading.Thread(
             target=self._run, args=(engine_dir, cfg, loaded), name="trtserve-engine", daemon=True
@@ -67,13 +76,21 @@ class TorchEngine:
             raise self._dead
 
     def _load(self, engine_dir: str | Path, cfg: RuntimeConfig) -> None:
-        self.loaded = load_engine(engine_dir, cfg.device, cfg.deterministic, cfg.int8_activations)
-        self.manifest = self.loaded.manifest  # its identity, for receipts
-        self.deterministic = cfg.deterministic
-        self.int8_activations = cfg.int8_activations  # receipts record it (serve/receipts/book.py)
+        self.loaded = load_engine(engine_dir, cfg.device, cfg.options)
         self.tokenizer = self.loaded.tokenizer
         self.core = EngineCore(self.loaded, cfg)
-        self.max_seq_len = self.core.max_seq_len
+        manifest, limits = self.loaded.manifest, self.core.sched_config
+        self.info = EngineInfo(
+            backend=manifest.backend,
+            backend_version=trtserve.__version__,  # the engine is trtserve's own
+            platform=backend_spec(manifest.backend).platform,
+            fingerprint=engine_fingerprint(manifest),
+            max_seq_len=self.core.max_seq_len,
+            max_batch_size=limits.max_batch_size,
+            max_num_tokens=limits.max_num_tokens,
+            options=cfg.options,
+            capabilities=CAPABILITIES,
+        )
         self._stats = self.core.stats()
 
     # ---- the Engine interface ---------------------------------------------------------------
@@ -125,6 +142,9 @@ class TorchEngine:
     def health(self) -> bool:
         return self._thread.is_alive() and self._dead is None and not self._stop.is_set()
 
+    def heartbeat(self) -> float:
+        return self._beat
+
     def shutdown(self) -> None:
         self._stop.set()
         self._wake.set()
@@ -134,8 +154,6 @@ class TorchEngine:
     def _run(self, engine_dir: str | Path, cfg: RuntimeConfig, loaded: threading.Event) -> None:
         try:
             self._load(engine_dir, cfg)
-            if self._faults is not None:
-                self.core.runner.execute = self._faults.wrap_execute(self.core.runner.execute)
         except BaseException as err:  # a bad engine dir: the constructor raises it
             self._dead = err
             return
@@ -145,15 +163,13 @@ class TorchEngine:
             while not self._stop.is_set():
                 self._drain_inbox()
                 if self.core.has_unfinished():
-                    if self._faults is not None:
-                        self._faults.before_step(self.core.blocks)
                     deltas = self.core.step()
                     self._stats = self.core.stats()  # before delivery: a caller who saw the step sees its stats
                     self._deliver(deltas)
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()
-                self.last_beat = time.monotonic()
+                self._beat = time.monotonic()
         except BaseException as err:  # a bug outside a step: the loop is dead, say so everywhere
             log.exception("engine loop died")
             self._dead = err

@@ -30,27 +30,40 @@ def load_receipt(path: Path):
 
 
 def replay_offline(receipt, engine_dir: Path, prompt_ids, allow_other_engine: bool, kv_cache_memory: str | None):
-    """Run it with the offline engine (torch), in the receipt's deterministic and int8-activation modes."""
-    from trtserve.engine.manifest import verify_engine_dir
-    from trtserve.serve.receipts.book import identity_of
-    from trtserve.serve.receipts.replay import ReplayResult, check_engine, params_of, prompt_of, sequences_of
+    """Run it with the offline engine (torch), with the engine options the receipt records."""
+    import trtserve
+    from trtserve.engine.backends import backend_spec
+    from trtserve.engine.manifest import engine_fingerprint, verify_engine_dir
+    from trtserve.serve.receipts.model import EngineIdentity
+    from trtserve.serve.receipts.replay import (
+        ReplayResult,
+        check_engine,
+        options_of,
+        params_of,
+        prompt_of,
+        sequences_of,
+    )
 
     manifest = verify_engine_dir(engine_dir)
     if manifest.backend != "torch":
         raise UserError(f"{engine_dir} is a {manifest.backend} engine; replay it with --server on a server running it")
-    identity = identity_of(manifest, "trtserve_torch", receipt.engine.deterministic, receipt.engine.int8_activations)
-    other = check_engine(receipt, identity, allow_other_engine)  # before loading anything
+    options = options_of(receipt)
+    identity = EngineIdentity(  # what the torch backend's Engine.info would say, before loading anything
+        fingerprint=engine_fingerprint(manifest),
+        backend=manifest.backend,
+        platform=backend_spec(manifest.backend).platform,
+        backend_version=trtserve.__version__,
+        trtserve_version=trtserve.__version__,
+        options=options.identity(),
+    )
+    other = check_engine(receipt, identity, allow_other_engine)
     prompt, params = prompt_of(receipt, prompt_ids), params_of(receipt)
     from trtserve.build.inspect import parse_memory  # torch is imported only once the replay may run
+    from trtserve.engine.run_config import RuntimeConfig
     from trtserve.llm import LLM
 
     budget = parse_memory(kv_cache_memory, "--kv-cache-memory") if kv_cache_memory else None
-    (out,) = LLM(
-        engine_dir,
-        deterministic=receipt.engine.deterministic,
-        int8_activations=receipt.engine.int8_activations,
-        kv_cache_memory=budget,
-    ).generate([prompt], params)
+    (out,) = LLM(engine_dir, RuntimeConfig(**options.model_dump()), kv_cache_memory=budget).generate([prompt], params)
     outputs = sequences_of(out.outputs)
     return ReplayResult(engine=identity, outputs=outputs, cached_tokens=out.num_cached_tokens), other
 

@@ -35,7 +35,7 @@ from trtserve.engine.errors import UserError
 from trtserve.engine.layout import TOKENIZER_DIR, read_engine_config
 from trtserve.serve.app import create_app
 from trtserve.serve.config import ServeConfig
-from trtserve.serve.load import LoadTracker, engine_batch_size
+from trtserve.serve.load import LoadTracker
 from trtserve.serve.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -65,9 +65,8 @@ def _ready_first(app: FastAPI) -> None:
 @serve.deployment(name=REPLICA)
 @serve.ingress()
 class TrtserveReplica:
-    def __init__(self, engine_dir: str, config: dict, batch_size: int):
+    def __init__(self, engine_dir: str, config: dict):
         self.engine_dir, self.config = Path(engine_dir), ServeConfig.model_validate(config)
-        self.batch_size = batch_size
         self.load: LoadTracker | None = None
 
     def __serve_build_asgi_app__(self) -> FastAPI:
@@ -91,7 +90,7 @@ class TrtserveReplica:
         if s.service is None:
             return {}
         if self.load is None:
-            self.load = LoadTracker(s.engine.stats, s.service.admission, self.batch_size)
+            self.load = LoadTracker(s.engine.stats, s.service.admission, s.engine.info.max_batch_size)
         return {"load": self.load.signals().load}
 
     async def forward(self, call: HTTPCall):
@@ -138,7 +137,8 @@ class PrefixFrontend:
 def build_app(engine_dir: Path, config: ServeConfig, settings: RaySettings):
     """The Ray Serve application (not yet running): replicas, and the frontend when affinity is on."""
     engine_dir = Path(engine_dir).resolve()
-    batch = engine_batch_size(engine_dir, config.engine.max_batch_size) or 1
+    # the deployment's options are set before any replica has opened its engine: from the engine dir
+    batch = read_engine_config(engine_dir).build_config.batch_limit(config.engine.max_batch_size)
     # replicas on one node would share the default state dir (one SQLite store, batch jobs run twice): off
     # unless the user named one
     update = {"grpc_port": None, "warmup": True, "state_dir": config.state_dir or "none"}
@@ -146,7 +146,7 @@ def build_app(engine_dir: Path, config: ServeConfig, settings: RaySettings):
     opts = settings.deployment_options(batch, config.drain_timeout)
     if settings.prefix_affinity:
         opts["request_router_config"] = RequestRouterConfig(request_router_class=PrefixAffinityRouter)
-    replicas = TrtserveReplica.options(**opts).bind(str(engine_dir), replica_config, batch)
+    replicas = TrtserveReplica.options(**opts).bind(str(engine_dir), replica_config)
     if not settings.prefix_affinity:
         return replicas
     block = read_engine_config(engine_dir).build_config.plugin_config.tokens_per_block

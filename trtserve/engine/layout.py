@@ -55,6 +55,10 @@ class EngineBuildConfig(BaseModel):
     kv_cache_type: str = "PAGED"
     plugin_config: PluginConfig
 
+    def batch_limit(self, run_limit: int | None = None) -> int:
+        """Sequences in one engine step: the run config's max_batch_size (None: none), capped by the build's."""
+        return min(run_limit or self.max_batch_size, self.max_batch_size)
+
 
 class EngineConfig(BaseModel):
     version: str  # the toolchain that built it

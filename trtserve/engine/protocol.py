@@ -2,7 +2,7 @@
 
     Engine: generate(request) -> async iterator of TokenDelta
             abort(request[, sequence]); invalidate_cache(namespace[, before_version]);
-            stats(); health(); tokenizer; shutdown(); platform
+            stats(); health(); heartbeat(); tokenizer; shutdown(); info (identity, limits, capabilities)
 
 Tokenizing, chat templates, detokenization, stop strings, admission, timeouts, metrics, HTTP are
 the same code for the torch and TensorRT-LLM backends. `open_engine` (open.py) picks one.
@@ -13,13 +13,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol, runtime_checkable
 
+from trtserve.engine.info import EngineInfo
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
 
 
 @runtime_checkable
 class Engine(Protocol):
-    platform: str  # what runs the model, as KServe / Triton report it: "trtserve_torch" | "tensorrt_llm"
-    max_seq_len: int  # prompt + output limit the engine was built for
+    info: EngineInfo  # identity, limits and capabilities: all that serve/ may know of an engine
     tokenizer: Any  # a transformers tokenizer (encode, decode, apply_chat_template)
 
     def check(self, request: GenerateRequest) -> None:
@@ -42,6 +42,10 @@ class Engine(Protocol):
 
     def health(self) -> bool:
         """False once the engine can no longer serve (its loop died or it was shut down)."""
+
+    def heartbeat(self) -> float:
+        """time.monotonic() when the engine loop last turned (a step or an idle tick): serve's
+        watchdog tells a stalled engine from a busy one by it."""
 
     def shutdown(self) -> None:
         """Stop the engine and release its memory; blocks until it has stopped."""

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ByteSize, ConfigDict, Field
+from pydantic import ByteSize, ConfigDict, Field
+
+from trtserve.engine.options import EngineOptions
 
 # TensorRT-LLM's capacity scheduler policies (runtime/scheduler.py says what each does).
 CapacityPolicy = Literal["guaranteed_no_evict", "max_utilization"]
 
 
-class RuntimeConfig(BaseModel):
+class RuntimeConfig(EngineOptions):
+    """Budgets and limits, plus the engine options (engine/options.py) as flat fields."""
+
     model_config = ConfigDict(extra="forbid")
 
     # The KV cache's size; engine/kv_sizing.py has the rule. An explicit budget wins over the rest.
@@ -24,9 +28,8 @@ class RuntimeConfig(BaseModel):
     # None: the engine's build limit; on a CPU at most 512 (runtime/engine_core.py: default_step_tokens)
     max_num_tokens: int | None = Field(None, ge=1)
     device: str | None = None  # None: cuda if available, else cpu
-    deterministic: bool = False  # bitwise-identical results whatever the batch, chunking or cache state
-    # W4A16 engines on CPUs with AVX-512 VNNI and VBMI (torch backend): decode rows' activations rounded
-    # to int8 per weight group (as llama.cpp's q8_0), their dots in int8 instructions. Faster, and an
-    # approximation of the float path (greedy outputs can differ; prefill keeps the float path);
-    # refused on other engines and machines.
-    int8_activations: bool = False
+
+    @property
+    def options(self) -> EngineOptions:
+        """The engine options alone: the one value the backends carry end to end."""
+        return EngineOptions(**{name: getattr(self, name) for name in EngineOptions.model_fields})

@@ -19,6 +19,7 @@ from safetensors.torch import load_file
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig
+from trtserve.engine.options import EngineOptions, check_requirements
 from trtserve.kernels import attention, decode_layers, dense, int4, native, pointwise
 from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
@@ -61,11 +62,12 @@ class DecoderModel:
         weights: dict[str, torch.Tensor],
         max_positions: int,
         device: torch.device,
-        deterministic: bool = False,
-        int8_activations: bool = False,
+        options: EngineOptions | None = None,
     ):
+        options = options or EngineOptions()
         self.cfg = cfg
-        self.deterministic = deterministic
+        self.options = options
+        deterministic = self.deterministic = options.deterministic
         # Batch-invariant kernels (fixed row tiles) when asked for; the fast ones otherwise.
         self.linear = det.linear if deterministic else dense.linear  # F.linear, our kernel at decode
         self.device = device
@@ -113,31 +115,19 @@ class DecoderModel:
             "qkv": ((n_h + 2 * n_kv) * hd, hidden), "dense": (hidden, n_h * hd), "fc_gate": (2 * inter, hidden),
             "proj": (hidden, inter),
         }  # fmt: skip
-        if int8_activations:
-            self._use_int8_activations()
+        check_requirements(options, self)  # an option this model or machine cannot honour is refused, not dropped
+        if options.int8_activations:  # before decode_layers.pack, which reads each linear's setting
+            for t in self.linears():
+                t.int8_activations = True
         features = family.features_of(cfg)
         step = not deterministic and self._implements(decode_layers, "the one-call decode step", features)
         self.step_weights = decode_layers.pack(self.layers, self.dtype, shapes) if step else None
         # The per-token glue as our C kernels (decode-sized CPU batches) where they fit the model
         self.use_pointwise = not deterministic and self._implements(pointwise, "the pointwise kernels", features)
 
-    def _use_int8_activations(self) -> None:
-        """RuntimeConfig.int8_activations: every int4 linear's decode rows on int4.h's int8-activation
-        path; a UserError where it cannot apply (it is asked for, so it is never dropped silently)."""
-        linears = [getattr(layer, f) for layer in self.layers for f in decode_layers.LINEARS]
-        if not all(hasattr(t, "int8_activations") for t in linears):
-            algo = self.cfg.quantization.quant_algo or "unquantized"
-            raise UserError(
-                f"int8_activations applies to engines with int4 group-wise weights (--quant w4a16 / w4a16_awq); "
-                f"this engine is {algo}: remove it from the run config's engine section"
-            )
-        if self.device.type != "cpu" or not int4.int8_activations_available():
-            raise UserError(
-                f"int8_activations needs the CPU kernels' AVX-512 build with VNNI and VBMI (this machine: "
-                f"{self.device.type}, {native.cpu_model()}): remove it from the run config's engine section"
-            )
-        for t in linears:
-            t.int8_activations = True
+    def linears(self) -> list[Linear]:
+        """Every layer's linears (decode_layers.LINEARS), layer by layer."""
+        return [getattr(layer, f) for layer in self.layers for f in decode_layers.LINEARS]
 
     @staticmethod
     def _implements(kernels, what: str, features: frozenset[str]) -> bool:
@@ -172,10 +162,9 @@ class DecoderModel:
         cfg: ModelConfig,
         max_positions: int,
         device: torch.device,
-        deterministic: bool = False,
-        int8_activations: bool = False,
+        options: EngineOptions | None = None,
     ) -> DecoderModel:
-        return cls(cfg, load_file(str(path)), max_positions, device, deterministic, int8_activations)
+        return cls(cfg, load_file(str(path)), max_positions, device, options)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         if self.deterministic:
@@ -312,3 +301,21 @@ class DecoderModel:
             out = q.new_empty(q.shape[0], n_h * hd) if out is None else out
             out.index_copy_(0, targets, o.index_select(0, rows))
         return out  # (T, n_h * hd)
+
+
+def check_int8_activations(model: DecoderModel, value: bool) -> None:
+    """OPTIONS["int8_activations"]' requirement: int4 group-wise weights, on a CPU with int4.h's
+    int8-activation build; a UserError naming what is missing where they are not there."""
+    if not value:
+        return
+    if not all(hasattr(t, "int8_activations") for t in model.linears()):
+        algo = model.cfg.quantization.quant_algo or "unquantized"
+        raise UserError(
+            f"int8_activations applies to engines with int4 group-wise weights (--quant w4a16 / w4a16_awq); "
+            f"this engine is {algo}: remove it from the run config's engine section"
+        )
+    if model.device.type != "cpu" or not int4.int8_activations_available():
+        raise UserError(
+            f"int8_activations needs the CPU kernels' AVX-512 build with VNNI and VBMI (this machine: "
+            f"{model.device.type}, {native.cpu_model()}): remove it from the run config's engine section"
+        )

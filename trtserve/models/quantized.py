@@ -21,11 +21,9 @@ from trtserve.models.quant_formats import quant_format
 
 _FP8_MAX = widen.FP8_MAX
 # The slab of widened weight rows the dequantizing GEMMs write at once: a bounded temporary, never the
-# whole weight (unless smaller). 8 MB: the bf16 GEMM on AMX ran TinyLlama's (5632, 2048) at 512 rows
-# at 0.36 of the dense rate with 2 MB slabs, 0.64 with 8 MB (float32: 0.87 / 0.92).
+# whole weight (unless smaller). 8 MB: smaller slabs starve the bf16 AMX GEMM (docs/performance.md).
 _SLAB_BYTES = 8 << 20
-# float32 rows from which W4A16 widens slabs rather than run the int4 decode kernel: (1536, 576) in
-# groups of 64 on one Zen 3 thread, kernel / slabs: 1.66 / 1.55 ms at 32 rows, 3.4 / 2.2 at 64.
+# float32 rows from which W4A16 widens slabs rather than run the int4 decode kernel (the crossover).
 _INT4_SLAB_ROWS = 64
 
 # (rows a, rows b, out): write rows a:b of a linear's weight, as values rounded to the activation
@@ -80,8 +78,8 @@ def slab_linear(
     """(F.linear(x, W) * scale + bias) in `dtype`, W (out, in) written a slab of output rows at a time
     by `widen_rows`, so no copy of the whole weight is made: x (tokens, in) holds values of `dtype`
     (in float32 or `dtype`); scale: (out,) per output channel, or None. The GEMM runs in _gemm_dtype,
-    and a bf16 GEMM's slab is widened straight to bf16 (a float32 slab and its conversion cost Xeon's
-    AMX GEMM as much as the GEMM); k_major: the slab is (in, rows), handed over as its transpose (for
+    and a bf16 GEMM's slab is widened straight to bf16 (a float32 slab and its conversion cost an AMX
+    GEMM as much as the GEMM); k_major: the slab is (in, rows), handed over as its transpose (for
     packs whose bytes run along the outputs). Results equal those over the whole widened weight up to
     the GEMM's summation order."""
     gd = _gemm_dtype(dtype, x.shape[0], x.device)
@@ -135,10 +133,10 @@ class Int8WeightOnly:
         y = dense.gemm(x, self.weight, self.scale_f32) if dense.usable(x, self.weight) else None
         if y is None and x.dim() == 2 and (x.dtype == torch.float32 or _native_prefill(x)):
             # float32 rows past the decode kernel's (prefill): torch's int8 kernel runs float32
-            # inputs at 1-2 GFLOP/s where float32 GEMM runs 20-120 here. Equal to that kernel's
+            # inputs far slower than a float32 GEMM over widened slabs. Equal to that kernel's
             # result up to float32 summation order. bf16 prefill on a CPU with bf16 matmul
             # instructions: int8 values are exact in bf16, so the slab runs torch's native bf16 GEMM
-            # (Zen 4: 383 GFLOP/s, where torch's int8 kernel took 127); its output is rounded to
+            # (faster than torch's int8 kernel there); its output is rounded to
             # bf16 before the per-channel scale, one bf16 rounding more than that kernel's.
             y = slab_linear(x, x.dtype, self.widen_rows, self.weight.shape[0], self.scale_f32)
         if y is None:
@@ -151,7 +149,7 @@ class Int8WeightOnly:
 
 class Int4Groupwise:
     """W4A16(_AWQ): packed int4 with per-group scales, repacked once into torch's CPU int4 layout.
-    Every float32 input (torch's kernel runs those 12-40x slower) and, on AVX2 builds of torch,
+    Every float32 input (torch's kernel runs those far slower) and, on AVX2 builds of torch,
     bf16 decode rows go to our AVX2 kernel over that same pack (trtserve/kernels/int4.py,
     `preferred`); float32 prefill rows, and bf16 ones on a CPU with bf16 matmul instructions, to
     widened slabs (slab_linear); the rest, or everything where our kernels cannot be built, to
@@ -202,12 +200,12 @@ class Int4Groupwise:
             and x.shape[0] >= _INT4_SLAB_ROWS
             and (x.dtype == torch.float32 or _native_prefill(x))
         ):
-            # float32 prefill: our int4 kernel is a decode kernel (29.5 ms at 512 rows where the
-            # dense GEMM takes 14, one Zen 3 thread); widened slabs take 14.3. bf16 prefill on a
+            # float32 prefill: our int4 kernel is a decode kernel; widened slabs run at the dense
+            # GEMM's rate. bf16 prefill on a
             # CPU with bf16 matmul instructions: the slab's int4 x scale values are rounded to bf16,
             # the activation dtype (GPU weight-only GEMMs such as TensorRT-LLM's fpA_intB hold their
             # scales in it; their exact rounding is not checked here), and run torch's native bf16
-            # GEMM, where torch's int4 kernel reached 0.36 of that rate (Zen 4).
+            # GEMM, which torch's int4 kernel falls well short of.
             return slab_linear(x, x.dtype, self.widen_rows, self.out_features, bias=bias, k_major=True)
         y = None
         if x.device.type == "cpu" and self.ours(x.dtype, x.shape[0]):
@@ -248,14 +246,13 @@ class Int8SmoothQuant:
     """W8A8_SQ_PER_CHANNEL: the smoothed input quantized to int8 per token (dynamic scale = the
     token's amax / 127, as TensorRT-LLM's per-token SmoothQuant plugin does), times int8 weights
     with per-channel scales. The checkpoint's calibrated per-tensor activation scale stays in the
-    file for TensorRT-LLM; on SmolLM2-135M it costs +28% perplexity where per-token costs little.
+    file for TensorRT-LLM; it costs far more perplexity than per-token scales (docs/performance.md).
 
     The product runs as an fp32 GEMM on the int8 values (exact for the sums that occur: fp32 holds
     integers to 2**24), the weight widened a slab at a time (slab_linear) or, for decode rows, read
-    as int8 by the decode kernel: torch 2.13's CPU `torch._int_mm` measured 0.5-1 GOP/s on AMD CPUs,
-    against 5-22 GFLOP/s for fp32, single-threaded. Where the CPU has AMX-INT8, prefill rows run
-    `torch._int_mm` (exact int32 sums): 512 x 576 x 1536, 2 threads, 1.2 TOP/s against 0.33 TFLOP/s
-    for the dense float32 GEMM and 2.6 for bf16 on AMX. Weights stay int8 in memory."""
+    as int8 by the decode kernel: torch's CPU `torch._int_mm` is far slower than an fp32 GEMM without
+    AMX. Where the CPU has AMX-INT8, prefill rows run `torch._int_mm` (exact int32 sums), faster than
+    the dense float32 GEMM (docs/performance.md). Weights stay int8 in memory."""
 
     def __init__(self, t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
         self.weight = t["weight"].contiguous()  # (out, in) int8

@@ -60,9 +60,8 @@ def default_step_tokens(engine: LoadedEngine) -> int:
     """A step's token budget where the run config sets none: the build limit on a GPU; on a CPU at most
     CPU_STEP_TOKENS, so long prompts are computed in chunks of that many tokens with the running
     decodes beside them. A 512-row GEMM is where torch's CPU GEMM reaches its rate (bench/floor.py
-    measures it there) and a step's activations stay in the L3; one 8,192-token step ran the GEMMs
-    slower and held every decode back for its whole length (17 s). Zen 4, 2 threads, SmolLM2 float32,
-    32 mixed requests in process, two runs each: 512 -> 100-105 output tok/s, 1024 -> 103, 8192 -> 84-88."""
+    measures it there) and a step's activations stay in the L3; one 8,192-token step runs the GEMMs
+    slower and holds every decode back for its whole length (docs/performance.md has the figures)."""
     limit = engine.config.build_config.max_num_tokens
     return min(CPU_STEP_TOKENS, limit) if engine.model.device.type == "cpu" else limit
 
@@ -81,7 +80,7 @@ class EngineCore:
         self.enable_prefix_caching = cfg.enable_prefix_caching
         self.sched_config = SchedulerConfig(
             max_num_tokens=min(cfg.max_num_tokens or default_step_tokens(engine), b.max_num_tokens),
-            max_batch_size=min(cfg.max_batch_size or b.max_batch_size, b.max_batch_size),
+            max_batch_size=b.batch_limit(cfg.max_batch_size),
             max_seq_len=b.max_seq_len,
             policy=cfg.capacity_policy,
         )

@@ -12,6 +12,7 @@ from safetensors import SafetensorError
 from trtserve.engine.errors import EngineIntegrityError, UserError
 from trtserve.engine.layout import ENGINE_WEIGHTS, TOKENIZER_DIR, EngineConfig, read_engine_config
 from trtserve.engine.manifest import Manifest, verify_engine_dir
+from trtserve.engine.options import EngineOptions, check_backend
 from trtserve.engine.rules import load_tokenizer
 from trtserve.models.decoder import DecoderModel
 
@@ -34,14 +35,17 @@ def default_device(device: str | None = None) -> torch.device:
 
 
 def load_engine(
-    engine_dir: str | Path, device: str | None = None, deterministic: bool = False, int8_activations: bool = False
+    engine_dir: str | Path, device: str | None = None, options: EngineOptions | None = None
 ) -> LoadedEngine:
+    """options: the run-time engine options (engine/options.py); the model refuses those it cannot honour."""
     path = Path(engine_dir)
     manifest = verify_engine_dir(path)
     if manifest.backend != "torch":
         raise UserError(
             f"{path} was built for the {manifest.backend} backend, not torch; rebuild it with --backend torch"
         )
+    options = options or EngineOptions()
+    check_backend(options, manifest.backend)
     config = read_engine_config(path)
     dev = default_device(device)
     log.info("loading %s weights from %s on %s", config.pretrained_config.dtype, path, dev)
@@ -54,8 +58,7 @@ def load_engine(
             config.pretrained_config,
             config.build_config.max_seq_len,
             dev,
-            deterministic,
-            int8_activations,
+            options,
         )
     except SafetensorError as err:
         raise EngineIntegrityError(f"engine file {ENGINE_WEIGHTS} cannot be read ({err}); {rebuild}") from None

@@ -30,12 +30,9 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from prometheus_client.core import GaugeMetricFamily
 
-from trtserve.engine.errors import EngineIntegrityError
-from trtserve.engine.layout import read_engine_config
 from trtserve.engine.messages import EngineStats
 from trtserve.serve.admission import Admission
 
@@ -73,7 +70,8 @@ class TokenRate:
 
 
 class LoadTracker:
-    """Reads the engine's stats and the admission gate; one per served model."""
+    """Reads the engine's stats and the admission gate; one per served model. batch_size: the
+    sequences the engine runs at once (Engine.info.max_batch_size); None leaves that term out."""
 
     def __init__(self, stats: Callable[[], EngineStats], admission: Admission, batch_size: int | None = None):
         self.stats, self.admission, self.batch_size = stats, admission, batch_size
@@ -106,16 +104,6 @@ LOAD_METRICS = {
     "trtserve_tokens_per_second": "Tokens computed per second by kind (prompt|generation), rolling over 10 s.",
     "trtserve_load": "Closeness to the admission and batch limits: 0 idle, 1 at a limit, above 1 saturated.",
 }
-
-
-def engine_batch_size(engine_dir: Path, max_batch_size: int | None = None) -> int | None:
-    """The batch the engine runs at once: the run config's cap, else the build limit in ENGINE_DIR's
-    config.json; None when ENGINE_DIR is not an engine dir (the batch term of `trtserve_load` is then left out)."""
-    try:
-        built = read_engine_config(Path(engine_dir)).build_config.max_batch_size
-    except EngineIntegrityError:
-        return max_batch_size
-    return min(max_batch_size, built) if max_batch_size else built
 
 
 class LoadCollector:

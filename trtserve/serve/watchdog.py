@@ -1,10 +1,9 @@
 """The engine watchdog: readiness that tells the truth, and an exit a supervisor can act on.
 
 Checked every tick of uvicorn's main loop (serve/server.py, ~10 per second):
-- stalled: an engine's loop has not finished a step or an idle tick for `stall_timeout` s while
-  requests are in flight -> readiness false (a load balancer stops sending), until it moves again.
-  Engines that publish no heartbeat (`last_beat`, time.monotonic() of the loop's last turn) are
-  judged by health() alone.
+- stalled: an engine's loop has not turned (Engine.heartbeat: a step, an idle tick) for
+  `stall_timeout` s while requests are in flight -> readiness false (a load balancer stops sending),
+  until it moves again.
 - dead: an engine that was serving reports health() false -> readiness false at once; its
   in-flight requests have already failed with 503 (generation.py); after `dead_exit_after` s the
   process exits with EXIT_ENGINE_DEAD so that Kubernetes or systemd restarts it. A server that
@@ -46,8 +45,7 @@ class Watchdog:
             if not engine.health():
                 dead = dead or mv.name
                 continue
-            beat = getattr(engine, "last_beat", None)
-            if beat is not None and mv.in_flight > 0 and now - beat > self.server.config.stall_timeout:
+            if mv.in_flight > 0 and now - engine.heartbeat() > self.server.config.stall_timeout:
                 stalled = True
         return Verdict(stalled, dead)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -32,12 +33,16 @@ from trtserve.backends.tensorrt_llm.sampling import (
 )
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
 from trtserve.backends.tensorrt_llm.stats import engine_stats, latest
+from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UnsupportedError, UserError
+from trtserve.engine.info import Capabilities, EngineInfo
 from trtserve.engine.layout import TOKENIZER_DIR, read_engine_config
-from trtserve.engine.manifest import verify_engine_dir
+from trtserve.engine.manifest import engine_fingerprint, verify_engine_dir
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
+from trtserve.engine.options import check_backend
 from trtserve.engine.rules import check_request, load_tokenizer
 from trtserve.engine.run_config import RuntimeConfig
+from trtserve.engine.sampling import MAX_LOGPROBS
 
 log = logging.getLogger(__name__)
 STATS_POLL_S = 1.0  # between stats polls while TensorRT-LLM reports nothing (idle)
@@ -47,24 +52,14 @@ STATS_WAIT_S = 0.1
 
 
 class TrtllmEngine:
-    platform = "tensorrt_llm"
-
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
         cfg = config or RuntimeConfig()
-        if cfg.int8_activations:
-            raise UserError(
-                "int8_activations is the torch backend's CPU option (TensorRT-LLM's W4A16 kernels keep their "
-                "activations in the model dtype): remove it from the run config's engine section"
-            )
         path = Path(engine_dir)
         manifest = verify_engine_dir(path)
-        self.manifest = manifest  # its identity, for receipts
-        self.deterministic = False  # TensorRT-LLM's kernels are not batch-invariant
+        check_backend(cfg.options, manifest.backend)  # before TensorRT-LLM is imported
         self._tllm, self.capabilities = open_tensorrt_llm(path, manifest)
         self._allow_n_greedy = bool(os.environ.get(ALLOW_N_GREEDY_ENV))  # TensorRT-LLM reads the same variable
         ecfg = read_engine_config(path)
-        self.max_seq_len = ecfg.build_config.max_seq_len
-        self.max_batch_size = min(ecfg.build_config.max_batch_size, cfg.max_batch_size or 1 << 30)
         self.vocab_size = ecfg.pretrained_config.vocab_size
         self.tokenizer, self.eos_token_ids = load_tokenizer(path / TOKENIZER_DIR)
         kv_tokens = None
@@ -79,11 +74,33 @@ class TrtllmEngine:
         )
         log.info("starting %s for a %s engine dir: %s", self.capabilities.label, manifest.backend, path)
         self._guided_backend = options.get(GUIDED_BACKEND_KEY)  # None: guided requests are refused (400)
+        self.info = EngineInfo(
+            backend=manifest.backend,
+            backend_version=manifest.toolchain.get("tensorrt_llm", "unknown"),  # the release that built it
+            platform=backend_spec(manifest.backend).platform,
+            fingerprint=engine_fingerprint(manifest),
+            max_seq_len=ecfg.build_config.max_seq_len,
+            max_batch_size=ecfg.build_config.batch_limit(cfg.max_batch_size),
+            max_num_tokens=options.get("max_num_tokens") or ecfg.build_config.max_num_tokens,
+            options=cfg.options,
+            # check_supported refuses priorities and prompt logprobs; TensorRT-LLM returns top-N logprobs
+            # (outputs.map_logprob); guided decoding needs the LLM's guided backend; its KV cache has no namespaces
+            capabilities=Capabilities(
+                priorities=False,
+                logprobs=True,
+                max_top_logprobs=MAX_LOGPROBS,
+                prompt_logprobs=False,
+                guided_decoding=self._guided_backend is not None,
+                cache_invalidation=False,
+            ),
+        )
         tp = int(manifest.build_config.get("tp_size", 1))
         self.llm = create_llm(self._tllm, self.capabilities, manifest.backend, path, options, path / TOKENIZER_DIR, tp)
         self._results: dict[RequestId, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
         self._prompt_tokens = self._generated_tokens = 0
         self._latest: dict | None = None
+        # when TensorRT-LLM last showed it moves: an iteration's stats, a streamed output, or an idle poll
+        self._beat = time.monotonic()
         self._closed = threading.Event()
         self._poller = threading.Thread(target=self._poll_stats, name="trtserve-trtllm-stats", daemon=True)
         self._poller.start()
@@ -91,7 +108,10 @@ class TrtllmEngine:
     # ---- the Engine interface ---------------------------------------------------------------
     def check(self, request: GenerateRequest) -> None:
         check_request(
-            request, max_seq_len=self.max_seq_len, vocab_size=self.vocab_size, max_batch_size=self.max_batch_size
+            request,
+            max_seq_len=self.info.max_seq_len,
+            vocab_size=self.vocab_size,
+            max_batch_size=self.info.max_batch_size,
         )
         check_supported(request, allow_n_greedy=self._allow_n_greedy, guided_backend=self._guided_backend)
 
@@ -115,6 +135,7 @@ class TrtllmEngine:
         try:
             try:
                 async for snapshot in result:
+                    self._beat = time.monotonic()
                     for d in tracker.deltas(snapshot):
                         self._generated_tokens += len(d.token_ids)
                         yield d
@@ -155,6 +176,9 @@ class TrtllmEngine:
     def health(self) -> bool:
         return not self._closed.is_set()
 
+    def heartbeat(self) -> float:
+        return self._beat
+
     def shutdown(self) -> None:
         self._closed.set()
         self._poller.join(timeout=STATS_POLL_S + 4 * STATS_WAIT_S + 1)
@@ -170,6 +194,8 @@ class TrtllmEngine:
                 newest = None
             if newest is not None:
                 self._latest = newest
+            if newest is not None or not self._results:  # it iterated, or it has nothing to do
+                self._beat = time.monotonic()
             # 1.0 returns [] at once while idle: without a wait of our own the loop would spin
             self._closed.wait(STATS_POLL_S if newest is None else STATS_WAIT_S)
 

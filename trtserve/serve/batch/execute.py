@@ -3,37 +3,27 @@ admission, engine and response builder), at the lowest priority."""
 
 from __future__ import annotations
 
-import asyncio
-import json
 import uuid
 
 from fastapi.exceptions import RequestValidationError
 from pydantic import ValidationError
 
 from trtserve.engine.errors import UserError
+from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError, describe_request_error, error_body
 from trtserve.serve.openai import protocol as p
+from trtserve.serve.openai.serving import OpenAIServing
 from trtserve.serve.state import ServerState
 
 # Below any online request's priority (the scheduler serves higher first and preempts lower first).
 BATCH_PRIORITY = -1e9
-# Backends that refuse request priorities (a 400): there the in-flight cap alone keeps batch work polite.
-NO_PRIORITY = {"tensorrt_llm"}
 REQUESTS = {"/v1/completions": p.CompletionRequest, "/v1/chat/completions": p.ChatCompletionRequest}
 
 
-def serving_for(server: ServerState, model: str | None, user: str | None = None):
+def serving_for(server: ServerState, model: str | None, user: str | None = None) -> OpenAIServing:
     """The OpenAI serving object that answers a line naming `model`, routed by the model
     repository exactly as an online request is (APIError 404 / 503 as online)."""
-    return server.repository.route(model, user, None).openai
-
-
-class NoClient:
-    """Stands in for the HTTP request the serving layer watches for a disconnect: a batch line has
-    no client, so it never disconnects (cancelling the line's task aborts it instead)."""
-
-    async def receive(self):
-        await asyncio.Event().wait()
+    return OpenAIServing(server.repository.route(model, user, None).service)
 
 
 class Retry(Exception):
@@ -57,15 +47,15 @@ async def execute(server: ServerState, endpoint: str, body: dict) -> tuple[int, 
         return 400, request_id, error_body(endpoint, 400, "stream is not supported in a batch; leave it out", "stream")
     try:
         serving = serving_for(server, req.model, req.user)
-        if serving.svc.engine.platform not in NO_PRIORITY:
+        if serving.svc.engine.info.capabilities.priorities:  # elsewhere the in-flight cap alone keeps it polite
             req.priority = BATCH_PRIORITY
         handler = serving.completions if endpoint == "/v1/completions" else serving.chat
-        response = await handler(req, NoClient(), {"batch": True})
+        # No client to watch for a disconnect: cancelling the line's task aborts it instead.
+        out = await handler(req, None, RequestContext())
     except APIError as err:
         if err.status in (429, 503):
             raise Retry(err.status) from None
         return err.status, request_id, error_body(endpoint, err.status, err.message, err.param)
     except UserError as err:
         return 400, request_id, error_body(endpoint, 400, str(err))
-    out = json.loads(response.body)
-    return response.status_code, out.get("id", request_id), out
+    return 200, out.get("id", request_id), out

@@ -1,4 +1,4 @@
-"""The receipts hook around every GenerationService run (serve/generation.py calls it).
+"""The receipts hooks on every GenerationService run (receipts/install.py attaches them).
 
 Every run gets a receipt id (returned in the X-Trtserve-Receipt header and a `receipt` field)
 and a seed when the client gave none, so sampling can be replayed. With receipts on, the finished
@@ -13,7 +13,7 @@ import secrets
 from typing import TYPE_CHECKING
 
 import trtserve
-from trtserve.engine.manifest import engine_fingerprint
+from trtserve.engine.info import EngineInfo
 from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.receipts.model import EngineIdentity, Receipt, SequenceRecord, token_sha256
 
@@ -24,26 +24,15 @@ if TYPE_CHECKING:
 SEED_BITS = 63  # fits every backend's seed range (TensorRT-LLM: unsigned 64-bit; torch: mod 2**64)
 
 
-def engine_identity(engine, deterministic: bool) -> EngineIdentity:
-    """What a loaded engine is, from its manifest (an engine without one, e.g. a test fake: unknown)."""
-    det = bool(getattr(engine, "deterministic", deterministic))
-    int8 = getattr(engine, "int8_activations", False) is True
-    return identity_of(getattr(engine, "manifest", None), getattr(engine, "platform", "unknown"), det, int8)
-
-
-def identity_of(manifest, platform: str, deterministic: bool, int8_activations: bool = False) -> EngineIdentity:
-    """manifest: the engine dir's Manifest (engine/manifest.py), or None when unknown."""
-    backend = manifest.backend if manifest is not None else "unknown"
-    toolchain = manifest.toolchain if manifest is not None else {}
-    version = trtserve.__version__ if backend == "torch" else toolchain.get("tensorrt_llm", "unknown")
+def engine_identity(info: EngineInfo) -> EngineIdentity:
+    """What a loaded engine is, as it declares itself (Engine.info)."""
     return EngineIdentity(
-        fingerprint=engine_fingerprint(manifest) if manifest is not None else None,
-        backend=backend,
-        platform=platform,
-        backend_version=version,
+        fingerprint=info.fingerprint,
+        backend=info.backend,
+        platform=info.platform,
+        backend_version=info.backend_version,
         trtserve_version=trtserve.__version__,
-        deterministic=deterministic,
-        int8_activations=int8_activations,
+        options=info.options.identity(),
     )
 
 

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import struct
-import uuid
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from trtserve.engine.options import EngineOptions
 
 RECEIPT_HEADER = "X-Trtserve-Receipt"
-FORMAT_VERSION = 1
-
-
-def new_receipt_id() -> str:
-    return f"rcpt-{uuid.uuid4().hex}"
+# 2: the engine options under engine.options (1 kept them as engine fields; still read)
+FORMAT_VERSION = 2
 
 
 def receipt_field(runs) -> str | list[str]:
@@ -42,9 +40,28 @@ class EngineIdentity(BaseModel):
     platform: str  # what ran it: trtserve_torch | tensorrt_llm
     backend_version: str  # trtserve's version for torch; TensorRT-LLM's for the tensorrt_llm backends
     trtserve_version: str
-    deterministic: bool  # batch-invariant kernels: a replay must be identical bit for bit
-    # decode activations rounded to int8 (RuntimeConfig.int8_activations): a replay runs the same way
-    int8_activations: bool = False
+    # The engine options that change the numbers, where set away from their defaults
+    # (EngineOptions.identity()): a replay runs with the same ones.
+    options: dict[str, Any] = {}
+
+    @model_validator(mode="before")
+    @classmethod
+    def _options_from_fields(cls, data: Any) -> Any:
+        """Receipts written before `options` kept the engine options of then as fields of their own."""
+        fields = EngineOptions.model_fields
+        if not isinstance(data, dict) or not any(k in fields for k in data):
+            return data
+        options = dict(data.get("options") or {})
+        for name in [k for k in data if k in fields]:
+            value = data[name]
+            if value is not None and value != fields[name].default:
+                options[name] = value
+        return {k: v for k, v in data.items() if k not in fields} | {"options": options}
+
+    @property
+    def deterministic(self) -> bool:
+        """Batch-invariant kernels: a replay must then be identical bit for bit."""
+        return self.options.get("deterministic", False) is True
 
 
 class SequenceRecord(BaseModel):

@@ -7,9 +7,12 @@ position where a sequence differs, with both tokens and their logprobs.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from trtserve.engine.errors import UserError
+from trtserve.engine.options import EngineOptions
 from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.receipts.model import EngineIdentity, Receipt, token_sha256
 
@@ -89,15 +92,15 @@ def _lp(v: float | None) -> str:
     return "n/a" if v is None else repr(v)
 
 
-def check_engine(receipt: Receipt, engine: EngineIdentity, allow_other_engine: bool) -> bool:
+def check_engine(receipt: Receipt, identity: EngineIdentity, allow_other_engine: bool) -> bool:
     """True when the replay runs on another engine (allowed); UserError when that is not allowed."""
-    same = receipt.engine.fingerprint is not None and receipt.engine.fingerprint == engine.fingerprint
+    same = receipt.engine.fingerprint is not None and receipt.engine.fingerprint == identity.fingerprint
     if same:
         return False
     if not allow_other_engine:
         raise UserError(
             f"receipt {receipt.id} was computed by engine {_short(receipt.engine.fingerprint)}, but this engine is "
-            f"{_short(engine.fingerprint)}; replay it on the same engine, or pass --allow-other-engine to compare anyway"
+            f"{_short(identity.fingerprint)}; replay it on the same engine, or pass --allow-other-engine to compare anyway"
         )
     return True
 
@@ -125,6 +128,18 @@ def prompt_of(receipt: Receipt, given: list[int] | None = None) -> list[int]:
 def params_of(receipt: Receipt) -> SamplingParams:
     """The sampling parameters the original ran with, seed included."""
     return SamplingParams.model_validate(receipt.params)
+
+
+def options_of(receipt: Receipt) -> EngineOptions:
+    """The engine options the original ran with; UserError for one this trtserve does not know."""
+    try:
+        return EngineOptions.model_validate(receipt.engine.options)
+    except ValidationError as err:
+        raise UserError(
+            f"receipt {receipt.id} ran with engine options {receipt.engine.options} that this trtserve cannot set "
+            f"({err.errors()[0]['msg']}); replay it with the trtserve version that wrote it "
+            f"({receipt.engine.trtserve_version})"
+        ) from None
 
 
 def compare(receipt: Receipt, result: ReplayResult, other_engine: bool) -> ReplayReport:
@@ -178,13 +193,13 @@ def _notes(receipt: Receipt, result: ReplayResult, other_engine: bool) -> list[s
             "prefix-cache hits and preemptions can change logprobs and tokens; serve with "
             "`engine: {deterministic: true}` for bitwise replays"
         )
-    if receipt.engine.int8_activations != result.engine.int8_activations:
-        said = {True: "with", False: "without"}
-        notes.append(
-            f"the original ran {said[receipt.engine.int8_activations]} int8 activations and the replay "
-            f"{said[result.engine.int8_activations]} them (`engine: {{int8_activations: ...}}`): their rounding "
-            "changes logprobs and tokens"
-        )
+    was, now = receipt.engine.options, result.engine.options
+    for name in sorted(was.keys() | now.keys()):
+        if _option(was, name) != _option(now, name):
+            notes.append(
+                f"engine option {name} differs: the original ran with {_option(was, name)}, the replay with "
+                f"{_option(now, name)} (`engine: {{{name}: ...}}`); it changes logprobs and tokens"
+            )
     if receipt.cache.preemptions:
         notes.append(f"the original was preempted {receipt.cache.preemptions} time(s) and its KV cache recomputed")
     if receipt.cache.cached_tokens != result.cached_tokens:
@@ -198,3 +213,9 @@ def _notes(receipt: Receipt, result: ReplayResult, other_engine: bool) -> list[s
             f"context version {receipt.cache.context_version}"
         )
     return notes
+
+
+def _option(options: dict[str, Any], name: str) -> Any:
+    """An option's value in an identity, which lists only those set away from their defaults."""
+    field = EngineOptions.model_fields.get(name)
+    return options.get(name, field.default if field is not None else None)

@@ -1,0 +1,31 @@
+"""What an engine declares about itself: serve/ reads an engine's identity, limits and
+capabilities from here (and its liveness from `Engine.heartbeat`), never from its attributes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trtserve.engine.options import EngineOptions
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    priorities: bool  # GenerateRequest.priority orders the engine's queue
+    logprobs: bool  # TokenDelta.logprobs of sampled tokens
+    max_top_logprobs: int  # most alternatives per token it returns (0: the sampled token's only)
+    prompt_logprobs: bool
+    guided_decoding: bool  # SamplingParams.guided (structured outputs)
+    cache_invalidation: bool  # Engine.invalidate_cache works
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    backend: str  # manifest.json's backend: torch | tensorrt | trtllm (engine/backends.py)
+    backend_version: str  # trtserve's version for torch; TensorRT-LLM's for the tensorrt_llm backends
+    platform: str  # what KServe / Triton metadata report: trtserve_torch | tensorrt_llm
+    fingerprint: str | None  # the manifest's hash (engine/manifest.py: engine_fingerprint); None: unknown
+    max_seq_len: int  # prompt + output tokens of one sequence
+    max_batch_size: int  # sequences in one engine step, after the run config's limit
+    max_num_tokens: int  # tokens in one engine step
+    options: EngineOptions  # the run-time options it runs with (engine/options.py)
+    capabilities: Capabilities

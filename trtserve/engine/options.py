@@ -1,0 +1,88 @@
+"""Run-time engine options: one table, one typed value carried end to end.
+
+An option is a field of `EngineOptions` plus one `OptionSpec` in `OPTIONS`: which backends implement
+it, whether a receipt records it (a replay must run with the same setting), and the check that
+refuses it where the machine or the engine cannot honour it. The next options (adapters,
+speculation, KV tiers) are one field and one spec each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from trtserve.engine.backends import resolve
+from trtserve.engine.errors import UserError
+
+
+class EngineOptions(BaseModel):
+    """The options' values. `RuntimeConfig` inherits these fields, so the run YAML stays flat."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    deterministic: bool = False  # bitwise-identical results whatever the batch, chunking or cache state
+    # W4A16 engines on CPUs with AVX-512 VNNI and VBMI (torch backend): decode rows' activations rounded
+    # to int8 per weight group (as llama.cpp's q8_0), their dots in int8 instructions. Faster, and an
+    # approximation of the float path (greedy outputs can differ; prefill keeps the float path).
+    int8_activations: bool = False
+
+    def enabled(self) -> dict[str, Any]:
+        """The options set away from their defaults, by name."""
+        return {name: value for name, value in self if value != type(self).model_fields[name].default}
+
+    def identity(self) -> dict[str, Any]:
+        """What a receipt records: the enabled options that change the numbers."""
+        return {name: value for name, value in self.enabled().items() if OPTIONS[name].in_identity}
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    name: str  # the EngineOptions field
+    summary: str
+    backends: frozenset[str]  # backends (engine/backends.py names) that implement it when enabled
+    in_identity: bool  # part of a receipt's engine identity: a replay must run with the same value
+    # "module:function(model, value)" the backend's model runs once its weights are in place (before
+    # anything is packed for its fast paths): raises UserError when this engine, dtype or CPU cannot
+    # honour the value. Imported only when the option is on.
+    requires: str | None = None
+
+
+OPTIONS: dict[str, OptionSpec] = {
+    s.name: s
+    for s in (
+        OptionSpec(
+            "deterministic",
+            "batch-invariant kernels: a token's logprobs do not depend on its batch, chunk or cache hits",
+            frozenset({"torch"}),
+            in_identity=True,
+        ),
+        OptionSpec(
+            "int8_activations",
+            "W4A16 decode rows rounded to int8 per weight group, dots by AVX-512 VNNI (an approximation)",
+            frozenset({"torch"}),
+            in_identity=True,
+            requires="trtserve.models.decoder:check_int8_activations",
+        ),
+    )
+}
+assert set(OPTIONS) == set(EngineOptions.model_fields), "every engine option needs exactly one OptionSpec"
+
+
+def check_backend(options: EngineOptions, backend: str) -> None:
+    """Refuse options this backend does not implement, naming the option and who does."""
+    for name in options.enabled():
+        spec = OPTIONS[name]
+        if backend not in spec.backends:
+            raise UserError(
+                f"engine option {name} ({spec.summary}) is not available on the {backend} backend "
+                f"(only {', '.join(sorted(spec.backends))}); remove `{name}` from the run config's engine section"
+            )
+
+
+def check_requirements(options: EngineOptions, model) -> None:
+    """Run each enabled option's requirement check against the loaded model."""
+    for name, value in options.enabled().items():
+        if OPTIONS[name].requires:
+            resolve(OPTIONS[name].requires)(model, value)
