@@ -1,23 +1,34 @@
 """The FastAPI app: opens the model repository (an engine dir is a repository of one), loads its
-versions in the background, and reports ready once every loaded model's default version is."""
+versions in the background, and reports ready once every loaded model's default version is.
+
+It is the composition root: it builds the repository, the front ends' routes and the features
+(receipts, idempotency, batch jobs, watchers), and the listener that puts a GenerationService over
+each version the repository loads. The repository knows nothing of front ends or features, and
+features observe the generation path rather than being built into it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
+from collections.abc import Callable
 from pathlib import Path
 
 from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
+from trtserve.engine.sampling import SamplingParams
 from trtserve.serve import durable
 from trtserve.serve.batch.routes import router as batch_router
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import install_handlers
+from trtserve.serve.generation import GenerationService
 from trtserve.serve.idempotency import IdempotencyMiddleware
 from trtserve.serve.kserve.routes import router as kserve_router
+from trtserve.serve.load import LoadTracker
 from trtserve.serve.metrics import Metrics
 from trtserve.serve.middleware import ServerMiddleware
 from trtserve.serve.openai.routes import router as openai_router
@@ -25,6 +36,7 @@ from trtserve.serve.openapi import HEALTH, V2_HEALTH, install_openapi
 from trtserve.serve.receipts.install import close_receipts, install_receipts
 from trtserve.serve.repository.admin import router as admin_router
 from trtserve.serve.repository.repository import EngineFactory, Repository
+from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.repository.watch import install_watchers
 from trtserve.serve.state import ServerState
 
@@ -70,7 +82,10 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
     app.include_router(kserve_router)
     app.include_router(batch_router)
-    install_receipts(app, server)  # receipt and cache admin routes; with --receipts, a recorder over the store
+    receipts = install_receipts(app, server)  # receipt and cache admin routes; with --receipts, a recorder
+    versions = VersionServices(repository, config, metrics, features=[receipts.attach])
+    repository.on_ready.append(versions.ready)
+    repository.on_release.append(versions.released)
     _health_routes(app, server)
     app.add_middleware(IdempotencyMiddleware, server=server)  # inside ServerMiddleware: after auth and limits
     if config.cors_allow_origins:
@@ -79,6 +94,40 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
         )
     app.add_middleware(ServerMiddleware, server=server)
     return app
+
+
+class VersionServices:
+    """The repository's listener: a GenerationService over each version's engine, observed by the
+    repository (guards, shadows) and the features, warmed up before the version is routed to."""
+
+    def __init__(
+        self,
+        repository: Repository,
+        config: ServeConfig,
+        metrics: Metrics,
+        features: list[Callable[[GenerationService], None]],
+    ):
+        self.repository, self.config, self.metrics, self.features = repository, config, metrics, features
+        self.load_watched = False  # serve/load.py's autoscaling gauges follow the first version loaded
+
+    async def ready(self, mv: ModelVersion) -> None:
+        engine = mv.engine
+        service = GenerationService(engine, engine.tokenizer, mv.model, self.config, self.metrics, str(mv.version))
+        service.observers.append(functools.partial(self.repository.finished, mv))
+        for attach in self.features:
+            attach(service)
+        mv.service = service
+        if not self.load_watched:
+            self.load_watched = True
+            self.metrics.watch_load(LoadTracker(engine.stats, service.admission, engine.info.max_batch_size))
+        if self.config.warmup:
+            ids = list(engine.tokenizer.encode("Hello")) or [0]
+            warmup = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+            await service.start("warmup", ids, warmup, internal=True).collect()
+
+    @staticmethod
+    def released(mv: ModelVersion) -> None:
+        mv.service = None
 
 
 async def _start_grpc(server: ServerState):

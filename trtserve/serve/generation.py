@@ -1,6 +1,9 @@
 """The serving logic every front end shares: admission, deadlines, metrics, text output.
 
-OpenAI and KServe routes are adapters onto `GenerationService.stream` / `.collect`.
+OpenAI, KServe and gRPC are adapters onto `GenerationService.start` and the run it returns
+(serve/group.py runs a request's several prompts as one). Features observe it rather than being
+built into it: `param_hooks` adjust the sampling params of every run (receipts draw a seed),
+`observers` see every client run end (receipts, the repository's guard and shadow).
 """
 
 from __future__ import annotations
@@ -8,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator
-
-from starlette.requests import Request as HTTPRequest
+from collections.abc import AsyncIterator, Callable
 
 from trtserve.engine.errors import EngineDeadError
 from trtserve.engine.messages import GenerateRequest
@@ -18,10 +19,9 @@ from trtserve.engine.protocol import Engine
 from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.admission import Admission
 from trtserve.serve.config import ServeConfig
+from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.metrics import Metrics
-from trtserve.serve.receipts.book import ReceiptBook, engine_identity
-from trtserve.serve.receipts.model import new_receipt_id
 from trtserve.serve.statistics import InferStatistics
 from trtserve.text.outputs import OutputProcessor, RequestOutput, TextDelta
 
@@ -34,18 +34,19 @@ class GenerationService:
         self.tokenizer = tokenizer
         self.model_name = model_name
         self.version = version  # the repository version this engine serves (metrics label, responses)
-        self.observers: list = []  # observer(run, ok) after every run: the repository's guard and shadow
+        # hook(params) -> the params the engine runs, for every run (receipts: a drawn seed)
+        self.param_hooks: list[Callable[[SamplingParams], SamplingParams]] = []
+        # observer(run, ok) when a client run ends (not warmups or shadows): receipts, guard, shadow
+        self.observers: list[Callable[[GenerationRun, bool], None]] = []
         self.config = config
         self.metrics = metrics
         self.admission = Admission(config.max_queued_requests, config.max_queued_tokens)
         self.statistics = InferStatistics()  # every front end's requests, for gRPC ModelStatistics
         self.started = time.time()
-        # receipt ids, drawn seeds; receipts themselves are recorded by serve/receipts/install.py
-        self.receipts = ReceiptBook(engine_identity(engine, config.engine.deterministic), config.receipts)
 
     @property
     def max_seq_len(self) -> int:
-        return self.engine.max_seq_len
+        return self.engine.info.max_seq_len
 
     @staticmethod
     def new_id(prefix: str) -> str:
@@ -64,21 +65,24 @@ class GenerationService:
         timeout: float | None = None,
         priority: float = 0.0,
         cache_salt: str | None = None,
-        log: dict | None = None,
+        context: RequestContext | None = None,
         protocol: str = "http",
         cache_namespace: str | None = None,
         context_version: int | None = None,
+        internal: bool = False,
     ) -> GenerationRun:
         """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated.
         client_id is only logged and echoed: the engine names the request itself. `protocol`
-        ("http" | "grpc") labels its latency metrics."""
-        params = self.receipts.prepare(params)  # a drawn seed when none was given, so it can be replayed
+        ("http" | "grpc") labels its latency metrics. `context` collects what the access log says of
+        it. `internal`: the server's own run (warmup, shadow), which observers do not see."""
+        for hook in self.param_hooks:
+            params = hook(params)
         req = GenerateRequest(prompt_ids, params, priority, cache_salt, cache_namespace, context_version, client_id)
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
-        run = GenerationRun(self, req, ticket, self.deadline(timeout), log, protocol)
-        if log is not None:  # the middleware returns them in X-Trtserve-Receipt
-            log.setdefault("receipts", []).append(run.receipt_id)
+        run = GenerationRun(self, req, ticket, self.deadline(timeout), context, protocol, internal)
+        if context is not None:  # the middleware returns them in X-Trtserve-Receipt
+            context.receipts.append(run.receipt_id)
         return run
 
 
@@ -91,17 +95,18 @@ class GenerationRun:
         req: GenerateRequest,
         ticket,
         deadline: float | None,
-        log: dict | None,
+        context: RequestContext | None,
         protocol: str = "http",
+        internal: bool = False,
     ):
-        self.service, self.req, self.ticket, self.deadline, self.log = service, req, ticket, deadline, log
-        self.protocol = protocol
+        self.service, self.req, self.ticket, self.deadline = service, req, ticket, deadline
+        self.context, self.protocol, self.internal = context, protocol, internal
         self.proc = OutputProcessor(service.tokenizer, client_id_or(req), req.prompt_token_ids, req.params)
         self.ttft: float | None = None  # seconds to the first token, once it came
         self.queued: float | None = None  # seconds in the engine's queue, once scheduled
         self.e2e: float | None = None  # seconds from admission to the end, once it ended
         self.preemptions = 0  # times the engine preempted (and recomputed) it, as its deltas said
-        self.receipt_id = new_receipt_id()
+        self.receipt_id = f"rcpt-{uuid.uuid4().hex}"  # X-Trtserve-Receipt, whether or not receipts are stored
         self.created_at = time.time()
 
     @property
@@ -130,8 +135,8 @@ class GenerationRun:
                         self.ticket.started()
                         self.ttft = now - start
                         m.ttft.labels(*labels).observe(now - start)
-                        if self.log is not None:
-                            self.log.setdefault("ttft_ms", round((now - start) * 1000, 1))
+                        if self.context is not None:
+                            self.context.first_token(now - start)
                     elif d.token_ids:
                         itl.observe(now - last)
                     if d.queue_time is not None:
@@ -162,54 +167,13 @@ class GenerationRun:
             m.e2e.labels(*labels).observe(time.monotonic() - start)
             svc.statistics.record(ok, time.monotonic() - start, queued)
             self.queued, self.e2e = queued, time.monotonic() - start
-            for observe in svc.observers:
-                observe(self, ok)
-            if self.log is not None:
-                self.log["prompt_tokens"] = self.log.get("prompt_tokens", 0) + len(req.prompt_token_ids)
+            if not self.internal:
+                for observe in svc.observers:
+                    observe(self, ok)
+            if self.context is not None:
                 done = sum(len(o.token_ids) for o in self.output.outputs)
-                self.log["completion_tokens"] = self.log.get("completion_tokens", 0) + done
+                self.context.ended(len(req.prompt_token_ids), done)
 
 
 def client_id_or(req: GenerateRequest) -> str:
     return req.client_id if req.client_id is not None else str(req.request_id)
-
-
-async def collect_all(runs: list[GenerationRun]) -> list[RequestOutput]:
-    """Every run's output, in order. If one fails or the caller is cancelled, the others are
-    aborted too, and every ticket is released (a run cancelled before it started holds one)."""
-    tasks = [asyncio.ensure_future(r.collect()) for r in runs]
-    try:
-        return list(await asyncio.gather(*tasks))
-    finally:
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for r in runs:
-            r.ticket.release()
-
-
-async def until_disconnected(http: HTTPRequest) -> None:
-    """Return when the client goes away (for non-streaming responses)."""
-    while True:
-        message = await http.receive()
-        if message["type"] == "http.disconnect":
-            return
-
-
-async def run_or_abort_on_disconnect(http: HTTPRequest, coro):
-    """Run `coro`; if the client disconnects first, cancel it (which aborts its engine requests)."""
-    work = asyncio.ensure_future(coro)
-    # A gather cancelled here ends with a CancelledError nobody awaits; take it, or asyncio logs an
-    # ERROR with a traceback for every client that leaves (seen in the soak, scripts/soak.py).
-    work.add_done_callback(lambda f: f.cancelled() or f.exception())
-    watch = asyncio.ensure_future(until_disconnected(http))
-    try:
-        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-        if work in done:
-            return work.result()
-        work.cancel()
-        raise APIError(499, "the client disconnected; the request was aborted")
-    finally:
-        watch.cancel()
-        if not work.done():
-            work.cancel()

@@ -11,6 +11,7 @@ import uuid
 
 from trtserve.serve.admin_key import bearer_matches
 from trtserve.serve.config import MAX_CLIENT_ID
+from trtserve.serve.context import RequestContext, open_context
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.repository.admin import is_admin_path
 from trtserve.serve.state import ServerState
@@ -36,7 +37,7 @@ class ServerMiddleware:
         path = scope["path"]
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         rid = headers.get("x-request-id") or uuid.uuid4().hex  # echoed and logged, never a key
-        log: dict = scope.setdefault("trtserve_log", {})
+        context = open_context(scope)  # routing and the generation path fill it in
         start = time.monotonic()
         status = {"code": 500}
 
@@ -45,10 +46,10 @@ class ServerMiddleware:
                 status["code"] = message["status"]
                 message.setdefault("headers", [])
                 message["headers"] = [*message["headers"], (b"x-request-id", rid.encode("latin-1"))]
-                if "version" in log:  # the repository version that answered (serve/repository/lookup.py)
-                    message["headers"].append((b"x-model-version", log["version"].encode("latin-1")))
-                if log.get("receipts"):  # the generations this request started (serve/receipts/)
-                    message["headers"].append((b"x-trtserve-receipt", ",".join(log["receipts"]).encode()))
+                if context.version is not None:  # the repository version that answered (serve/repository/lookup.py)
+                    message["headers"].append((b"x-model-version", context.version.encode("latin-1")))
+                if context.receipts:  # the generations this request started (serve/receipts/)
+                    message["headers"].append((b"x-trtserve-receipt", ",".join(context.receipts).encode()))
             await send(message)
 
         try:
@@ -58,7 +59,7 @@ class ServerMiddleware:
                 return
             await self.app(scope, self._limited(receive, path), send_with_id)
         finally:
-            self._log(scope, rid, status["code"], start, log)
+            self._log(scope, rid, status["code"], start, context)
 
     def _refuse(self, path: str, headers: dict) -> tuple[int, str, dict] | None:
         cfg = self.server.config
@@ -108,17 +109,17 @@ class ServerMiddleware:
         await send({"type": "http.response.start", "status": status, "headers": raw})
         await send({"type": "http.response.body", "body": body})
 
-    def _log(self, scope, rid: str, status: int, start: float, log: dict) -> None:
+    def _log(self, scope, rid: str, status: int, start: float, context: RequestContext) -> None:
         metrics = self.server.metrics
         if metrics is not None:
             # the model and version the repository routed this request to, when it named one
-            metrics.http.labels(log.get("model", metrics.model), log.get("version", ""), str(status)).inc()
+            metrics.http.labels(context.model or metrics.model, context.version or "", str(status)).inc()
         line = {
             "request_id": rid,
             "method": scope["method"],
             "path": scope["path"],
             "status": status,
             "duration_ms": round((time.monotonic() - start) * 1000, 1),
-            **log,
+            **context.log_fields(),
         }
         access_log.info(json.dumps(line))

@@ -1,14 +1,12 @@
-"""What /openapi.json says beyond what FastAPI infers: the KServe routes read their bodies themselves
-(binary tensors, Triton's loose scalars), so their request bodies are declared here, and the
-bodyless answers of the health routes."""
+"""What /openapi.json says beyond what FastAPI infers: the bodyless answers of the health routes, the
+middleware's refusals on every route, 400 rather than FastAPI's 422 (the KServe routes' bodies are
+declared in serve/kserve/docs.py)."""
 
 from __future__ import annotations
 
 from pydantic import BaseModel
 
-from trtserve.serve.config import MAX_CLIENT_ID
-from trtserve.serve.errors import KServeErrorBody, OpenAIErrorBody, error_responses
-from trtserve.serve.kserve.protocol import GenerateInputs, InferRequest
+from trtserve.serve.errors import KServeErrorBody, OpenAIErrorBody
 
 
 def inline_schema(model: type[BaseModel]) -> dict:
@@ -29,43 +27,10 @@ def inline_schema(model: type[BaseModel]) -> dict:
     return walk(schema)
 
 
-def _generate_schema() -> dict:
-    """The Triton generate body: text_input, the ensemble's optional inputs as keys or under
-    `parameters`, and the client's id."""
-    inputs = inline_schema(GenerateInputs)
-    props = dict(inputs["properties"])
-    props["text_input"] = {"type": "string"}
-    props["id"] = {"type": "string", "maxLength": MAX_CLIENT_ID}
-    props["parameters"] = {"type": "object", "properties": inputs["properties"], "additionalProperties": False}
-    return {"type": "object", "properties": props, "required": ["text_input"], "additionalProperties": False}
-
-
-def _body(schema: dict) -> dict:
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
-
-
-INFER_BODY = _body(inline_schema(InferRequest))
-GENERATE_BODY = _body(_generate_schema())
-_NOT_READY = {400: {"description": "Not ready (KServe v2 answers 400 with no body)"}}
-KSERVE_READY = _NOT_READY | error_responses(401, 404, 503, kserve=True)
-KSERVE_GENERATE = error_responses(400, 401, 404, 413, 429, 501, 503, 504, kserve=True)
-KSERVE_STREAM = {200: {"content": {"text/event-stream": {}}, "description": "events"}}
-KSERVE_INFER = {
-    200: {
-        "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
-        "description": "JSON, or a JSON header and binary tensors when binary outputs were asked for",
-    }
-}
+NOT_READY = {400: {"description": "Not ready (KServe v2 answers 400 with no body)"}}
 HEALTH = {503: {"description": "Not alive or not ready; the body says which"}}
-V2_HEALTH = _NOT_READY
+V2_HEALTH = NOT_READY
 
-# The keyword arguments of each KServe route decorator.
-SERVER = {"responses": error_responses(401, 503, kserve=True)}
-METADATA = {"responses": error_responses(401, 404, 503, kserve=True)}
-READY = {"responses": KSERVE_READY}
-INFER = {"responses": KSERVE_INFER | KSERVE_GENERATE, "openapi_extra": INFER_BODY}
-GENERATE = {"responses": KSERVE_GENERATE, "openapi_extra": GENERATE_BODY}
-GENERATE_STREAM = {"responses": KSERVE_STREAM | KSERVE_GENERATE, "openapi_extra": GENERATE_BODY}
 
 # What ServerMiddleware (serve/middleware.py) can answer on any route before the route runs.
 _MIDDLEWARE = {

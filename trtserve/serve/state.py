@@ -1,8 +1,8 @@
 """The server's lifecycle, one typed object (on `app.state.server`) instead of loose flags.
 
 The repository (serve/repository/) holds every model version and its engine; an engine dir is a
-repository of one. `engine`, `service`, `openai` and `kserve` are the default model's default
-version, for code that serves one model. Draining after SIGTERM: readiness false, new requests 503.
+repository of one. `engine` and `service` are the default model's default version's, for code
+that serves one model. Draining after SIGTERM: readiness false, new requests 503.
 """
 
 from __future__ import annotations
@@ -13,11 +13,9 @@ from typing import TYPE_CHECKING
 from trtserve.engine.protocol import Engine
 from trtserve.serve.config import ServeConfig
 
-if TYPE_CHECKING:  # the serving objects import this module's users; only their types are needed here
+if TYPE_CHECKING:
     from trtserve.serve.generation import GenerationService
-    from trtserve.serve.kserve.serving import KServeServing
     from trtserve.serve.metrics import Metrics
-    from trtserve.serve.openai.serving import OpenAIServing
     from trtserve.serve.repository.repository import Repository
     from trtserve.serve.repository.version import ModelVersion
     from trtserve.state import StateStore
@@ -48,16 +46,6 @@ class ServerState:
     def service(self) -> GenerationService | None:
         mv = self.default_version
         return None if mv is None else mv.service
-
-    @property
-    def openai(self) -> OpenAIServing | None:
-        mv = self.default_version
-        return None if mv is None else mv.openai
-
-    @property
-    def kserve(self) -> KServeServing | None:
-        mv = self.default_version
-        return None if mv is None else mv.kserve
 
     @property
     def loaded(self) -> bool:

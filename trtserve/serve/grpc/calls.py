@@ -20,6 +20,7 @@ import grpc
 from trtserve.engine.errors import UserError
 from trtserve.serve.admin_key import LOOPBACK, bearer_matches
 from trtserve.serve.config import MAX_CLIENT_ID
+from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.state import ServerState
 
@@ -29,6 +30,7 @@ SERVICE = "/inference.GRPCInferenceService/"
 STATUS = {
     400: grpc.StatusCode.INVALID_ARGUMENT,
     401: grpc.StatusCode.UNAUTHENTICATED,
+    403: grpc.StatusCode.PERMISSION_DENIED,
     404: grpc.StatusCode.NOT_FOUND,
     413: grpc.StatusCode.RESOURCE_EXHAUSTED,
     429: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -73,13 +75,13 @@ class CallLog:
 
     def __init__(self, server: ServerState, method: str, rid: str):
         self.server, self.method, self.rid = server, method, rid
-        self.fields: dict = {}  # prompt_tokens, completion_tokens, ttft_ms: filled by GenerationRun
+        self.context = RequestContext()  # the routed version, then tokens and ttft: filled by GenerationRun
         self.start = time.monotonic()
 
     def finish(self, code: grpc.StatusCode) -> None:
         metrics = self.server.metrics
         if metrics is not None:
-            model, version = self.fields.get("model", metrics.model), self.fields.get("version", "")
+            model, version = self.context.model or metrics.model, self.context.version or ""
             metrics.grpc.labels(model, version, self.method, code.name).inc()
         line = {
             "request_id": self.rid,
@@ -87,7 +89,7 @@ class CallLog:
             "path": SERVICE + self.method,
             "status": code.name,
             "duration_ms": round((time.monotonic() - self.start) * 1000, 1),
-            **self.fields,
+            **self.context.log_fields(),
         }
         access_log.info(json.dumps(line))
 

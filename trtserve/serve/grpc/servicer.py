@@ -10,7 +10,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from trtserve.serve.errors import APIError
-from trtserve.serve.generation import collect_all
+from trtserve.serve.group import collect_all
 from trtserve.serve.grpc.calls import CallLog, check_admin, check_id, metadata_of, unary, unknown_model
 from trtserve.serve.grpc.stream import StreamSession
 from trtserve.serve.grpc.tensors import infer_response, parameters, request_tensors
@@ -48,8 +48,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 raise unknown_model(name, version, ", ".join(repo.models)) from None
             raise
         if call is not None:
-            call.fields["model"], call.fields["version"] = mv.model, str(mv.version)
-        return mv.kserve
+            call.context.routed(mv.model, mv.version)
+        return KServeServing(mv.service)
 
     # ---- health ------------------------------------------------------------------------------------
     @unary
@@ -129,7 +129,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         call.rid = rid
         outputs = [o.name for o in request.outputs] or None
         ic = infer_call(request_tensors(request), parameters(request.parameters), outputs)
-        runs = serving.start_infer(ic, rid, call.fields, "grpc", context.time_remaining())
+        runs = serving.start_infer(ic, rid, call.context, "grpc", context.time_remaining())
         outs = await collect_all(runs)
         resp = infer_response(serving.svc.model_name, serving.svc.version, request.id, serving.infer_arrays(ic, outs))
         resp.parameters["receipt"].string_param = ",".join(r.receipt_id for r in runs)

@@ -23,7 +23,8 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from trtserve.serve.errors import APIError
-from trtserve.serve.generation import GenerationRun, collect_all
+from trtserve.serve.generation import GenerationRun
+from trtserve.serve.group import collect_all
 from trtserve.serve.grpc.calls import CallLog, admit, check_id, gone_code, metadata_of, status_of
 from trtserve.serve.grpc.tensors import infer_response, parameters, request_tensors
 from trtserve.serve.kserve.infer import InferCall, infer_call
@@ -99,7 +100,7 @@ class StreamSession:
                 "stream: true streams one sequence per request; send one text_input with num_return_sequences 1, "
                 "or stream: false to get a batch in one response",
             )
-        runs = serving.start_infer(ic, call.rid, call.fields, "grpc", self.context.time_remaining())
+        runs = serving.start_infer(ic, call.rid, call.context, "grpc", self.context.time_remaining())
         if ic.inputs.stream:
             await self._stream(req, ic, runs[0], empty_final)
             return

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from trtserve.engine.sampling import GuidedDecoding
+from trtserve.engine.sampling import GuidedDecoding, SamplingParams
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
 from trtserve.serve.unicode import check_unicode
@@ -228,6 +228,34 @@ class GenerateInputs(BaseModel):
         if not guide:
             raise APIError(400, f"guided_decoding_guide_type {kind} needs a guided_decoding_guide")
         return GuidedDecoding(kind={"ebnf_grammar": "grammar"}.get(kind, kind), spec=guide)
+
+    def sampling_params(self, bad_words_ids: list[list[int]]) -> SamplingParams:
+        """The engine's params, built without validating again: these inputs were validated when they
+        were read, within bounds SamplingParams accepts (tests/unit/test_sampling_bounds.py checks
+        that). bad_words_ids: `bad_words` tokenized."""
+        # TensorRT-LLM samples only when top_k or top_p is set; otherwise it decodes greedily.
+        top_k, top_p = self.top_k or 0, self.top_p or 0.0
+        greedy = top_k == 0 and top_p == 0.0
+        return SamplingParams.model_construct(
+            n=self.num_return_sequences,
+            max_tokens=self.max_tokens,
+            min_tokens=min(self.min_tokens or 0, self.max_tokens),
+            temperature=0.0 if greedy else (1.0 if self.temperature is None else self.temperature),
+            top_k=top_k,
+            top_p=top_p or 1.0,
+            min_p=self.min_p or 0.0,
+            presence_penalty=self.presence_penalty or 0.0,
+            frequency_penalty=self.frequency_penalty or 0.0,
+            repetition_penalty=self.repetition_penalty or 1.0,
+            seed=self.seed if self.seed is not None else self.random_seed,
+            stop=list(self.stop_words),
+            # As in TensorRT-LLM, end_id replaces the model's EOS, and -1 means no end token at all.
+            stop_token_ids=[self.end_id] if self.end_id is not None and self.end_id >= 0 else [],
+            ignore_eos=self.end_id is not None,
+            bad_words_ids=bad_words_ids,
+            logprobs=0 if self.return_log_probs else None,
+            guided=self.guided(),
+        )
 
     @field_validator("stop_words", "bad_words", mode="before")
     @classmethod

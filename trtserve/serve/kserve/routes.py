@@ -6,8 +6,9 @@ import json
 
 from fastapi import APIRouter, Request, Response
 
-from trtserve.serve import openapi as doc
+from trtserve.serve.context import request_context
 from trtserve.serve.errors import APIError
+from trtserve.serve.kserve import docs as doc
 from trtserve.serve.kserve.serving import KServeServing
 from trtserve.serve.repository.lookup import routed, version_ready
 from trtserve.serve.repository.router import parse_target
@@ -16,13 +17,9 @@ from trtserve.serve.unicode import check_unicode
 router = APIRouter()
 
 
-def _serving(request: Request, model: str, version: str | None = None):
+def _serving(request: Request, model: str, version: str | None = None) -> KServeServing:
     """The serving logic of the version the repository routes `model` (and `version`) to."""
-    return routed(request, model, version).kserve
-
-
-def _log(request: Request) -> dict:
-    return request.scope.setdefault("trtserve_log", {})
+    return KServeServing(routed(request, model, version).service)
 
 
 async def _json(request: Request):
@@ -69,18 +66,18 @@ async def model_config(request: Request, model: str, version: str | None = None)
 @router.post("/v2/models/{model}/versions/{version}/infer", **doc.INFER)
 async def infer(request: Request, model: str, version: str | None = None):
     raw = await request.body()  # read before routing: no await between the choice and admission
-    return await _serving(request, model, version).infer(raw, request.headers, request, _log(request))
+    return await _serving(request, model, version).infer(raw, request.headers, request, request_context(request.scope))
 
 
 @router.post("/v2/models/{model}/generate", **doc.GENERATE)
 @router.post("/v2/models/{model}/versions/{version}/generate", **doc.GENERATE)
 async def generate(request: Request, model: str, version: str | None = None):
     body = await _json(request)
-    return await _serving(request, model, version).generate(body, request, _log(request))
+    return await _serving(request, model, version).generate(body, request, request_context(request.scope))
 
 
 @router.post("/v2/models/{model}/generate_stream", **doc.GENERATE_STREAM)
 @router.post("/v2/models/{model}/versions/{version}/generate_stream", **doc.GENERATE_STREAM)
 async def generate_stream(request: Request, model: str, version: str | None = None):
     body = await _json(request)
-    return _serving(request, model, version).generate_stream(body, _log(request))
+    return _serving(request, model, version).generate_stream(body, request_context(request.scope))

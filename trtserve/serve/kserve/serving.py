@@ -10,10 +10,11 @@ from starlette.requests import Request as HTTPRequest
 
 import trtserve
 from trtserve.engine.errors import UserError
-from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.config import MAX_CLIENT_ID
+from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
-from trtserve.serve.generation import GenerationRun, GenerationService, collect_all, run_or_abort_on_disconnect
+from trtserve.serve.generation import GenerationRun, GenerationService
+from trtserve.serve.group import admit_all, collect_all
 from trtserve.serve.kserve.infer import OUTPUTS, InferCall, infer_call
 from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
 from trtserve.serve.sse import event
@@ -45,18 +46,12 @@ OPTIONAL_INPUTS = {
 
 
 class KServeServing:
-    def __init__(self, service: GenerationService, platform: str):
+    def __init__(self, service: GenerationService):
         self.svc = service
         self.tok = service.tokenizer
-        self.platform = platform
+        self.platform = service.engine.info.platform  # what Triton's metadata calls the model's platform
 
     # ---- metadata ----------------------------------------------------------------------------
-    def check_model(self, name: str, version: str | None = None) -> None:
-        if name != self.svc.model_name:
-            raise APIError(404, f"model {name!r} is not served here; this server serves {self.svc.model_name!r}")
-        if version not in (None, "", VERSION):
-            raise APIError(404, f"model {name!r} has no version {version!r}; the only version is {VERSION}")
-
     @staticmethod
     def server_metadata() -> dict:
         """The same with or without a model loaded (a repository may have none ready)."""
@@ -95,50 +90,26 @@ class KServeServing:
             "parameters": {"max_seq_len": {"string_value": str(self.svc.max_seq_len)}},
         }
 
-    # ---- requests -> sampling ------------------------------------------------------------------
-    def sampling(self, g: GenerateInputs) -> SamplingParams:
-        # TensorRT-LLM samples only when top_k or top_p is set; otherwise it decodes greedily.
-        top_k, top_p = g.top_k or 0, g.top_p or 0.0
-        greedy = top_k == 0 and top_p == 0.0
-        return SamplingParams(
-            n=g.num_return_sequences,
-            max_tokens=g.max_tokens,
-            min_tokens=min(g.min_tokens or 0, g.max_tokens),
-            temperature=0.0 if greedy else (1.0 if g.temperature is None else g.temperature),
-            top_k=top_k,
-            top_p=top_p or 1.0,
-            min_p=g.min_p or 0.0,
-            presence_penalty=g.presence_penalty or 0.0,
-            frequency_penalty=g.frequency_penalty or 0.0,
-            repetition_penalty=g.repetition_penalty or 1.0,
-            seed=g.seed if g.seed is not None else g.random_seed,
-            stop=g.stop_words,
-            # As in TensorRT-LLM, end_id replaces the model's EOS, and -1 means no end token at all.
-            stop_token_ids=[g.end_id] if g.end_id is not None and g.end_id >= 0 else [],
-            ignore_eos=g.end_id is not None,
-            bad_words_ids=[list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words],
-            logprobs=0 if g.return_log_probs else None,
-            guided=g.guided(),
-        )
-
-    def _start(self, prompt: str, g: GenerateInputs, rid: str, log: dict, **kw) -> GenerationRun:
+    # ---- requests -> runs ------------------------------------------------------------------------
+    def _start(self, prompt: str, g: GenerateInputs, rid: str, context: RequestContext, **kw) -> GenerationRun:
         """kw: timeout, priority (default: g's), protocol."""
         ids = list(self.tok.encode(prompt))
         kw = {"timeout": g.timeout, "priority": g.priority, **kw}
         kw |= {"cache_namespace": g.cache_namespace, "context_version": g.context_version}
-        return self.svc.start(rid, ids, self.sampling(g), log=log, **kw)
+        params = g.sampling_params([list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words])
+        return self.svc.start(rid, ids, params, context=context, **kw)
 
     def _text(self, prompt: str, out: RequestOutput, g: GenerateInputs) -> list[str]:
         prefix = "" if g.exclude_input_in_output else prompt
         return [prefix + c.text for c in out.outputs]
 
     # ---- infer (HTTP here; gRPC in serve/grpc/ shares start_infer and infer_arrays) ---------------
-    async def infer(self, body: bytes, headers, http: HTTPRequest, log: dict) -> Response:
+    async def infer(self, body: bytes, headers, http: HTTPRequest, context: RequestContext) -> Response:
         req, tensors = parse_infer(body, headers.get(HEADER))
         call = infer_call(tensors, req.parameters or {}, [o.name for o in req.outputs] if req.outputs else None)
         rid = req.id if req.id is not None else self.svc.new_id("infer")
-        runs = self.start_infer(call, rid, log)
-        outs = await run_or_abort_on_disconnect(http, collect_all(runs))
+        runs = self.start_infer(call, rid, context)
+        outs = await collect_all(runs, http)
         arrays = self.infer_arrays(call, outs)
         binary = bool((req.parameters or {}).get("binary_data_output")) or any(
             (o.parameters or {}).get("binary_data") for o in (req.outputs or [])
@@ -148,20 +119,19 @@ class KServeServing:
         return self._respond(head, arrays, binary)
 
     def start_infer(
-        self, call: InferCall, rid: str, log: dict, protocol: str = "http", deadline: float | None = None
+        self,
+        call: InferCall,
+        rid: str,
+        context: RequestContext,
+        protocol: str = "http",
+        deadline: float | None = None,
     ) -> list[GenerationRun]:
         """Admit one run per prompt, all or none. `deadline` (seconds, e.g. gRPC's) caps the call's timeout."""
         limits = [t for t in (call.timeout, deadline) if t is not None]
         kw = {"timeout": min(limits) if limits else None, "priority": call.priority, "protocol": protocol}
-        runs: list[GenerationRun] = []
-        try:
-            for i, prompt in enumerate(call.prompts):
-                runs.append(self._start(prompt, call.inputs, f"{rid}-{i}", log, **kw))
-        except BaseException:
-            for r in runs:
-                r.ticket.release()
-            raise
-        return runs
+        return admit_all(
+            len(call.prompts), lambda i: self._start(call.prompts[i], call.inputs, f"{rid}-{i}", context, **kw)
+        )
 
     def infer_arrays(self, call: InferCall, outs: list[RequestOutput]) -> dict[str, np.ndarray]:
         """The requested outputs, in request order: text as UTF-8 bytes, log probs as float32."""
@@ -216,12 +186,12 @@ class KServeServing:
             raise APIError(400, f"id must be a string of at most {MAX_CLIENT_ID} characters")
         return text, client_id, generate_inputs({**params, **body})
 
-    async def generate(self, body: dict, http: HTTPRequest, log: dict) -> JSONResponse:
+    async def generate(self, body: dict, http: HTTPRequest, context: RequestContext) -> JSONResponse:
         text, client_id, g = self._generate_args(body)
         if g.stream:
             raise APIError(400, "stream: true needs the generate_stream endpoint")
-        run = self._start(text, g, client_id if client_id is not None else self.svc.new_id("gen"), log)
-        out = await run_or_abort_on_disconnect(http, run.collect())
+        run = self._start(text, g, client_id if client_id is not None else self.svc.new_id("gen"), context)
+        (out,) = await collect_all([run], http)
         texts = self._text(text, out, g)
         resp = {
             "model_name": self.svc.model_name,
@@ -237,9 +207,9 @@ class KServeServing:
             resp["cum_log_probs"] = [sum(x) for x in lps] if len(lps) > 1 else sum(lps[0])
         return JSONResponse(resp)
 
-    def generate_stream(self, body: dict, log: dict) -> StreamingResponse:
+    def generate_stream(self, body: dict, context: RequestContext) -> StreamingResponse:
         text, client_id, g = self._generate_args(body)
-        run = self._start(text, g, client_id if client_id is not None else self.svc.new_id("gen"), log)
+        run = self._start(text, g, client_id if client_id is not None else self.svc.new_id("gen"), context)
         prefix = "" if g.exclude_input_in_output else text
 
         async def events():

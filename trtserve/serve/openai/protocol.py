@@ -121,10 +121,18 @@ class SamplingFields(BaseModel):
         return self
 
     def sampling_params(
-        self, max_tokens: int, logprobs: int | None, prompt_logprobs: int | None = None
+        self,
+        max_tokens: int,
+        logprobs: int | None,
+        prompt_logprobs: int | None = None,
+        guided: GuidedDecoding | None = None,
     ) -> SamplingParams:
+        """The engine's params, built without validating again: this body was validated when it was
+        parsed, within bounds SamplingParams accepts (tests/unit/test_sampling_bounds.py checks that).
+        max_tokens: at least 1; logprobs, prompt_logprobs: at most MAX_LOGPROBS; guided: the grammar of
+        a tool call that must be made (validation refused it together with a guided_* field)."""
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
-        return SamplingParams(
+        return SamplingParams.model_construct(
             n=self.n,
             max_tokens=max_tokens,
             min_tokens=min(self.min_tokens, max_tokens),
@@ -143,7 +151,7 @@ class SamplingFields(BaseModel):
             logprobs=logprobs,
             prompt_logprobs=prompt_logprobs,
             skip_special_tokens=self.skip_special_tokens,
-            guided=self.guided_decoding(),
+            guided=guided or self.guided_decoding(),
             logit_bias={int(k): v for k, v in (self.logit_bias or {}).items()},
         )
 

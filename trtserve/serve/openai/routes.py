@@ -1,12 +1,15 @@
-"""OpenAI-compatible routes: thin wrappers over OpenAIServing."""
+"""OpenAI-compatible routes: thin wrappers over OpenAIServing, which answers a body or its events."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, StreamingResponse
 
+from trtserve.serve.context import request_context
 from trtserve.serve.errors import error_responses
 from trtserve.serve.openai import protocol as p
-from trtserve.serve.repository.lookup import model_list, routed
+from trtserve.serve.openai.serving import Answer, OpenAIServing, model_list
+from trtserve.serve.repository.lookup import routed
 
 router = APIRouter()
 _STREAM = {
@@ -18,13 +21,15 @@ _STREAM = {
 _GENERATE = _STREAM | error_responses(400, 401, 404, 413, 429, 501, 503, 504)
 
 
-def _serving(request: Request, model: str | None = None, user: str | None = None):
+def _serving(request: Request, model: str | None = None, user: str | None = None) -> OpenAIServing:
     """The serving logic of the version the repository routes `model` to (sticky on `user`)."""
-    return routed(request, model, key=user).openai
+    return OpenAIServing(routed(request, model, key=user).service)
 
 
-def _log(request: Request) -> dict:
-    return request.scope.setdefault("trtserve_log", {})
+def _respond(answer: Answer) -> JSONResponse | StreamingResponse:
+    if isinstance(answer, dict):
+        return JSONResponse(answer)
+    return StreamingResponse(answer, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
 
 
 @router.get("/v1/models", responses=error_responses(401, 503))
@@ -39,12 +44,14 @@ async def model(model_id: str, request: Request):
 
 @router.post("/v1/completions", responses=_GENERATE)
 async def completions(body: p.CompletionRequest, request: Request):
-    return await _serving(request, body.model, body.user).completions(body, request, _log(request))
+    serving = _serving(request, body.model, body.user)
+    return _respond(await serving.completions(body, request, request_context(request.scope)))
 
 
 @router.post("/v1/chat/completions", responses=_GENERATE)
 async def chat(body: p.ChatCompletionRequest, request: Request):
-    return await _serving(request, body.model, body.user).chat(body, request, _log(request))
+    serving = _serving(request, body.model, body.user)
+    return _respond(await serving.chat(body, request, request_context(request.scope)))
 
 
 @router.post("/tokenize", responses=error_responses(400, 401, 404, 413, 503))

@@ -1,21 +1,29 @@
-"""OpenAI-compatible serving logic: prompts in, choices out, over the shared GenerationService."""
+"""OpenAI-compatible serving logic: prompts in, choices out, over the shared GenerationService.
+
+It answers with the response body (a dict) or, for `stream: true`, its server-sent events; the
+routes (routes.py) and Batch API lines (serve/batch/execute.py) wrap them. The repository has
+routed the request to this version already, so the model it names is not looked at again.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from collections.abc import AsyncIterator
 
-from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.requests import Request as HTTPRequest
 
 from trtserve.engine.errors import UserError
+from trtserve.engine.sampling import SamplingParams
+from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError, error_body
-from trtserve.serve.generation import GenerationRun, GenerationService, run_or_abort_on_disconnect
+from trtserve.serve.generation import GenerationRun, GenerationService
+from trtserve.serve.group import admit_all, collect_all, merged
 from trtserve.serve.openai import protocol as p
 from trtserve.serve.openai import tools
 from trtserve.serve.receipts.model import receipt_field
-from trtserve.serve.repository.router import parse_target
-from trtserve.serve.sse import DONE, event, merged
-from trtserve.text.outputs import RequestOutput
+from trtserve.serve.repository.repository import Repository
+from trtserve.serve.sse import DONE, event
+
+Answer = dict | AsyncIterator[str]  # a response body, or server-sent events (stream: true)
 
 
 class OpenAIServing:
@@ -28,11 +36,6 @@ class OpenAIServing:
     def served_name(self) -> str:
         """`name:VERSION`: the `model` of every response says which version answered."""
         return f"{self.svc.model_name}:{self.svc.version}"
-
-    def check_model(self, model: str | None) -> None:
-        # the repository routed `name`, `name:VERSION` or `name@LABEL` here
-        if model is not None and parse_target(model).model != self.svc.model_name:
-            raise APIError(404, f"model {model!r} does not exist; this server serves {self.svc.model_name!r}", "model")
 
     def max_tokens(self, asked: int | None, prompt_len: int) -> int:
         room = self.svc.max_seq_len - prompt_len
@@ -57,61 +60,48 @@ class OpenAIServing:
             raise APIError(400, f"the chat template rejected these messages: {err}", "messages") from None
         return list(enc["input_ids"])
 
-    def start_all(
-        self, rid: str, prompts: list[list[int]], make_params, body: p.SamplingFields, log: dict
-    ) -> list[GenerationRun]:
-        runs: list[GenerationRun] = []
+    def _start(
+        self, client_id: str, ids: list[int], params: SamplingParams, body: p.SamplingFields, context: RequestContext
+    ) -> GenerationRun:
+        return self.svc.start(
+            client_id,
+            ids,
+            params,
+            timeout=body.timeout,
+            priority=body.priority,
+            cache_salt=body.cache_salt,
+            cache_namespace=body.cache_namespace,
+            context_version=body.context_version,
+            context=context,
+        )
+
+    @staticmethod
+    async def stream(events: AsyncIterator[str]) -> AsyncIterator[str]:
+        """The events, then [DONE]; an error after the stream began is an error event."""
         try:
-            for i, ids in enumerate(prompts):
-                runs.append(
-                    self.svc.start(
-                        f"{rid}-{i}",
-                        ids,
-                        make_params(ids),
-                        timeout=body.timeout,
-                        priority=body.priority,
-                        cache_salt=body.cache_salt,
-                        cache_namespace=body.cache_namespace,
-                        context_version=body.context_version,
-                        log=log,
-                    )
-                )
-        except BaseException:
-            for r in runs:
-                r.ticket.release()
-            raise
-        return runs
-
-    async def wait(self, http: HTTPRequest, runs: list[GenerationRun]) -> list[RequestOutput]:
-        return await run_or_abort_on_disconnect(http, asyncio.gather(*(r.collect() for r in runs)))
-
-    def stream(self, gen) -> StreamingResponse:
-        async def body():
-            try:
-                async for chunk in gen:
-                    yield chunk
-            except (APIError, UserError) as err:
-                status = err.status if isinstance(err, APIError) else 400
-                yield event(error_body("/v1", status, str(err)))
-            yield DONE
-
-        return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+            async for chunk in events:
+                yield chunk
+        except (APIError, UserError) as err:
+            status = err.status if isinstance(err, APIError) else 400
+            yield event(error_body("/v1", status, str(err)))
+        yield DONE
 
     # ---- /v1/completions ---------------------------------------------------------------------
-    async def completions(self, body: p.CompletionRequest, http: HTTPRequest, log: dict):
-        self.check_model(body.model)
+    async def completions(self, body: p.CompletionRequest, http: HTTPRequest | None, context: RequestContext) -> Answer:
+        """http: the client, whose disconnect aborts the request (None: nobody to watch, a batch line)."""
         texts, prompts = self._prompts(body.prompt)
         echo_lp = body.logprobs if body.echo and body.logprobs is not None else None
 
-        def make(ids):
-            return body.sampling_params(self.max_tokens(body.max_tokens, len(ids)), body.logprobs, echo_lp)
+        def start(i: int) -> GenerationRun:
+            params = body.sampling_params(self.max_tokens(body.max_tokens, len(prompts[i])), body.logprobs, echo_lp)
+            return self._start(f"{rid}-{i}", prompts[i], params, body, context)
 
         rid = self.svc.new_id("cmpl")
-        runs = self.start_all(rid, prompts, make, body, log)
+        runs = admit_all(len(prompts), start)  # every prompt or none
         name = self.served_name
         if body.stream:
             return self.stream(self._stream_completions(rid, name, body, runs, texts))
-        outputs = await self.wait(http, runs)
+        outputs = await collect_all(runs, http)
         choices = []
         for i, out in enumerate(outputs):
             for c in out.outputs:
@@ -123,7 +113,7 @@ class OpenAIServing:
                     lps = {k: lps[k] + gen[k] for k in gen}
                 choices.append(p.completion_choice(i * body.n + c.index, text, c, lps))
         envelope = p.envelope("text_completion", rid, name, choices, p.usage(outputs))
-        return JSONResponse(envelope | {"receipt": receipt_field(runs)})
+        return envelope | {"receipt": receipt_field(runs)}
 
     def _prompts(self, prompt) -> tuple[list[str], list[list[int]]]:
         if isinstance(prompt, str):
@@ -167,23 +157,19 @@ class OpenAIServing:
             yield event(p.envelope("text_completion", rid, name, [], p.usage([r.output for r in runs])))
 
     # ---- /v1/chat/completions ----------------------------------------------------------------
-    async def chat(self, body: p.ChatCompletionRequest, http: HTTPRequest, log: dict):
-        self.check_model(body.model)
+    async def chat(self, body: p.ChatCompletionRequest, http: HTTPRequest | None, context: RequestContext) -> Answer:
+        """http: as for completions."""
         plan = body.tool_plan(getattr(self.tok, "chat_template", None))
         ids = self.encode_chat(body.messages, body.add_generation_prompt, plan.template_tools())
         top = body.top_logprobs or 0 if body.logprobs else None
         max_tokens = self.max_tokens(body.max_completion_tokens or body.max_tokens, len(ids))
         rid = self.svc.new_id("chatcmpl")
-
-        def make(_):
-            params = body.sampling_params(max_tokens, top)
-            return params.model_copy(update={"guided": plan.guided()}) if plan.guided() else params
-
-        runs = self.start_all(rid, [ids], make, body, log)
+        params = body.sampling_params(max_tokens, top, guided=plan.guided())
+        runs = [self._start(f"{rid}-0", ids, params, body, context)]  # one prompt: its n sequences share one run
         name = self.served_name
         if body.stream:
             return self.stream(self._stream_chat(rid, name, body, runs, plan))
-        (out,) = await self.wait(http, runs)
+        (out,) = await collect_all(runs, http)
         choices = []
         for c in out.outputs:
             message, has_calls = {"role": "assistant", "content": c.text}, False
@@ -198,9 +184,7 @@ class OpenAIServing:
                     "stop_reason": c.stop_reason,
                 }
             )
-        return JSONResponse(
-            p.envelope("chat.completion", rid, name, choices, p.usage([out])) | {"receipt": receipt_field(runs)}
-        )
+        return p.envelope("chat.completion", rid, name, choices, p.usage([out])) | {"receipt": receipt_field(runs)}
 
     async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs, plan: tools.ToolPlan):
         kind = "chat.completion.chunk"
@@ -239,9 +223,6 @@ class OpenAIServing:
             yield event(p.envelope(kind, rid, name, [], p.usage([r.output for r in runs])))
 
     # ---- models and tokens -------------------------------------------------------------------
-    def models(self) -> dict:
-        return {"object": "list", "data": [self.model_card()]}
-
     def model_card(self, model_id: str | None = None) -> dict:
         return {
             "id": model_id or self.svc.model_name,
@@ -252,7 +233,6 @@ class OpenAIServing:
         }
 
     def tokenize(self, body: p.TokenizeRequest) -> dict:
-        self.check_model(body.model)
         if body.messages is not None:
             ids = self.encode_chat(body.messages, body.add_generation_prompt)
         else:
@@ -260,11 +240,28 @@ class OpenAIServing:
         return {"tokens": ids, "count": len(ids), "max_model_len": self.svc.max_seq_len}
 
     def detokenize(self, body: p.DetokenizeRequest) -> dict:
-        self.check_model(body.model)
         vocab = len(self.tok)
         if any(t < 0 or t >= vocab for t in body.tokens):
             raise APIError(400, f"token ids must lie in [0, {vocab})", "tokens")
         return {"prompt": self.tok.decode(body.tokens)}
+
+
+def model_list(repo: Repository) -> dict:
+    """/v1/models: every model, then (in a repository) each of its versions (`name:V`) and labels (`name@L`)."""
+    data = []
+    for name, m in repo.models.items():
+        default = m.default_version()
+        card = {"object": "model", "owned_by": "trtserve"}
+        if default is not None and default.service is not None:
+            card = OpenAIServing(default.service).model_card()
+        data.append({**card, "id": name, "versions": [str(v) for v in sorted(m.versions)], "labels": m.policy.labels})
+        if repo.single:
+            continue  # an engine dir: one model, one version, listed as before
+        for _, mv in sorted(m.versions.items()):
+            data.append({"id": mv.name, "object": "model", "owned_by": "trtserve", "state": mv.state.value})
+        for label, v in sorted(m.policy.labels.items()):
+            data.append({"id": f"{name}@{label}", "object": "model", "owned_by": "trtserve", "version": str(v)})
+    return {"object": "list", "data": data}
 
 
 def _tool_delta(parser: tools.ToolCallStream, text: str, finish: str | None) -> tuple[dict, str | None]:

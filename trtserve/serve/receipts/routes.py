@@ -16,6 +16,7 @@ from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.serve.admin_key import require_admin
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationService
+from trtserve.serve.receipts.book import engine_identity
 from trtserve.serve.receipts.model import Receipt
 from trtserve.serve.receipts.replay import ReplayResult, check_engine, params_of, prompt_of, sequences_of
 
@@ -38,11 +39,8 @@ class ReplayRequest(BaseModel):
 
 def services(request: Request, model: str | None = None) -> list[GenerationService]:
     """The loaded generation services (every model version's), or those of `model`."""
-    server = request.app.state.server
-    repo = getattr(server, "repository", None)
-    found = [mv.service for mv in repo.versions() if mv.service is not None] if repo is not None else []
-    if repo is None and server.service is not None:
-        found = [server.service]
+    repo = request.app.state.server.repository
+    found = [mv.service for mv in repo.versions() if mv.service is not None]
     if model is not None:
         found = [s for s in found if s.model_name == model]
         if not found:
@@ -53,7 +51,7 @@ def services(request: Request, model: str | None = None) -> list[GenerationServi
 @router.get("/v1/receipts/{receipt_id}")
 async def get_receipt(receipt_id: str, request: Request):
     require_admin(request)
-    recorder = getattr(request.app.state, "receipts", None)
+    recorder = request.app.state.receipts.recorder
     if recorder is None:
         raise APIError(404, "receipts are not stored on this server; start it with --receipts on (or hashes)")
     receipt = await asyncio.to_thread(recorder.get, receipt_id)
@@ -69,10 +67,7 @@ async def invalidate(request: Request):
     dropped = 0
     try:
         for svc in services(request, body.model):
-            invalidate_cache = getattr(svc.engine, "invalidate_cache", None)
-            if invalidate_cache is None:  # an engine written before the contract had it
-                raise UnsupportedError(f"the {svc.engine.platform} engine cannot invalidate its prefix cache")
-            dropped += await invalidate_cache(body.namespace, body.before_version)
+            dropped += await svc.engine.invalidate_cache(body.namespace, body.before_version)
     except UnsupportedError as err:
         raise APIError(501, str(err)) from None
     return {"namespace": body.namespace, "before_version": body.before_version, "blocks_invalidated": dropped}
@@ -87,8 +82,9 @@ async def replay(request: Request):
     svc = next((s for s in services(request) if s.model_name == receipt.model), None)
     if svc is None:
         raise APIError(404, f"model {receipt.model!r} of receipt {receipt.id} is not loaded on this server")
+    identity = engine_identity(svc.engine.info)
     try:
-        check_engine(receipt, svc.receipts.identity, body.allow_other_engine)
+        check_engine(receipt, identity, body.allow_other_engine)
     except UserError as err:
         raise APIError(409, str(err)) from None
     prompt, params = prompt_of(receipt, body.prompt_token_ids), params_of(receipt)
@@ -98,9 +94,7 @@ async def replay(request: Request):
     )
     out = await run.collect()
     outputs = sequences_of(out.outputs)
-    result = ReplayResult(
-        engine=svc.receipts.identity, outputs=outputs, cached_tokens=out.num_cached_tokens, receipt=run.receipt_id
-    )
+    result = ReplayResult(engine=identity, outputs=outputs, cached_tokens=out.num_cached_tokens, receipt=run.receipt_id)
     return result.model_dump(mode="json")
 
 

@@ -1,6 +1,10 @@
 """The model repository of a running server: its models, routing a request to a version, and
 loading / unloading versions in the background while the others keep serving.
 
+It owns versions and their lifecycle only: it opens an engine through its factory and tells its
+listeners (`on_ready`, `on_release`) when a version is about to serve and when it stops; the app
+(serve/app.py) registers the listener that puts a GenerationService over the engine.
+
 Invariants: a version is routed to only while READY; a load that fails leaves every other version
 as it was; an unload (or a failed engine) never routes another model's answer to a client.
 """
@@ -12,21 +16,16 @@ import contextlib
 import ctypes
 import gc
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.open import open_engine, preflight
 from trtserve.engine.protocol import Engine
 from trtserve.engine.run_config import RuntimeConfig
-from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import APIError
-from trtserve.serve.generation import GenerationService
-from trtserve.serve.kserve.serving import KServeServing
-from trtserve.serve.load import LoadTracker, engine_batch_size
 from trtserve.serve.metrics import Metrics
-from trtserve.serve.openai.serving import OpenAIServing
 from trtserve.serve.repository.budget import KVBudget
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.router import Target, parse_target
@@ -35,6 +34,9 @@ from trtserve.serve.repository.version import ModelVersion, State
 
 log = logging.getLogger(__name__)
 EngineFactory = Callable[[Path, RuntimeConfig], Engine]
+# Called with a version whose engine is open, before it is routed to; raising fails the load.
+ReadyListener = Callable[[ModelVersion], Awaitable[None]]
+ReleaseListener = Callable[[ModelVersion], None]  # called before its engine shuts down
 DRAIN_POLL = 0.02  # s between in-flight checks while a version drains
 
 
@@ -58,9 +60,10 @@ class Repository:
         self.models: dict[str, RepoModel] = scan(self.root, config.model_name)
         self.single = len(self.models) == 1 and next(iter(self.models.values())).dir is None
         self.budget = KVBudget(config.engine, self.models, single=self.single)
-        self.observers: list[Callable] = []  # (version, run, ok) after every request: shadow, guard
+        self.observers: list[Callable] = []  # (version, run, ok) after every client request: shadow, guard
+        self.on_ready: list[ReadyListener] = []
+        self.on_release: list[ReleaseListener] = []
         self.started = False  # the start-up loads have finished (successfully or not)
-        self._load_watched = False
         self._opening = asyncio.Lock()
         self.shadow = None  # watch.py's ShadowMirror and GuardWatch, set by install_watchers
         self.guard = None
@@ -167,7 +170,9 @@ class Repository:
             async with self._opening:  # one engine opens at a time (imports are not thread-safe)
                 engine = await asyncio.to_thread(self.factory, mv.path, run)
             mv.engine = engine
-            await self._attach(mv, engine)
+            self.metrics.add_engine(mv.model, str(mv.version), engine.stats)
+            for ready in self.on_ready:
+                await ready(mv)
             mv.state = State.READY
             log.info("ready: %s", mv.name)
         except Exception as err:  # the others keep serving; this one says why
@@ -178,27 +183,9 @@ class Repository:
             await self._release(mv)
             mv.state, mv.reason = State.UNAVAILABLE, f"{type(err).__name__}: {err}"
 
-    async def _attach(self, mv: ModelVersion, engine: Engine) -> None:
-        service = GenerationService(
-            engine, engine.tokenizer, mv.model, self.config, self.metrics, version=str(mv.version)
-        )
-        service.observers.append(lambda run, ok, mv=mv: self._finished(mv, run, ok))
-        mv.service, mv.openai = service, OpenAIServing(service)
-        mv.kserve = KServeServing(service, platform=engine.platform)
-        self.metrics.add_engine(mv.model, str(mv.version), engine.stats)
-        if not self._load_watched:  # serve/load.py's autoscaling gauges: the first version loaded
-            self._load_watched = True
-            batch = engine_batch_size(mv.path, self.config.engine.max_batch_size)
-            self.metrics.watch_load(LoadTracker(engine.stats, service.admission, batch))
-        if self.config.warmup:
-            ids = list(engine.tokenizer.encode("Hello")) or [0]
-            run = service.start("warmup", ids, SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True))
-            await run.collect()
-
-    def _finished(self, mv: ModelVersion, run, ok: bool) -> None:
-        if run.req.client_id in ("warmup",) or (run.req.client_id or "").startswith("shadow-"):
-            return
-        mv.record(ok, getattr(run, "ttft", None))
+    def finished(self, mv: ModelVersion, run, ok: bool) -> None:
+        """A client request on `mv` ended (its GenerationService's observer): guards and shadows see it."""
+        mv.record(ok, run.ttft)
         for observer in self.observers:
             observer(mv, run, ok)
 
@@ -232,7 +219,9 @@ class Repository:
         log.info("unloaded %s", mv.name)
 
     async def _release(self, mv: ModelVersion) -> None:
-        engine, mv.engine, mv.service, mv.openai, mv.kserve = mv.engine, None, None, None, None
+        for release in self.on_release:
+            release(mv)
+        engine, mv.engine = mv.engine, None
         if engine is not None:  # a replacement of the same version may already be registered
             self.metrics.remove_engine(mv.model, str(mv.version), engine.stats)
         self.budget.release(mv)

@@ -81,7 +81,7 @@ class ShadowMirror:
         req = run.req
         try:
             shadow = target.service.start(
-                f"shadow-{req.request_id}", list(req.prompt_token_ids), req.params, priority=PRIORITY
+                f"shadow-{req.request_id}", list(req.prompt_token_ids), req.params, priority=PRIORITY, internal=True
             )
             out = await shadow.collect()
         except Exception as err:  # the shadow's failure is the shadow's business, never the client's

@@ -1,5 +1,5 @@
 """One version of a model: its state (Triton's UNKNOWN / READY / UNAVAILABLE / LOADING /
-UNLOADING, with a reason), its engine and the serving objects over it, and its live statistics."""
+UNLOADING, with a reason), its engine and the generation service over it, and its live statistics."""
 
 from __future__ import annotations
 
@@ -13,8 +13,6 @@ from trtserve.engine.protocol import Engine
 
 if TYPE_CHECKING:
     from trtserve.serve.generation import GenerationService
-    from trtserve.serve.kserve.serving import KServeServing
-    from trtserve.serve.openai.serving import OpenAIServing
 
 WINDOW = 200  # recent requests kept per version for guards and `repo status`
 
@@ -43,9 +41,7 @@ class ModelVersion:
     state: State = State.UNKNOWN
     reason: str = ""
     engine: Engine | None = None
-    service: GenerationService | None = None
-    openai: OpenAIServing | None = None
-    kserve: KServeServing | None = None
+    service: GenerationService | None = None  # over the engine, set by the app's ready listener (serve/app.py)
     kv_bytes: int = 0  # KV budget it holds while loaded
     recent: deque[Outcome] = field(default_factory=lambda: deque(maxlen=WINDOW))
     served: int = 0  # requests finished since load

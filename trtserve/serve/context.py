@@ -1,0 +1,58 @@
+"""What one request learned on its way through the server, for its access-log line, its response
+headers (X-Model-Version, X-Trtserve-Receipt) and its status metric.
+
+The HTTP middleware creates one per request (`open_context`) and reads it when the response starts
+and ends; routing and the generation path fill it in (`request_context`). A gRPC call holds one of
+its own (serve/grpc/calls.py); a batch line passes a fresh one that nobody reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+_KEY = "trtserve.context"  # the ASGI scope entry that holds a request's context
+
+
+@dataclass
+class RequestContext:
+    model: str | None = None  # the model the repository routed the request to
+    version: str | None = None  # that model's version, as the X-Model-Version header says it
+    receipts: list[str] = field(default_factory=list)  # receipt ids of the generations it started
+    ttft_ms: float | None = None  # milliseconds to the first token of its first generation to produce one
+    prompt_tokens: int | None = None  # summed over its generations, as each ends
+    completion_tokens: int | None = None
+
+    def routed(self, model: str, version: int | str) -> None:
+        self.model, self.version = model, str(version)
+
+    def first_token(self, seconds: float) -> None:
+        if self.ttft_ms is None:
+            self.ttft_ms = round(seconds * 1000, 1)
+
+    def ended(self, prompt_tokens: int, completion_tokens: int) -> None:
+        self.prompt_tokens = (self.prompt_tokens or 0) + prompt_tokens
+        self.completion_tokens = (self.completion_tokens or 0) + completion_tokens
+
+    def log_fields(self) -> dict:
+        """The access log's fields: those the request got to (a refused request has none)."""
+        fields: dict = {}
+        if self.model is not None:
+            fields["model"], fields["version"] = self.model, self.version
+        if self.receipts:
+            fields["receipts"] = list(self.receipts)
+        if self.ttft_ms is not None:
+            fields["ttft_ms"] = self.ttft_ms
+        if self.prompt_tokens is not None:
+            fields["prompt_tokens"], fields["completion_tokens"] = self.prompt_tokens, self.completion_tokens
+        return fields
+
+
+def open_context(scope: dict) -> RequestContext:
+    """The middleware's: a new context for this HTTP request."""
+    context = scope[_KEY] = RequestContext()
+    return context
+
+
+def request_context(scope: dict) -> RequestContext:
+    """The context the middleware opened for this request (`request.scope` in a route)."""
+    return scope[_KEY]
