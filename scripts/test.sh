@@ -1,8 +1,15 @@
 #!/usr/bin/env bash
-# Set up and run the whole test suite (lint, unit, golden vs HF transformers, the demo model).
+# Set up, lint and run the whole test suite (unit, integration, golden vs HF transformers, the live
+# server, the demo model); `--fast` runs only the unit lane (tests/unit: no model, under a minute).
+# Any other arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+lane=()
+if [ "${1:-}" = "--fast" ]; then
+  shift
+  lane=(tests/unit)
+fi
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/python -m pytest -q "$@"
+.venv/bin/python -m pytest -q "${lane[@]}" "$@"

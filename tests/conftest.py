@@ -7,6 +7,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import make_hf_model  # noqa: E402
 
+pytest_plugins = ["faults.plugin"]  # the `faults` fixture (tests/faults/)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def _state_dirs_in_tmp(tmp_path_factory):

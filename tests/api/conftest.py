@@ -15,8 +15,17 @@ import pytest
 
 
 class Server:
-    def __init__(self, engine: Path, *args: str, env: dict | None = None, log: Path, until_ready: bool = True):
-        """until_ready False: until the start-up loads have ended, ready or not (/health no longer "loading")."""
+    def __init__(
+        self,
+        engine: Path,
+        *args: str,
+        env: dict | None = None,
+        log: Path,
+        until_ready: bool = True,
+        launcher: tuple[str, ...] = ("-m", "trtserve.cli"),
+    ):
+        """until_ready False: until the start-up loads have ended, ready or not (/health no longer "loading").
+        launcher: what python runs in place of trtserve's CLI, e.g. the fault injector's (tests/faults/)."""
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -24,7 +33,7 @@ class Server:
         self.log = log
         self._log_file = open(log, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "trtserve.cli", "run", str(engine), "--port", str(self.port), *args],
+            [sys.executable, *launcher, "run", str(engine), "--port", str(self.port), *args],
             stdout=self._log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, **(env or {})},

@@ -1,9 +1,8 @@
-"""Faults injected into a live server's engine loop (trtserve/backends/faults.py, TRTSERVE_FAULTS):
+"""Faults injected into a live server's engine loop (the `faults` fixture, tests/faults/):
 a failing step, a slow step, an exhausted KV cache, a dead engine thread."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,15 +11,9 @@ from pathlib import Path
 import httpx
 import pytest
 from conftest import Server
+from faults.plugin import Faults
 
 SETTINGS = "stall_timeout: 1.0\ndead_exit_after: 1.0\nstate_dir: none\n"
-
-
-def arm(fault_file: Path, **fault) -> None:
-    """Atomically, so that the engine never reads half a file; it fires at the next step with work."""
-    tmp = fault_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(fault))
-    tmp.rename(fault_file)
 
 
 def complete(url: str, model: str, prompt: str = "The quick brown fox", **extra) -> httpx.Response:
@@ -28,37 +21,30 @@ def complete(url: str, model: str, prompt: str = "The quick brown fox", **extra)
     return httpx.post(f"{url}/v1/completions", json=body, timeout=60)
 
 
-def _start(engine: Path, tmp: Path, name: str) -> tuple[Server, Path]:
-    fault_file = tmp / f"{name}.json"
-    (tmp / f"{name}.yaml").write_text(SETTINGS)
-    server = Server(
-        engine,
-        "--kv-cache-memory",
-        "8MiB",
-        "--config",
-        str(tmp / f"{name}.yaml"),
-        env={"TRTSERVE_FAULTS": str(fault_file)},
-        log=tmp / f"{name}.log",
-    )
-    return server, fault_file
+def _start(engine: Path, tmp: Path, faults: Faults) -> Server:
+    settings = tmp / f"{faults.path.stem}.yaml"
+    settings.write_text(SETTINGS)
+    args = ("--kv-cache-memory", "8MiB", "--config", str(settings))
+    return Server(engine, *args, launcher=faults.launcher, log=tmp / f"{faults.path.stem}.log")
 
 
 @pytest.fixture(scope="module")
-def faulty(tiny_llama_engine, tmp_path_factory):
-    server, fault_file = _start(tiny_llama_engine, tmp_path_factory.mktemp("faults"), "faulty")
-    yield server, fault_file
+def faulty(tiny_llama_engine, tmp_path_factory, faults):
+    fault = faults("faulty")
+    server = _start(tiny_llama_engine, tmp_path_factory.mktemp("faulty"), fault)
+    yield server, fault
     server.stop()
 
 
 @pytest.mark.timeout(300)  # setup builds an engine and starts a server: slow on a loaded machine
 def test_failing_step_fails_its_requests_and_the_engine_goes_on(faulty, model_name):
-    server, fault_file = faulty
+    server, fault = faulty
     reference = complete(server.url, model_name).json()["choices"][0]["text"]
-    arm(fault_file, kind="raise")
+    fault.arm("raise")
     failed = complete(server.url, model_name)
     assert failed.status_code == 500
     assert "injected fault: this engine step raised" in failed.json()["error"]["message"]
-    assert not fault_file.exists()  # consumed: a fault fires once
+    assert not fault.pending  # consumed: a fault fires once
     server.wait_idle()
     assert httpx.get(f"{server.url}/health").status_code == 200
     assert httpx.get(f"{server.url}/v2/health/ready").status_code == 200
@@ -67,8 +53,8 @@ def test_failing_step_fails_its_requests_and_the_engine_goes_on(faulty, model_na
 
 @pytest.mark.timeout(300)  # setup builds an engine and starts a server: slow on a loaded machine
 def test_slow_step_gives_504_and_readiness_false_while_stalled(faulty, model_name):
-    server, fault_file = faulty
-    arm(fault_file, kind="slow", seconds=4)
+    server, fault = faulty
+    fault.arm("slow", seconds=4)
     seen: list[int] = []
     stop = threading.Event()
 
@@ -94,12 +80,12 @@ def test_slow_step_gives_504_and_readiness_false_while_stalled(faulty, model_nam
 
 @pytest.mark.timeout(300)  # setup builds an engine and starts a server: slow on a loaded machine
 def test_kv_exhaustion_queues_and_loses_nothing(faulty, model_name):
-    server, fault_file = faulty
+    server, fault = faulty
     prompts = ["The quick brown fox", "Paged attention keeps", "Continuous batching lets", "A model server"]
     reference = [complete(server.url, model_name, p, max_tokens=40).json()["choices"][0]["text"] for p in prompts]
     with ThreadPoolExecutor(len(prompts)) as pool:
         futures = [pool.submit(complete, server.url, model_name, p, max_tokens=40) for p in prompts]
-        arm(fault_file, kind="kv_exhaust", seconds=1.5)  # taken mid-flight: running requests get preempted
+        fault.arm("kv_exhaust", seconds=1.5)  # taken mid-flight: running requests get preempted
         answers = [f.result() for f in futures]
     assert [a.status_code for a in answers] == [200] * len(prompts)
     assert [a.json()["choices"][0]["text"] for a in answers] == reference
@@ -107,15 +93,16 @@ def test_kv_exhaustion_queues_and_loses_nothing(faulty, model_name):
 
 
 @pytest.mark.timeout(300)  # setup builds an engine and starts a server: slow on a loaded machine
-def test_dead_engine_fails_in_flight_with_503_then_exits_3(tiny_llama_engine, tmp_path, model_name):
-    server, fault_file = _start(tiny_llama_engine, tmp_path, "dying")
+def test_dead_engine_fails_in_flight_with_503_then_exits_3(tiny_llama_engine, tmp_path, model_name, faults):
+    fault = faults("dying")
+    server = _start(tiny_llama_engine, tmp_path, fault)
     try:
         with ThreadPoolExecutor(1) as pool:
             long = pool.submit(complete, server.url, model_name, max_tokens=200)
             deadline = time.monotonic() + 30
             while server.metric("trtserve_num_requests_running") == 0 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            arm(fault_file, kind="kill")
+            fault.arm("kill")
             answer = long.result()
         assert answer.status_code == 503, answer.text
         assert "engine loop died" in answer.json()["error"]["message"]

@@ -140,31 +140,33 @@ def test_stop_strings(client, model_name):
     assert "".join(c.choices[0].text for c in s) == r.choices[0].text
 
 
-def test_async_client_concurrency(server, model_name):
+def test_async_client_concurrency(server, model_name, offline):
+    """Eight completions and a chat stream in flight together each get their own greedy answer."""
+    prompts = [f"request {i}" for i in range(8)]
+    greedy = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True)
+    expected = [o.text for o in offline.generate(prompts, greedy)]
+    messages = [{"role": "user", "content": "x"}]
+    chat_ids = offline.tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=True, return_dict=True
+    )
+    chat_expected = offline.generate([list(chat_ids["input_ids"])], greedy)[0].text
+    kw = dict(model=model_name, max_tokens=8, temperature=0, extra_body={"ignore_eos": True})
+
     async def main():
         client = openai.AsyncOpenAI(base_url=f"{server.url}/v1", api_key="unused")
-        rs = await asyncio.gather(
-            *(
-                client.completions.create(
-                    model=model_name,
-                    prompt=f"request {i}",
-                    max_tokens=8,
-                    temperature=0,
-                    extra_body={"ignore_eos": True},
-                )
-                for i in range(8)
-            )
-        )
-        stream = await client.chat.completions.create(
-            model=model_name, messages=[{"role": "user", "content": "x"}], max_tokens=4, stream=True
-        )
-        parts = [p async for p in stream]
+
+        async def chat_stream():
+            return [p async for p in await client.chat.completions.create(messages=messages, stream=True, **kw)]
+
+        *rs, parts = await asyncio.gather(*(client.completions.create(prompt=p, **kw) for p in prompts), chat_stream())
         await client.close()
         return rs, parts
 
     rs, parts = asyncio.run(main())
-    assert all(r.usage.completion_tokens == 8 for r in rs)
-    assert parts[-1].choices[0].finish_reason in ("stop", "length")
+    assert [r.choices[0].text for r in rs] == expected
+    assert all(r.usage.completion_tokens == 8 and r.choices[0].finish_reason == "length" for r in rs)
+    assert "".join(p.choices[0].delta.content or "" for p in parts if p.choices) == chat_expected
+    assert parts[-1].choices[0].finish_reason == "length"
 
 
 def test_errors_are_openai_style(client, model_name, server):

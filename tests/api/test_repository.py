@@ -5,7 +5,6 @@ hot load and unload, and a restart that restores labels and weights."""
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import shutil
 import socket
@@ -51,20 +50,19 @@ def repo(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def fault_file(tmp_path_factory) -> Path:
-    """Engineer 14's test-only fault hook (trtserve/backends/faults.py): a file the engine loop reads."""
-    return tmp_path_factory.mktemp("faults") / "fault.json"
+def repo_faults(faults):
+    """The repository server's fault file (tests/faults/): every engine it loads reads it."""
+    return faults("repo")
 
 
 @pytest.fixture(scope="module")
-def srv(repo, fault_file, tmp_path_factory):
+def srv(repo, repo_faults, tmp_path_factory):
     logs = tmp_path_factory.mktemp("logs")
-    env = {"TRTSERVE_FAULTS": str(fault_file)}
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         grpc_port = sock.getsockname()[1]
     args = ("--kv-cache-memory", "64MiB", "--admin-key", ADMIN, "--grpc-port", str(grpc_port))
-    s = Server(repo, *args, env=env, log=logs / "repo.log")
+    s = Server(repo, *args, launcher=repo_faults.launcher, log=logs / "repo.log")
     s.grpc = f"127.0.0.1:{grpc_port}"
     yield s
     s.stop()
@@ -254,13 +252,11 @@ def test_shadow_records_agreement_and_disagreement(srv, oai):
     _admin(srv, "shadow", version=2, fraction=0)
 
 
-def test_guard_rolls_back_a_failing_canary(srv, fault_file):
+def test_guard_rolls_back_a_failing_canary(srv, repo_faults):
     _admin(srv, "canary", version=2, weight=50, guard="error_rate<0.01", window=3)
-    tmp = fault_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"kind": "raise"}))
-    tmp.rename(fault_file)  # the next engine step with work fails: only alpha:2 gets work now
+    repo_faults.arm("raise")  # the next engine step with work fails: only alpha:2 gets work now
     codes = [_complete(srv.url, "alpha:2", max_tokens=2).status_code for _ in range(3)]
-    assert codes.count(500) == 1 and not fault_file.exists(), codes
+    assert codes.count(500) == 1 and not repo_faults.pending, codes
     status = _status(srv)["models"]["alpha"]
     assert status["weights"] == {} and "canary" not in status["labels"] and status["guard"] is None
     assert status["guard_verdict"].startswith("rolled back alpha:2: error_rate<0.01")

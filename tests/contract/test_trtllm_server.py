@@ -82,10 +82,13 @@ def test_metrics_come_from_the_engine(live, client, trtllm_engine_dir):
     assert 'finished_reason="length"' in httpx.get(f"{live.url}/metrics").text
 
 
-def test_kserve_generate(live, trtllm_engine_dir):
-    r = httpx.post(
-        f"{live.url}/v2/models/{trtllm_engine_dir.name}/generate",
-        json={"text_input": "The capital", "max_tokens": 4, "exclude_input_in_output": True},
-    )
-    assert r.status_code == 200, r.text
-    assert isinstance(r.json()["text_output"], str)
+def test_kserve_generate(live, trtllm_engine_dir, tokenizer):
+    """Greedy unless top_k / top_p is set, as TensorRT-LLM's ensemble; end_id -1: no end token."""
+    ids = tokenizer.encode("The capital")
+    expected = tokenizer.decode(fake.reference_greedy(ids, 4, VOCAB), skip_special_tokens=True)
+    assert expected.strip()  # four tokens that decode to text: an empty answer could not pass
+    for exclude, prefix in [(True, ""), (False, "The capital")]:
+        body = {"text_input": "The capital", "max_tokens": 4, "end_id": -1, "exclude_input_in_output": exclude}
+        r = httpx.post(f"{live.url}/v2/models/{trtllm_engine_dir.name}/generate", json=body)
+        assert r.status_code == 200, r.text
+        assert r.json()["text_output"] == prefix + expected

@@ -12,6 +12,9 @@ from trtserve.build.config import BuildConfig
 from trtserve.kernels import int4 as int4_kernel
 
 P = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=3)
+# Greedy runs may part only where the top two logprobs are this close (nats): a few roundings of a
+# bf16 logit, which the fast and the batch-invariant kernels sum in different orders.
+NEAR_TIE = 0.0625
 
 
 @pytest.fixture(
@@ -66,9 +69,23 @@ def test_bitwise_identical_across_batches_chunks_and_cache(engine):
     assert all(r == runs[0] for r in runs[1:])
 
 
+def _parting(fast, slow) -> str | None:
+    """None when the runs' tokens are equal up to the first position, if any, where both runs rank
+    both tokens as a near tie (their contexts differ after it); else where and how they differ."""
+    for i, (a, b) in enumerate(zip(fast.token_ids, slow.token_ids, strict=True)):
+        if a == b:
+            continue
+        for name, out in (("fast", fast), ("deterministic", slow)):
+            top = dict(out.outputs[0].logprobs[i].top)
+            if a not in top or b not in top or abs(top[a] - top[b]) > NEAR_TIE:
+                return f"token {i}: fast {a}, deterministic {b}; the {name} run's top {top}"
+        return None
+    return None
+
+
 def test_fast_path_matches_deterministic_tokens(engine):
     engine, opts = engine
     prompts = random_prompts(4, seed=52)
-    fast = [o.token_ids for o in LLM(engine, kv_cache_memory=8 << 20, **opts).generate(prompts, P)]
-    slow = [o.token_ids for o in LLM(engine, kv_cache_memory=8 << 20, deterministic=True, **opts).generate(prompts, P)]
-    assert sum(f == s for f, s in zip(fast, slow, strict=True)) >= 3
+    fast = LLM(engine, kv_cache_memory=8 << 20, **opts).generate(prompts, P)
+    slow = LLM(engine, kv_cache_memory=8 << 20, deterministic=True, **opts).generate(prompts, P)
+    assert [_parting(f, s) for f, s in zip(fast, slow, strict=True)] == [None] * len(prompts)

@@ -10,7 +10,7 @@ from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
 from trtserve.build.source import resolve_alias
 
-pytestmark = [pytest.mark.demo, pytest.mark.slow]
+pytestmark = pytest.mark.demo
 QUESTIONS = [
     "What is the capital of France?",
     "Write a haiku about the sea.",

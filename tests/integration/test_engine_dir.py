@@ -134,7 +134,6 @@ def _default_signals() -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-@pytest.mark.slow
 def test_signal_during_build_leaves_nothing(tmp_path):
     big = make_hf_model(
         tmp_path / "big",

