@@ -72,7 +72,7 @@ def test_a_field_comment_is_found_beside_above_or_for_its_group():
     assert hook.field_comment(ServeConfig, "drain_timeout") == "seconds in-flight requests get after SIGTERM"
     assert hook.field_comment(RuntimeConfig, "deterministic").startswith("bitwise-identical")  # inherited field
     assert "--kv-cache-quant" in hook.field_comment(BuildConfig, "kv_cache_quant")  # the block above `quant`
-    assert hook.field_comment(RuntimeConfig, "capacity_policy") == ""  # the block above does not name it
+    assert hook.field_comment(RuntimeConfig, "capacity_policy").startswith("guaranteed_no_evict admits")  # block above
     assert hook.type_text(ServeConfig, "receipts") == "off | on | hashes"
     assert hook.type_text(ServeConfig, "port") == "int (≥ 0, ≤ 65535)"
     assert hook.default_text(RuntimeConfig, "kv_cache_cpu_memory") == "4GiB"

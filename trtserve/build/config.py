@@ -33,12 +33,12 @@ class BuildConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None  # HF dir, GGUF file or alias; the CLI argument wins
-    dtype: DType = "auto"
-    tp_size: int = Field(1, ge=1, le=64)
-    max_batch_size: int = Field(256, ge=1)
+    dtype: DType = "auto"  # weights and activations; auto: config.json's dtype (float32 for GGUF)
+    tp_size: int = Field(1, ge=1, le=64)  # tensor-parallel shards of the TensorRT-LLM checkpoint
+    max_batch_size: int = Field(256, ge=1)  # most sequences in one engine step
     max_seq_len: int | None = Field(None, ge=2)  # None: the model's max_position_embeddings
     max_num_tokens: int = Field(8192, ge=1)  # tokens one engine step may process
-    tokens_per_block: int = Field(32, ge=1, le=1024)
+    tokens_per_block: int = Field(32, ge=1, le=1024)  # KV-cache block size (a power of two)
     backend: str = "torch"  # a name of trtserve/engine/backends.py
     # --backend tensorrt|trtllm: the TensorRT-LLM release line to plan for (X.Y or main, checked by
     # backends/tensorrt_llm/capabilities.py); None: the installed one, else the newest release.

@@ -22,8 +22,10 @@ class RuntimeConfig(EngineOptions):
     kv_cache_cpu_memory: ByteSize = ByteSize(4 << 30)  # the CPU default when kv_cache_memory is unset
     # Of the memory available at startup: on CUDA the KV cache's size, on CPU a ceiling on it.
     kv_cache_free_memory_fraction: float = Field(0.5, gt=0.0, lt=1.0)
+    # guaranteed_no_evict admits a request only when its worst case fits beside everything running;
+    # max_utilization admits while the next chunk fits and preempts (recomputes) when blocks run out
     capacity_policy: CapacityPolicy = "guaranteed_no_evict"
-    enable_prefix_caching: bool = True
+    enable_prefix_caching: bool = True  # reuse the KV blocks of prompts that share a prefix
     max_batch_size: int | None = Field(None, ge=1)  # None: the engine's build limit
     # None: the engine's build limit; on a CPU at most 512 (runtime/engine_core.py: default_step_tokens)
     max_num_tokens: int | None = Field(None, ge=1)

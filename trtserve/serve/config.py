@@ -18,8 +18,8 @@ MAX_CLIENT_ID = 1024  # characters of a client-chosen request id (X-Request-Id, 
 class ServeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
+    host: str = "127.0.0.1"  # the HTTP (and gRPC) listen address; 0.0.0.0 for every interface
+    port: int = Field(8000, ge=0, le=65535)  # the HTTP port (0: any free port)
     grpc_port: int | None = Field(None, ge=0, le=65535)  # Triton's gRPC protocol beside HTTP; off when unset
     model_name: str | None = None  # the name clients use; default: the engine dir's name
     api_key: str | None = None  # Bearer key required on everything but health (or TRTSERVE_API_KEY)
@@ -46,7 +46,7 @@ class ServeConfig(BaseModel):
     idempotency_ttl: float = Field(86400.0, gt=0)  # seconds an Idempotency-Key's stored response is kept
     batch_max_in_flight: int = Field(4, ge=1)  # batch lines generating at once (they also run at the lowest priority)
     max_file_bytes: int = Field(100 << 20, ge=1024)  # largest upload to POST /v1/files
-    engine: RuntimeConfig = RuntimeConfig()
+    engine: RuntimeConfig = RuntimeConfig()  # the engine section: KV-cache budget, limits, engine options
 
     @field_validator("receipts", mode="before")
     @classmethod
