@@ -159,3 +159,92 @@ def test_generate_errors(server, model_name):
     assert r.status_code == 404 and "no version '7'" in r.json()["error"]
     r = httpx.post(f"{url}/generate", json={"text_input": "x " * 300, "max_tokens": 8})
     assert r.status_code == 400 and "max_seq_len (256)" in r.json()["error"]
+
+
+def test_health_bodies_follow_the_open_inference_protocol(server, model_name):
+    """The KServe SDK reads these bodies; Triton's clients read only the status."""
+    with httpx.Client(base_url=server.url, timeout=10) as c:
+        live, ready = c.get("/v2/health/live"), c.get("/v2/health/ready")
+        assert (live.status_code, live.json()) == (200, {"live": True})
+        assert (ready.status_code, ready.json()) == (200, {"ready": True})
+        r = c.get(f"/v2/models/{model_name}/ready")
+        assert (r.status_code, r.json()) == (200, {"name": model_name, "ready": True})
+        r = c.get("/v2/models/other/ready")
+        assert r.status_code == 404 and "not served here" in r.json()["error"]
+
+
+def test_a_server_that_is_not_ready_says_so_in_the_body(tiny_llama_engine, tmp_path):
+    from api.conftest import Server
+
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("engine:\n  int8_activations: true\n")  # refused by a float engine: never ready
+    s = Server(tiny_llama_engine, "--config", str(cfg), log=tmp_path / "server.log", until_ready=False)
+    try:
+        ready = httpx.get(f"{s.url}/v2/health/ready", timeout=10)
+        assert (ready.status_code, ready.json()) == (400, {"ready": False})
+        live = httpx.get(f"{s.url}/v2/health/live", timeout=10)
+        assert (live.status_code, live.json()) == (200, {"live": True})
+    finally:
+        s.stop()
+
+
+def test_405_says_which_methods_the_path_allows(server, model_name):
+    with httpx.Client(base_url=server.url, timeout=10) as c:
+        for method, path, allow in (
+            ("POST", "/v2/health/ready", "GET"),
+            ("GET", f"/v2/models/{model_name}/generate", "POST"),
+            ("DELETE", f"/v2/models/{model_name}", "GET"),
+            ("PUT", "/v1/files/file-x", "DELETE, GET"),
+            ("GET", "/v1/completions", "POST"),
+        ):
+            r = c.request(method, path)
+            assert r.status_code == 405 and r.headers["allow"] == allow, (method, path, r.headers, r.text)
+        r = c.post("/v2/health/ready")
+        assert r.json() == {"error": "method POST not allowed on /v2/health/ready; use GET"}
+
+
+def test_min_tokens_over_max_tokens_is_400(client, server, model_name):
+    r = httpx.post(
+        f"{server.url}/v2/models/{model_name}/generate",
+        json={"text_input": "x", "max_tokens": 4, "min_tokens": 10**9},
+        timeout=10,
+    )
+    assert r.status_code == 400
+    assert r.json() == {"error": "min_tokens (1000000000) exceeds max_tokens (4); lower min_tokens or raise max_tokens"}
+    inputs = []
+    for name, value, dtype in (("text_input", b"x", "BYTES"), ("max_tokens", 2, "INT32"), ("min_tokens", 3, "INT32")):
+        t = triton.InferInput(name, [1], dtype)
+        t.set_data_from_numpy(np.array([value], dtype=object if dtype == "BYTES" else np.int32))
+        inputs.append(t)
+    with pytest.raises(InferenceServerException, match=r"min_tokens \(3\) exceeds max_tokens \(2\)"):
+        client.infer(model_name, inputs)
+
+
+@pytest.mark.parametrize("binary", [False, True])
+def test_an_input_whose_datatype_is_not_the_models_is_400(client, server, model_name, binary):
+    """Triton refuses a datatype other than the model's metadata; text_input as FP64 was stringified."""
+    text = triton.InferInput("text_input", [1], "FP64")
+    text.set_data_from_numpy(np.array([1.5]), binary_data=binary)
+    with pytest.raises(InferenceServerException) as e:
+        client.infer(model_name, [text])
+    assert f"inference input 'text_input' data-type is 'FP64', but model '{model_name}' expects 'BYTES'" in str(e.value)
+    good = triton.InferInput("text_input", [1], "BYTES")
+    good.set_data_from_numpy(np.array([b"x"], dtype=object), binary_data=binary)
+    wide = triton.InferInput("max_tokens", [1], "INT64")
+    wide.set_data_from_numpy(np.array([2], dtype=np.int64), binary_data=binary)
+    with pytest.raises(
+        InferenceServerException, match="'max_tokens' data-type is 'INT64', but model .* expects 'INT32'"
+    ):
+        client.infer(model_name, [good, wide])
+
+
+def test_server_metadata_and_health_carry_utilisation(client, server, model_name):
+    """serve/utilisation.py's snapshot beside Triton's fields on GET /v2, and on /health."""
+    meta = client.get_server_metadata()
+    assert meta["name"] == "trtserve" and "generate" in meta["extensions"]
+    u = meta["utilisation"]
+    assert u["process"]["resident_memory_bytes"] > 0 and u["process"]["threads"] >= 1
+    assert {"model": model_name, "version": "1"}.items() <= u["engines"][0].items()
+    health = httpx.get(f"{server.url}/health", timeout=10)
+    assert health.status_code == 200 and health.json()["status"] == "ok"
+    assert health.json()["utilisation"]["process"]["cpu_seconds"] > 0

@@ -239,3 +239,43 @@ def test_seed_edges_are_accepted(client, model_name):
     for seed in (-1, 0, 2**64 - 1):
         r = client.completions.create(model=model_name, prompt="x", max_tokens=3, n=2, temperature=1.0, seed=seed)
         assert len(r.choices) == 2
+
+
+def test_min_tokens_over_max_tokens_is_400(client, model_name):
+    """A 10^9 min_tokens ran to max_tokens; now it is refused, naming both."""
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(
+            model=model_name, prompt="x", max_tokens=4, extra_body={"min_tokens": 10**9}, timeout=30
+        )
+    assert "min_tokens (1000000000) exceeds max_tokens (4)" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(
+            model=model_name,
+            messages=[{"role": "user", "content": "x"}],
+            max_completion_tokens=3,
+            extra_body={"min_tokens": 5},
+            timeout=30,
+        )
+    assert "min_tokens (5) exceeds max_tokens (3)" in str(e.value)
+    with pytest.raises(openai.BadRequestError) as e:  # unset max_tokens: the rest of the 256-token context
+        client.completions.create(model=model_name, prompt="x", extra_body={"min_tokens": 1000}, timeout=30)
+    assert "min_tokens (1000) exceeds max_tokens" in str(e.value) and "rest of the context" in str(e.value)
+    ok = client.completions.create(model=model_name, prompt="x", max_tokens=3, extra_body={"min_tokens": 3}, timeout=30)
+    assert ok.usage.completion_tokens == 3
+
+
+def test_openapi_lists_the_statuses_and_rules(server):
+    spec = httpx.get(f"{server.url}/openapi.json", timeout=10).json()
+    paths = spec["paths"]
+    assert {"400", "404", "429", "503", "504"} <= set(paths["/v1/completions"]["post"]["responses"])
+    assert {"403", "404", "409"} <= set(paths["/admin/models/{model}/load"]["post"]["responses"])
+    assert {"403", "404"} <= set(paths["/v2/repository/models/{model}/load"]["post"]["responses"])
+    live = paths["/v2/health/live"]["get"]["responses"]["200"]["content"]["application/json"]["schema"]
+    assert live == {"$ref": "#/components/schemas/Live"}
+    files = paths["/v1/files"]["post"]["requestBody"]["content"]["multipart/form-data"]["schema"]
+    purpose = spec["components"]["schemas"][files["$ref"].rsplit("/", 1)[1]]["properties"]["purpose"]
+    assert purpose["const"] == "batch" or purpose.get("enum") == ["batch"]
+    replay = paths["/v1/replay"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert replay["required"] == ["receipt"]
+    invalidate = paths["/v1/cache/invalidate"]["post"]["requestBody"]["content"]["application/json"]["schema"]
+    assert invalidate["required"] == ["namespace"]

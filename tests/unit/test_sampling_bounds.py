@@ -59,6 +59,7 @@ def test_each_api_bound_is_within_the_engines(model, base, edge):
     # top_logprobs needs logprobs; a completion echoes so that its prompt logprobs are asked for too
     extra = {"logprobs": True} if model is ChatCompletionRequest and name == "top_logprobs" else {}
     extra |= {"echo": True} if model is CompletionRequest else {}
+    extra |= {"max_tokens": max(value, 1)} if name == "min_tokens" else {}  # min_tokens > max_tokens is refused
     body = model.model_validate({**base, **extra, name: value})
     params = _engine_params(body)
     assert SamplingParams.model_validate(params.model_dump()) == params

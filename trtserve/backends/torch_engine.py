@@ -12,7 +12,7 @@ import queue
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import trtserve
@@ -51,6 +51,30 @@ class _Sink:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, item)
 
 
+class BusyClock:
+    """Seconds a thread spent busy, readable from any thread, including the stretch in progress.
+
+    The state is one tuple swapped whole, so a reader never sees a finished stretch counted twice.
+    """
+
+    def __init__(self):
+        self._state: tuple[float, float | None] = (0.0, None)  # (finished seconds, start of the open stretch)
+
+    def start(self) -> None:
+        done, since = self._state
+        if since is None:
+            self._state = (done, time.monotonic())
+
+    def stop(self) -> None:
+        done, since = self._state
+        if since is not None:
+            self._state = (done + time.monotonic() - since, None)
+
+    def seconds(self) -> float:
+        done, since = self._state
+        return done if since is None else done + time.monotonic() - since
+
+
 class TorchEngine:
     """The Engine interface (trtserve/engine/protocol.py) over the torch EngineCore."""
 
@@ -62,6 +86,7 @@ class TorchEngine:
         self._stop = threading.Event()
         self._dead: BaseException | None = None
         self._beat = time.monotonic()  # when the engine loop last finished a step or an idle tick
+        self._busy = BusyClock()  # the engine thread's time in steps (trtserve_engine_busy_seconds_total)
         # The engine thread loads the model too, so that it is the only thread running OpenMP
         # regions. Once a second thread has its own OpenMP team, libgomp sees more threads than
         # cores and stops spinning between regions: each of a decode step's ~150 regions then
@@ -137,7 +162,8 @@ class TorchEngine:
         return await asyncio.wait_for(done, INVALIDATE_TIMEOUT_S)
 
     def stats(self) -> EngineStats:
-        return self._stats  # a snapshot taken by the engine thread after each step
+        # a snapshot taken by the engine thread after each step; busy time is read live, so it moves during a step
+        return replace(self._stats, busy_seconds=self._busy.seconds())
 
     def health(self) -> bool:
         return self._thread.is_alive() and self._dead is None and not self._stop.is_set()
@@ -163,7 +189,11 @@ class TorchEngine:
             while not self._stop.is_set():
                 self._drain_inbox()
                 if self.core.has_unfinished():
-                    deltas = self.core.step()
+                    self._busy.start()
+                    try:
+                        deltas = self.core.step()
+                    finally:
+                        self._busy.stop()
                     self._stats = self.core.stats()  # before delivery: a caller who saw the step sees its stats
                     self._deliver(deltas)
                 else:

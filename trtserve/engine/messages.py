@@ -94,3 +94,6 @@ class EngineStats:
     cache_invalidations: int = 0  # Engine.invalidate_cache calls
     prefix_version_refusals: int = 0  # lookups whose prefix was cached only under another context_version
     prefix_by_namespace: dict[str, tuple[int, int]] = field(default_factory=dict)  # namespace -> (hit, missed) tokens
+    # seconds the engine spent executing steps since it started (rate() of it: the busy fraction);
+    # None where the backend cannot measure it truthfully
+    busy_seconds: float | None = None

@@ -32,12 +32,13 @@ from trtserve.serve.load import LoadTracker
 from trtserve.serve.metrics import Metrics
 from trtserve.serve.middleware import ServerMiddleware
 from trtserve.serve.openai.routes import router as openai_router
-from trtserve.serve.openapi import HEALTH, V2_HEALTH, install_openapi
+from trtserve.serve.openapi import HEALTH, V2_LIVE, V2_READY, install_openapi
 from trtserve.serve.receipts.install import close_receipts, install_receipts
 from trtserve.serve.repository.admin import router as admin_router
 from trtserve.serve.repository.repository import EngineFactory, Repository
 from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.repository.watch import install_watchers
+from trtserve.serve.responses.routes import install_responses
 from trtserve.serve.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -82,6 +83,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
     app.include_router(kserve_router)
     app.include_router(batch_router)
+    install_responses(app, server)  # /v1/responses over the state store
     receipts = install_receipts(app, server)  # receipt and cache admin routes; with --receipts, a recorder
     versions = VersionServices(repository, config, metrics, features=[receipts.attach])
     repository.on_ready.append(versions.ready)
@@ -148,6 +150,11 @@ async def _load(server: ServerState) -> None:
         log.info("ready: serving %s", ", ".join(mv.name for mv in repo.versions() if mv.ready) or "nothing yet")
 
 
+def utilisation(server: ServerState) -> dict:
+    """{"utilisation": serve/utilisation.py's snapshot} for GET /v2 and /health (none without metrics)."""
+    return {"utilisation": server.metrics.utilisation()} if server.metrics is not None else {}
+
+
 def _health_routes(app: FastAPI, server: ServerState) -> None:
     @app.get("/health", responses=HEALTH)
     async def health(request: Request):
@@ -158,20 +165,25 @@ def _health_routes(app: FastAPI, server: ServerState) -> None:
         if not server.repository.started:
             return JSONResponse({"status": "loading"}, status_code=503)
         alive = server.alive
-        return JSONResponse({"status": "ok" if alive else "dead"}, status_code=200 if alive else 503)
+        body = {"status": "ok" if alive else "dead", **utilisation(server)}
+        return JSONResponse(body, status_code=200 if alive else 503)
 
     @app.get("/health/ready", responses=HEALTH)
     async def health_ready():
         ok = server.is_ready
         return JSONResponse({"ready": ok}, status_code=200 if ok else 503)
 
-    @app.get("/v2/health/live", responses=V2_HEALTH)
+    # The Open Inference Protocol's bodies (the KServe SDK reads them); Triton's status codes
+    # (its clients read only those): 400 when not live / not ready.
+    @app.get("/v2/health/live", responses=V2_LIVE)
     async def live():
-        return Response(status_code=200 if server.alive else 400)
+        alive = server.alive
+        return JSONResponse({"live": alive}, status_code=200 if alive else 400)
 
-    @app.get("/v2/health/ready", responses=V2_HEALTH)
+    @app.get("/v2/health/ready", responses=V2_READY)
     async def v2_ready():
-        return Response(status_code=200 if server.is_ready else 400)
+        ready = server.is_ready
+        return JSONResponse({"ready": ready}, status_code=200 if ready else 400)
 
     @app.get("/metrics")
     async def metrics():

@@ -10,6 +10,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
+from starlette.routing import Match
 
 from trtserve.engine.errors import UserError
 
@@ -31,7 +32,9 @@ _TYPES = {
 _WHY = {
     400: "The request is invalid; the message names the field and how to fix it.",
     401: "The API key is missing or wrong.",
+    403: "An admin route from a client off the loopback interface, and the server has no admin key.",
     404: "No such model (or version).",
+    409: "The request conflicts with the state it acts on; the message says which.",
     413: "The request body is larger than the server's limit.",
     429: "The queue is full; retry after Retry-After seconds.",
     501: "The model's backend cannot do what was asked.",
@@ -59,10 +62,11 @@ class KServeErrorBody(BaseModel):
     error: str
 
 
-def error_responses(*statuses: int, kserve: bool = False) -> dict:
-    """The OpenAPI `responses=` of a route: each error status it can return, with its body."""
+def error_responses(*statuses: int, kserve: bool = False, why: dict[int, str] | None = None) -> dict:
+    """The OpenAPI `responses=` of a route: each error status it can return, with its body
+    (`why`: the route's own reasons, where they differ from the common ones)."""
     model = KServeErrorBody if kserve else OpenAIErrorBody
-    return {s: {"model": model, "description": _WHY[s]} for s in statuses}
+    return {s: {"model": model, "description": (why or {}).get(s, _WHY[s])} for s in statuses}
 
 
 class APIError(Exception):
@@ -88,7 +92,7 @@ def describe_request_error(err: RequestValidationError) -> tuple[str, str | None
     e = err.errors()[0]
     loc = [str(p) for p in e.get("loc", ()) if p not in ("body",)]
     field = ".".join(loc) or None
-    msg = e.get("msg", "invalid value")
+    msg = e.get("msg", "invalid value").removeprefix("Value error, ")  # our validators' sentences
     if e.get("type") == "extra_forbidden":
         msg = "unknown field"
     elif e.get("type") == "json_invalid":
@@ -97,6 +101,16 @@ def describe_request_error(err: RequestValidationError) -> tuple[str, str | None
         msg = "field required"
     more = f" (and {len(err.errors()) - 1} more problems)" if len(err.errors()) > 1 else ""
     return (f"{field}: {msg}{more}" if field else f"{msg}{more}"), field
+
+
+_METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
+def allowed_methods(request: Request) -> list[str]:
+    """The methods some route takes on this request's path: each is asked whether it would match
+    the same request with another method (FastAPI nests included routers as routes of their own)."""
+    routes = request.app.router.routes
+    return [m for m in _METHODS if any(r.matches({**request.scope, "method": m})[0] == Match.FULL for r in routes)]
 
 
 def install_handlers(app) -> None:
@@ -121,11 +135,18 @@ def install_handlers(app) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, err: StarletteHTTPException):
-        message = {
-            404: f"no route for {request.method} {request.url.path}",
-            405: f"method {request.method} not allowed on {request.url.path}",
-        }
-        return error_response(request.url.path, err.status_code, message.get(err.status_code, str(err.detail)))
+        headers = dict(err.headers or {})
+        if err.status_code == 405:
+            # RFC 9110: a 405 lists every method the path has; Starlette's own lists only the
+            # first route that matched the path (GET and DELETE on one path are two routes).
+            allowed = allowed_methods(request)
+            headers["Allow"] = ", ".join(allowed)
+            message = f"method {request.method} not allowed on {request.url.path}; use {' or '.join(allowed)}"
+        elif err.status_code == 404:
+            message = f"no route for {request.method} {request.url.path}"
+        else:
+            message = str(err.detail)
+        return error_response(request.url.path, err.status_code, message, headers=headers or None)
 
     @app.exception_handler(Exception)
     async def _bug(request: Request, err: Exception):

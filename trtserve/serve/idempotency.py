@@ -24,7 +24,7 @@ from trtserve.serve.state import ServerState
 from trtserve.state import StateStore
 
 PATHS = re.compile(
-    r"^(/v1/completions|/v1/chat/completions|/v1/batches"
+    r"^(/v1/completions|/v1/chat/completions|/v1/responses|/v1/batches"
     r"|/v2/models/[^/]+(/versions/[^/]+)?/(infer|generate|generate_stream))$"
 )
 KEEP_HEADERS = {"content-type", "cache-control", "retry-after", "inference-header-content-length"}

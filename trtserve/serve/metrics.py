@@ -2,18 +2,20 @@
 latencies and finishes also by protocol ("http" | "grpc").
 
 Latency histograms are observed per request by the serving layer; engine gauges and cumulative
-counters are read from `Engine.stats()` at scrape time, so they are exact, not sampled.
+counters are read from `Engine.stats()` at scrape time, so they are exact, not sampled. The
+process_* series are prometheus-client's ProcessCollector's plus serve/utilisation.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from trtserve.engine.messages import EngineStats
 from trtserve.serve.load import LoadCollector, LoadTracker
+from trtserve.serve.utilisation import UtilisationCollector, snapshot
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -57,6 +59,15 @@ class _EngineCollector:
             for key, s in stats:
                 c.add_metric(list(key), getattr(s, field))
             yield c
+        busy = CounterMetricFamily(
+            "trtserve_engine_busy_seconds",
+            "Seconds the engine spent executing steps; rate() is the busy fraction.",
+            labels=["model", "version"],
+        )
+        for key, s in stats:
+            if s.busy_seconds is not None:  # a backend that cannot measure it has no sample, not a zero
+                busy.add_metric(list(key), s.busy_seconds)
+        yield busy
         yield from _by_namespace(stats)
 
 
@@ -122,6 +133,9 @@ class Metrics:
         self.rollbacks = Counter("trtserve_rollbacks", "Routing rollbacks by cause.", ["model", "cause"], registry=reg)
         self._engines = _EngineCollector()
         reg.register(self._engines)
+        ProcessCollector(registry=reg)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds
+        self._utilisation = UtilisationCollector(self._engine_stats)
+        reg.register(self._utilisation)
         if stats is not None:
             self.add_engine(model, version, stats)
 
@@ -132,6 +146,13 @@ class Metrics:
         """Forget a version's engine (only if it is still `stats`' engine, when given)."""
         if stats is None or self._engines.engines.get((model, version)) == stats:
             self._engines.engines.pop((model, version), None)
+
+    def _engine_stats(self) -> dict[tuple[str, str], EngineStats]:
+        return {key: s() for key, s in list(self._engines.engines.items())}
+
+    def utilisation(self) -> dict:
+        """serve/utilisation.py's `snapshot` of this server: the process, every loaded engine, the GPUs."""
+        return snapshot(self._engine_stats(), self._utilisation.window)
 
     def add_collector(self, collector) -> None:
         """A custom collector (the repository's version states, shadow agreement)."""

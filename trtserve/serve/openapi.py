@@ -27,9 +27,41 @@ def inline_schema(model: type[BaseModel]) -> dict:
     return walk(schema)
 
 
-NOT_READY = {400: {"description": "Not ready (KServe v2 answers 400 with no body)"}}
+class Live(BaseModel):
+    """GET /v2/health/live (Open Inference Protocol)."""
+
+    live: bool
+
+
+class Ready(BaseModel):
+    """GET /v2/health/ready (Open Inference Protocol)."""
+
+    ready: bool
+
+
+class ModelReady(BaseModel):
+    """GET /v2/models/{model}/ready (Open Inference Protocol)."""
+
+    name: str
+    ready: bool
+
+
+def _health(model: type[BaseModel], what: str) -> dict:
+    """200 when it is, 400 (Triton's status) when not, both with the protocol's body; a 400 can also
+    be the middleware's refusal of the request itself (KServe's error body)."""
+    either = {
+        "anyOf": [{"$ref": f"#/components/schemas/{model.__name__}"}, {"$ref": "#/components/schemas/KServeErrorBody"}]
+    }
+    return {
+        200: {"model": model, "description": what.capitalize()},
+        400: {"description": f"Not {what}, or a bad request", "content": {"application/json": {"schema": either}}},
+    }
+
+
 HEALTH = {503: {"description": "Not alive or not ready; the body says which"}}
-V2_HEALTH = NOT_READY
+V2_LIVE = _health(Live, "live")
+V2_READY = _health(Ready, "ready")
+MODEL_READY = _health(ModelReady, "ready")
 
 
 # What ServerMiddleware (serve/middleware.py) can answer on any route before the route runs.
@@ -42,22 +74,11 @@ _MIDDLEWARE = {
 _HEALTH_PATHS = ("/health", "/health/ready", "/v2/health/live", "/v2/health/ready")
 
 
-_BODYLESS_200 = (
-    "/v2/health/live",
-    "/v2/health/ready",
-    "/v2/models/{model}/ready",
-    "/v2/models/{model}/versions/{version}/ready",
-)
-
-
 def truthful_schema(schema: dict) -> dict:
     """Say what the server really answers: validation errors are 400 (errors.py), not FastAPI's
     422, and every route can get the middleware's refusals, with the error body of its protocol;
-    KServe's readiness answers have no body and /metrics is Prometheus text."""
+    /metrics is Prometheus text."""
     paths = schema.get("paths", {})
-    for path in _BODYLESS_200:
-        if path in paths:
-            paths[path]["get"]["responses"]["200"] = {"description": "Live / ready (no body)"}
     if "/metrics" in paths:
         text = {"text/plain": {"schema": {"type": "string"}}}
         paths["/metrics"]["get"]["responses"]["200"] = {"description": "Prometheus text format", "content": text}

@@ -96,4 +96,18 @@ MIGRATIONS: list[Migration] = [
         CREATE INDEX receipts_created ON receipts (created_at);
         """,
     ),
+    Migration(
+        "0005_responses",
+        """
+        CREATE TABLE responses (
+            id TEXT PRIMARY KEY,             -- resp_<32 hex>
+            created_at REAL NOT NULL,        -- unix seconds
+            status TEXT NOT NULL,            -- queued in_progress completed incomplete failed cancelled
+            background INTEGER NOT NULL,     -- 1: created with background: true (only those can be cancelled)
+            context TEXT NOT NULL,           -- JSON list of the conversation's input items up to this turn
+            body TEXT NOT NULL               -- the response object, JSON (serve/responses/)
+        );
+        CREATE INDEX responses_created ON responses (created_at);
+        """,
+    ),
 ]

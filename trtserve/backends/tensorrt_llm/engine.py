@@ -8,7 +8,8 @@ on TensorRT-LLM (release of the documentation each was taken from):
         -> a result that `async for` yields once per step, `.outputs[i]` cumulative  (1.0; 0.20 source)
     result.abort()                        cancel; the stream then ends with finish_reason 'cancelled'  (0.20 source, 1.0)
     LLM.get_stats(timeout)                iteration-stat dicts drained since the last call  (1.0 docs); on 1.0
-                                          it returns [] at once while idle, so the poller waits itself
+                                          it returns [] at once while idle, so the poller waits itself;
+                                          each has `iter` and `iterLatencyMS` (IterationStats.to_json_str)
     LLM.shutdown()                        (1.0 docs)
 What differs between releases (the sampler switch, the TensorRT-engine LLM) comes from the
 installed TensorRT-LLM's capabilities (capabilities.py), read when the engine opens.
@@ -16,11 +17,13 @@ installed TensorRT-LLM's capabilities (capabilities.py), read when the engine op
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 
 from trtserve.backends.tensorrt_llm.llm import create_llm, open_tensorrt_llm, read_options
@@ -32,7 +35,7 @@ from trtserve.backends.tensorrt_llm.sampling import (
     to_trtllm_sampling,
 )
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
-from trtserve.backends.tensorrt_llm.stats import engine_stats, latest
+from trtserve.backends.tensorrt_llm.stats import engine_stats
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.info import Capabilities, EngineInfo
@@ -99,6 +102,7 @@ class TrtllmEngine:
         self._results: dict[RequestId, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
         self._prompt_tokens = self._generated_tokens = 0
         self._latest: dict | None = None
+        self._busy = IterationBusy()
         # when TensorRT-LLM last showed it moves: an iteration's stats, a streamed output, or an idle poll
         self._beat = time.monotonic()
         self._closed = threading.Event()
@@ -171,7 +175,8 @@ class TrtllmEngine:
         )
 
     def stats(self) -> EngineStats:
-        return engine_stats(self._latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)
+        stats = engine_stats(self._latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)
+        return replace(stats, busy_seconds=self._busy.seconds())
 
     def health(self) -> bool:
         return not self._closed.is_set()
@@ -188,16 +193,45 @@ class TrtllmEngine:
     def _poll_stats(self) -> None:
         while not self._closed.is_set():
             try:
-                newest = latest(self.llm.get_stats(timeout=STATS_WAIT_S))
+                drained = [json.loads(s) if isinstance(s, str) else s for s in self.llm.get_stats(timeout=STATS_WAIT_S)]
             except Exception as err:  # stats are best-effort; serving goes on
                 log.debug("get_stats failed: %s", err)
-                newest = None
+                drained = []
+            self._busy.add(drained)
+            newest = drained[-1] if drained else None
             if newest is not None:
                 self._latest = newest
             if newest is not None or not self._results:  # it iterated, or it has nothing to do
                 self._beat = time.monotonic()
             # 1.0 returns [] at once while idle: without a wait of our own the loop would spin
             self._closed.wait(STATS_POLL_S if newest is None else STATS_WAIT_S)
+
+
+class IterationBusy:
+    """The executor's busy seconds: the sum of each iteration's iterLatencyMS since the first one seen.
+
+    Only a sum over every iteration is the truth: once one is missed (TensorRT-LLM's bounded stats
+    queue overflowed between polls) or comes without its latency, `seconds()` is None from then on.
+    """
+
+    def __init__(self):
+        self._ms = 0.0
+        self._last: int | None = None  # the last iteration number seen
+        self.lost = False
+
+    def add(self, iterations: list[dict]) -> None:
+        for it in iterations:
+            number, ms = it.get("iter"), it.get("iterLatencyMS")
+            if number is None or ms is None or (self._last is not None and int(number) != self._last + 1):
+                if not self.lost:
+                    log.warning("TensorRT-LLM iteration stats have a gap: engine busy time is no longer reported")
+                self.lost = True
+                return
+            self._last = int(number)
+            self._ms += float(ms)
+
+    def seconds(self) -> float | None:
+        return None if self.lost else self._ms / 1000.0
 
 
 def _abort(result) -> None:

@@ -12,14 +12,19 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 FINAL = ("completed", "failed", "expired", "cancelled")
 ACTIVE = ("validating", "in_progress", "finalizing", "cancelling")
-_WINDOW = re.compile(r"^(\d+)([smhd])$")
+_WINDOW = re.compile(r"([0-9]+)([smhd])")  # fullmatch; ASCII digits (\d takes any script's)
+# The same rule as a JSON-schema pattern (/openapi.json): N s|m|h|d, more than 0 and at most 7 days.
+WINDOW_PATTERN = (
+    r"^0*(?:([1-9][0-9]{0,4}|[1-5][0-9]{5}|60[0-3][0-9]{3}|604[0-7][0-9]{2}|604800)s"
+    r"|([1-9][0-9]{0,3}|100[0-7][0-9]|10080)m|([1-9][0-9]?|1[0-5][0-9]|16[0-8])h|[1-7]d)$"
+)
 _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 MAX_WINDOW = 7 * 86400
 
 
 def window_seconds(window: str) -> int:
     """ "24h" (OpenAI's only value) -> 86400; trtserve also takes N s|m|h|d up to 7 days."""
-    m = _WINDOW.match(window)
+    m = _WINDOW.fullmatch(window)
     if not m or not 0 < int(m[1]) * _UNIT[m[2]] <= MAX_WINDOW:
         raise ValueError('give a duration such as "24h" (N followed by s, m, h or d; at most 7 days)')
     return int(m[1]) * _UNIT[m[2]]
@@ -30,7 +35,7 @@ class BatchCreate(BaseModel):
 
     input_file_id: str
     endpoint: Literal["/v1/completions", "/v1/chat/completions"]
-    completion_window: str = "24h"
+    completion_window: str = Field("24h", json_schema_extra={"pattern": WINDOW_PATTERN})
     metadata: dict[str, str] | None = Field(None, max_length=16)
     output_expires_after: dict | None = None  # accepted for compatibility; outputs are kept until deleted
 

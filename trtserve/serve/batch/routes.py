@@ -60,10 +60,8 @@ async def _batch(store: StateStore, batch_id: str):
 
 
 @router.post("/v1/files", responses=_errors(400, 404, 413))
-async def upload(request: Request, file: UploadFile, purpose: str = Form(...)):
+async def upload(request: Request, file: UploadFile, purpose: Literal["batch"] = Form(...)):
     store = _store(request)
-    if purpose != "batch":
-        raise APIError(400, f"purpose {purpose!r} is not supported; upload batch input with purpose=batch", "purpose")
     limit = request.app.state.server.config.max_file_bytes
     if file.size is not None and file.size > limit:
         raise APIError(413, f"the file has {file.size} bytes; the limit is {limit} (max_file_bytes)", "file")

@@ -93,7 +93,7 @@ class StreamSession:
         empty_final = params.get(EMPTY_FINAL, False)
         if not isinstance(empty_final, bool):
             raise APIError(400, f"parameter {EMPTY_FINAL!r} must be a bool_param")
-        ic = infer_call(request_tensors(req), params, [o.name for o in req.outputs] or None)
+        ic = infer_call(request_tensors(req), params, [o.name for o in req.outputs] or None, serving.svc.model_name)
         if ic.inputs.stream and (len(ic.prompts) != 1 or ic.inputs.num_return_sequences != 1):
             raise APIError(
                 400,

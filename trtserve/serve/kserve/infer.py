@@ -17,9 +17,33 @@ from typing import Any
 import numpy as np
 
 from trtserve.serve.errors import APIError
-from trtserve.serve.kserve.protocol import GenerateInputs, generate_inputs
+from trtserve.serve.kserve.protocol import DTYPES, GenerateInputs, generate_inputs
 
 OUTPUTS = {"text_output": "BYTES", "cum_log_probs": "FP32", "output_log_probs": "FP32"}
+# The model's metadata (GET /v2/models/{m}): the TensorRT-LLM ensemble's optional inputs and datatypes.
+OPTIONAL_INPUTS = {
+    "max_tokens": "INT32",
+    "temperature": "FP32",
+    "top_k": "INT32",
+    "top_p": "FP32",
+    "min_p": "FP32",
+    "min_tokens": "INT32",
+    "presence_penalty": "FP32",
+    "frequency_penalty": "FP32",
+    "repetition_penalty": "FP32",
+    "length_penalty": "FP32",
+    "seed": "UINT64",
+    "beam_width": "INT32",
+    "num_return_sequences": "INT32",
+    "stop_words": "BYTES",
+    "bad_words": "BYTES",
+    "end_id": "INT32",
+    "pad_id": "INT32",
+    "stream": "BOOL",
+    "exclude_input_in_output": "BOOL",
+    "return_log_probs": "BOOL",
+}
+_NAMES = {np.dtype(t): name for name, t in DTYPES.items()}  # an array's dtype -> its KServe datatype
 TRANSPORT_PARAMETERS = ("binary_data_output", "headers")
 
 
@@ -45,6 +69,8 @@ def _timeout(value: Any) -> float:
 
 
 def _priority(value: Any) -> float:
+    if isinstance(value, float) and value.is_integer():  # JSON's 3.0 is the integer 3
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise APIError(
             400, f"parameter 'priority' is {value!r}; give a priority level (1 is the highest, 0 the default)"
@@ -70,12 +96,25 @@ def _split_parameters(parameters: dict[str, Any]) -> tuple[dict[str, Any], float
     return values, timeout, priority
 
 
-def infer_call(tensors: dict[str, np.ndarray], parameters: dict[str, Any], outputs: list[str] | None) -> InferCall:
-    """Check one infer request: `tensors` by input name, `parameters` as plain values, `outputs` the
-    names the client asked for (None: text_output, and the log probs when return_log_probs)."""
+def check_datatypes(tensors: dict[str, np.ndarray], model: str) -> None:
+    """Each input the model's metadata declares must have its datatype, as Triton requires (a FP64
+    text_input was stringified and generated from)."""
+    for name, arr in tensors.items():
+        want = "BYTES" if name == "text_input" else OPTIONAL_INPUTS.get(name)
+        got = _NAMES.get(arr.dtype)
+        if want is not None and got != want:
+            raise APIError(400, f"inference input '{name}' data-type is '{got}', but model '{model}' expects '{want}'")
+
+
+def infer_call(
+    tensors: dict[str, np.ndarray], parameters: dict[str, Any], outputs: list[str] | None, model: str
+) -> InferCall:
+    """Check one infer request to `model`: `tensors` by input name, `parameters` as plain values,
+    `outputs` the names the client asked for (None: text_output, and the log probs when return_log_probs)."""
     tensors = dict(tensors)
     if "text_input" not in tensors:
         raise APIError(400, "input 'text_input' (BYTES) is required")
+    check_datatypes(tensors, model)
     text = tensors.pop("text_input")
     values, timeout, priority = _split_parameters(parameters)
     values.update(tensors)
@@ -86,6 +125,8 @@ def infer_call(tensors: dict[str, np.ndarray], parameters: dict[str, Any], outpu
         raise APIError(400, f"input 'text_input' is not valid UTF-8 ({err.reason} at byte {err.start})") from None
     if not prompts:
         raise APIError(400, "input 'text_input' has no elements; send at least one prompt")
+    if not all(prompts):
+        raise APIError(400, "input 'text_input' has an empty string; every prompt needs text")
     wanted = outputs or ["text_output"] + (["cum_log_probs", "output_log_probs"] if g.return_log_probs else [])
     for name in wanted:
         if name not in OUTPUTS:

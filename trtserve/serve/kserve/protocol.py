@@ -8,7 +8,7 @@ import struct
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trtserve.engine.sampling import GuidedDecoding, SamplingParams
 from trtserve.serve.config import MAX_CLIENT_ID
@@ -51,6 +51,9 @@ class InferOutputSpec(BaseModel):
 class InferRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     id: str | None = Field(None, max_length=MAX_CLIENT_ID)  # the client's; echoed back, never a key
+    # The KServe SDK repeats the model (and version) in the body; the URL decides, as in Triton.
+    model_name: str | None = Field(None, description="Ignored: the URL names the model.")
+    model_version: str | None = Field(None, description="Ignored: the URL names the version.")
     parameters: dict[str, Any] | None = None
     inputs: list[InferInput] = Field(min_length=1)
     outputs: list[InferOutputSpec] | None = None
@@ -257,6 +260,15 @@ class GenerateInputs(BaseModel):
             guided=self.guided(),
         )
 
+    @model_validator(mode="after")
+    def _min_within_max(self):
+        if self.min_tokens is not None and self.min_tokens > self.max_tokens:
+            raise ValueError(
+                f"min_tokens ({self.min_tokens}) exceeds max_tokens ({self.max_tokens}); "
+                "lower min_tokens or raise max_tokens"
+            )
+        return self
+
     @field_validator("stop_words", "bad_words", mode="before")
     @classmethod
     def _words(cls, v):
@@ -276,4 +288,6 @@ def generate_inputs(values: dict[str, Any]) -> GenerateInputs:
         e = err.errors()[0]
         field = ".".join(str(x) for x in e["loc"])
         msg = "unknown input or parameter" if e["type"] == "extra_forbidden" else e["msg"]
-        raise APIError(400, f"{field}: {msg}") from None
+        if e["type"] == "value_error":  # a rule across inputs: its message names them
+            msg = str(e["ctx"]["error"])
+        raise APIError(400, f"{field}: {msg}" if field else msg) from None

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
 
 from trtserve.serve.context import request_context
 from trtserve.serve.errors import APIError
@@ -37,7 +38,9 @@ async def _json(request: Request):
 
 @router.get("/v2", **doc.SERVER)
 async def server_metadata(request: Request):
-    return KServeServing.server_metadata()
+    metrics = request.app.state.server.metrics  # utilisation detail (serve/utilisation.py) beside Triton's fields
+    extra = {"utilisation": metrics.utilisation()} if metrics is not None else {}
+    return KServeServing.server_metadata() | extra
 
 
 @router.get("/v2/models/{model}", **doc.METADATA)
@@ -53,7 +56,8 @@ async def model_metadata(request: Request, model: str, version: str | None = Non
 async def model_ready(request: Request, model: str, version: str | None = None):
     server = request.app.state.server
     ready = not server.draining and version_ready(server.repository, model, version)
-    return Response(status_code=200 if ready else 400)
+    # the Open Inference Protocol's body, with Triton's status (400: not ready)
+    return JSONResponse({"name": model, "ready": ready}, status_code=200 if ready else 400)
 
 
 @router.get("/v2/models/{model}/config", **doc.METADATA)

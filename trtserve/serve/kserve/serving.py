@@ -15,34 +15,12 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun, GenerationService
 from trtserve.serve.group import admit_all, collect_all
-from trtserve.serve.kserve.infer import OUTPUTS, InferCall, infer_call
+from trtserve.serve.kserve.infer import OPTIONAL_INPUTS, OUTPUTS, InferCall, infer_call
 from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
 from trtserve.serve.sse import event
 from trtserve.text.outputs import RequestOutput
 
 VERSION = "1"
-OPTIONAL_INPUTS = {
-    "max_tokens": "INT32",
-    "temperature": "FP32",
-    "top_k": "INT32",
-    "top_p": "FP32",
-    "min_p": "FP32",
-    "min_tokens": "INT32",
-    "presence_penalty": "FP32",
-    "frequency_penalty": "FP32",
-    "repetition_penalty": "FP32",
-    "length_penalty": "FP32",
-    "seed": "UINT64",
-    "beam_width": "INT32",
-    "num_return_sequences": "INT32",
-    "stop_words": "BYTES",
-    "bad_words": "BYTES",
-    "end_id": "INT32",
-    "pad_id": "INT32",
-    "stream": "BOOL",
-    "exclude_input_in_output": "BOOL",
-    "return_log_probs": "BOOL",
-}
 
 
 class KServeServing:
@@ -106,7 +84,8 @@ class KServeServing:
     # ---- infer (HTTP here; gRPC in serve/grpc/ shares start_infer and infer_arrays) ---------------
     async def infer(self, body: bytes, headers, http: HTTPRequest, context: RequestContext) -> Response:
         req, tensors = parse_infer(body, headers.get(HEADER))
-        call = infer_call(tensors, req.parameters or {}, [o.name for o in req.outputs] if req.outputs else None)
+        wanted = [o.name for o in req.outputs] if req.outputs else None
+        call = infer_call(tensors, req.parameters or {}, wanted, self.svc.model_name)
         rid = req.id if req.id is not None else self.svc.new_id("infer")
         runs = self.start_infer(call, rid, context)
         outs = await collect_all(runs, http)
@@ -176,8 +155,8 @@ class KServeServing:
         text = body.pop("text_input", None)
         if isinstance(text, list) and len(text) == 1:
             text = text[0]
-        if not isinstance(text, str):
-            raise APIError(400, "text_input (a string) is required")
+        if not isinstance(text, str) or not text:
+            raise APIError(400, "text_input (a non-empty string) is required")
         params = body.pop("parameters", None) or {}
         if not isinstance(params, dict):
             raise APIError(400, "parameters must be a JSON object")

@@ -5,16 +5,43 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
+from trtserve.engine.errors import UserError
 from trtserve.engine.sampling import MAX_LOGPROBS, GuidedDecoding, SamplingParams, TokenLogprob
+from trtserve.serve.openai import schema_rules as rules
 from trtserve.serve.openai.tools import Tool, ToolCall, ToolChoice, ToolPlan
 from trtserve.serve.unicode import check_unicode
 from trtserve.text.outputs import CompletionOutput, RequestOutput
 
+
 # Bounds every integer the engine turns into a tensor index or size (a larger one was a 500, found by
 # tests/fuzz); whether an id lies in the vocabulary is checked against the model (engine/rules.py).
-TokenId = Annotated[int, Field(ge=0, lt=2**31)]
+def _json_int(v: Any) -> Any:
+    """A JSON integer (3 or 3.0), not true or "3", which pydantic's lax mode would take as 1 and 3."""
+    if isinstance(v, bool | str):
+        raise ValueError("must be an integer")
+    return v
+
+
+TokenId = Annotated[int, Field(ge=0, lt=2**31), BeforeValidator(_json_int)]
+_TOKEN_ID = {"type": "integer", "minimum": 0, "exclusiveMaximum": 2**31}
+# What _non_empty below accepts: a string, or a non-empty list of non-empty strings or token-id lists.
+_PROMPT = WithJsonSchema(
+    {
+        "anyOf": [
+            {"type": "string", "minLength": 1},
+            {"type": "array", "minItems": 1, "items": {"type": "string", "minLength": 1}},
+            {"type": "array", "minItems": 1, "items": _TOKEN_ID},
+            {"type": "array", "minItems": 1, "items": {"type": "array", "minItems": 1, "items": _TOKEN_ID}},
+        ],
+        "description": f"Text, texts, or lists of {rules.TOKEN_IDS}.",
+    }
+)
+
+
+def min_over_max(min_tokens: int, max_tokens: int) -> str:
+    return f"min_tokens ({min_tokens}) exceeds max_tokens ({max_tokens}); lower min_tokens or raise max_tokens"
 
 
 def _is_token_id(key: str) -> bool:
@@ -38,7 +65,7 @@ class JsonSchemaFormat(BaseModel):
 
 
 class ResponseFormat(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=rules.response_format_rules)
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
@@ -52,7 +79,7 @@ class ResponseFormat(BaseModel):
 class SamplingFields(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=rules.sampling_rules)
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1, lt=2**31)
@@ -62,13 +89,19 @@ class SamplingFields(BaseModel):
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     n: int = Field(1, ge=1, le=16)
     best_of: int | None = Field(None, ge=1)
-    stop: str | list[str] | None = None
+    stop: Annotated[str | list[str] | None, WithJsonSchema(rules.STOP)] = None
     stop_token_ids: list[TokenId] | None = None
     seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    logit_bias: dict[str, float] | None = None  # token id (as text, as OpenAI sends it) -> [-100, 100]
+    logit_bias: dict[str, float] | None = Field(  # token id (as text, as OpenAI sends it) -> [-100, 100]
+        None,
+        json_schema_extra={
+            "propertyNames": {"pattern": rules.TOKEN_ID_KEY},
+            "additionalProperties": {"type": "number", "minimum": -100, "maximum": 100},
+        },
+    )
     response_format: ResponseFormat | None = None
     guided_json: dict[str, Any] | str | None = None  # vLLM's extra fields: a JSON schema,
     guided_regex: str | None = None  # a regex,
@@ -118,7 +151,13 @@ class SamplingFields(BaseModel):
             raise ValueError("best_of other than n is not supported; leave it out")
         if self.stream_options is not None and not self.stream:
             raise ValueError("stream_options is only allowed with stream: true")
+        if self.asked_max_tokens() is not None and self.min_tokens > self.asked_max_tokens():
+            raise ValueError(min_over_max(self.min_tokens, self.asked_max_tokens()))
         return self
+
+    def asked_max_tokens(self) -> int | None:
+        """The output budget the client set (None: the rest of the context)."""
+        return self.max_tokens
 
     def sampling_params(
         self,
@@ -132,10 +171,12 @@ class SamplingFields(BaseModel):
         max_tokens: at least 1; logprobs, prompt_logprobs: at most MAX_LOGPROBS; guided: the grammar of
         a tool call that must be made (validation refused it together with a guided_* field)."""
         stops = [self.stop] if isinstance(self.stop, str) else list(self.stop or [])
+        if self.min_tokens > max_tokens:  # max_tokens unset: the rest of the context is less
+            raise UserError(min_over_max(self.min_tokens, max_tokens) + " (max_tokens: the rest of the context)")
         return SamplingParams.model_construct(
             n=self.n,
             max_tokens=max_tokens,
-            min_tokens=min(self.min_tokens, max_tokens),
+            min_tokens=self.min_tokens,
             temperature=1.0 if self.temperature is None else self.temperature,
             top_p=1.0 if self.top_p is None else self.top_p,
             top_k=0 if self.top_k in (None, -1) else self.top_k,
@@ -177,7 +218,7 @@ class SamplingFields(BaseModel):
 
 
 class CompletionRequest(SamplingFields):
-    prompt: str | list[str] | list[TokenId] | list[list[TokenId]]
+    prompt: Annotated[str | list[str] | list[TokenId] | list[list[TokenId]], _PROMPT]
     echo: bool = False
     logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
     suffix: None = None
@@ -185,7 +226,7 @@ class CompletionRequest(SamplingFields):
     @field_validator("prompt")
     @classmethod
     def _non_empty(cls, v):
-        if isinstance(v, list) and (not v or any(isinstance(p, list | str) and len(p) == 0 for p in v)):
+        if v == "" or (isinstance(v, list) and (not v or any(isinstance(p, list | str) and len(p) == 0 for p in v))):
             raise ValueError("prompt must not be empty")
         return v
 
@@ -211,6 +252,8 @@ class ChatMessage(BaseModel):
 
 
 class ChatCompletionRequest(SamplingFields):
+    model_config = ConfigDict(extra="forbid", json_schema_extra=rules.chat_rules)
+
     messages: list[ChatMessage] = Field(min_length=1)
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=MAX_LOGPROBS)
@@ -219,6 +262,9 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[Tool] | None = Field(None, max_length=128)
     tool_choice: ToolChoice | None = None  # default: "auto" with tools, else "none"
     parallel_tool_calls: bool = True
+
+    def asked_max_tokens(self) -> int | None:
+        return self.max_completion_tokens or self.max_tokens
 
     @model_validator(mode="after")
     def _logprobs(self):
@@ -239,10 +285,11 @@ class ChatCompletionRequest(SamplingFields):
 
 
 class TokenizeRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # exactly one of prompt or messages (both are non-null when given)
+    model_config = ConfigDict(extra="forbid", json_schema_extra=rules.tokenize_rules)
     model: str | None = None
     prompt: str | None = None
-    messages: list[ChatMessage] | None = None
+    messages: list[ChatMessage] | None = Field(None, min_length=1)
     add_special_tokens: bool = True
     add_generation_prompt: bool = True
 
@@ -250,6 +297,8 @@ class TokenizeRequest(BaseModel):
     @classmethod
     def _valid_unicode(cls, data):
         check_unicode(data)
+        if isinstance(data, dict) and any(k in data and data[k] is None for k in ("prompt", "messages")):
+            raise ValueError("give exactly one of prompt or messages, with a value (not null)")
         return data
 
     @model_validator(mode="after")
@@ -262,7 +311,7 @@ class TokenizeRequest(BaseModel):
 class DetokenizeRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     model: str | None = None
-    tokens: list[TokenId]
+    tokens: list[TokenId] = Field(description=rules.TOKEN_IDS.capitalize() + ".")
 
 
 # ---- responses -----------------------------------------------------------------------------

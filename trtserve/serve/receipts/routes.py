@@ -14,8 +14,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.serve.admin_key import require_admin
-from trtserve.serve.errors import APIError
+from trtserve.serve.errors import APIError, error_responses
 from trtserve.serve.generation import GenerationService
+from trtserve.serve.openapi import inline_schema
 from trtserve.serve.receipts.book import engine_identity
 from trtserve.serve.receipts.model import Receipt
 from trtserve.serve.receipts.replay import ReplayResult, check_engine, params_of, prompt_of, sequences_of
@@ -37,6 +38,19 @@ class ReplayRequest(BaseModel):
     allow_other_engine: bool = False
 
 
+def _body(model: type[BaseModel]) -> dict:
+    """openapi_extra of a route that reads its JSON body itself."""
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": inline_schema(model)}}}}
+
+
+_RECEIPT_WHY = {404: "Receipts are off here (--receipts), or no such receipt is stored."}
+_CACHE_WHY = {404: "No such model is loaded here.", 501: "The model's backend cannot invalidate cached prefixes."}
+_REPLAY_WHY = {
+    404: "The receipt's model is not loaded here.",
+    409: "The receipt was made by another engine; set allow_other_engine to replay it anyway.",
+}
+
+
 def services(request: Request, model: str | None = None) -> list[GenerationService]:
     """The loaded generation services (every model version's), or those of `model`."""
     repo = request.app.state.server.repository
@@ -48,7 +62,7 @@ def services(request: Request, model: str | None = None) -> list[GenerationServi
     return found
 
 
-@router.get("/v1/receipts/{receipt_id}")
+@router.get("/v1/receipts/{receipt_id}", responses=error_responses(401, 403, 404, why=_RECEIPT_WHY))
 async def get_receipt(receipt_id: str, request: Request):
     require_admin(request)
     recorder = request.app.state.receipts.recorder
@@ -60,7 +74,11 @@ async def get_receipt(receipt_id: str, request: Request):
     return receipt
 
 
-@router.post("/v1/cache/invalidate")
+@router.post(
+    "/v1/cache/invalidate",
+    responses=error_responses(400, 401, 403, 404, 501, why=_CACHE_WHY),
+    openapi_extra=_body(InvalidateRequest),
+)
 async def invalidate(request: Request):
     require_admin(request)
     body = _parse(InvalidateRequest, await request.body())
@@ -73,7 +91,11 @@ async def invalidate(request: Request):
     return {"namespace": body.namespace, "before_version": body.before_version, "blocks_invalidated": dropped}
 
 
-@router.post("/v1/replay")
+@router.post(
+    "/v1/replay",
+    responses=error_responses(400, 401, 403, 404, 409, 429, 503, 504, why=_REPLAY_WHY),
+    openapi_extra=_body(ReplayRequest),
+)
 async def replay(request: Request):
     """Run a receipt's request again on this server's engine for that model; the client compares."""
     require_admin(request)

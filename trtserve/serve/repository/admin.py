@@ -12,15 +12,41 @@ from __future__ import annotations
 import json
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtserve.serve.admin_key import RECEIPT_PATHS, require_admin
-from trtserve.serve.errors import APIError
+from trtserve.serve.errors import APIError, error_responses
+from trtserve.serve.openapi import inline_schema
 from trtserve.serve.repository import operations
 from trtserve.serve.repository.repository import Repository
 from trtserve.serve.repository.router import ascii_int
 
 router = APIRouter()
+_ADMIN_WHY = {
+    404: "No such model or version.",
+    409: "The version's state does not allow it (e.g. canary of the stable version).",
+    503: "The version is loading or unloading, or the server is draining.",
+}
+# /admin/... answer OpenAI's error body; /v2/repository/... KServe's.
+ADMIN = {"responses": error_responses(400, 401, 403, 404, 409, 503, why=_ADMIN_WHY)}
+TRITON = {"responses": error_responses(400, 401, 403, 404, 409, 503, kserve=True, why=_ADMIN_WHY)}
+
+
+class IndexBody(BaseModel):
+    model_config = ConfigDict(extra="allow")  # Triton's index request takes other keys; they are ignored
+    ready: bool = False  # only the ready models
+
+
+class LoadParameters(BaseModel):
+    """Triton's load/unload body: {"parameters": {"version": "2"}}; other parameters are ignored."""
+
+    model_config = ConfigDict(extra="allow")
+    parameters: dict | None = None
+
+
+def _optional_body(model: type[BaseModel]) -> dict:
+    """openapi_extra for a route that reads its (optional) JSON body itself."""
+    return {"requestBody": {"required": False, "content": {"application/json": {"schema": inline_schema(model)}}}}
 
 
 def is_admin_path(path: str) -> bool:
@@ -60,24 +86,38 @@ def version_parameter(params: dict) -> list[int] | None:
 
 
 # ---- Triton's repository API -----------------------------------------------------------------------
-@router.post("/v2/repository/index")
+@router.post(
+    "/v2/repository/index",
+    responses=error_responses(400, 401, 503, kserve=True),
+    openapi_extra=_optional_body(IndexBody),
+)
 async def index(request: Request):
-    body = await _body(request)
-    return request.app.state.server.repository.index(ready_only=bool(body.get("ready")))
+    body = _parse(IndexBody, await _body(request))
+    return request.app.state.server.repository.index(ready_only=body.ready)
 
 
-@router.post("/v2/repository/models/{model}/load")
+@router.post("/v2/repository/models/{model}/load", **TRITON, openapi_extra=_optional_body(LoadParameters))
 async def triton_load(model: str, request: Request):
     repo = _admin(request)
-    await repo.load(model, version_parameter((await _body(request)).get("parameters") or {}))
+    body = _parse(LoadParameters, await _body(request))
+    await repo.load(model, version_parameter(body.parameters or {}))
     return {}
 
 
-@router.post("/v2/repository/models/{model}/unload")
+@router.post("/v2/repository/models/{model}/unload", **TRITON, openapi_extra=_optional_body(LoadParameters))
 async def triton_unload(model: str, request: Request):
     repo = _admin(request)
-    await repo.unload(model, version_parameter((await _body(request)).get("parameters") or {}))
+    body = _parse(LoadParameters, await _body(request))
+    await repo.unload(model, version_parameter(body.parameters or {}))
     return {}
+
+
+def _parse(model: type[BaseModel], body: dict):
+    try:
+        return model.model_validate(body)
+    except ValidationError as err:
+        e = err.errors()[0]
+        raise APIError(400, f"{'.'.join(str(x) for x in e['loc']) or 'body'}: {e['msg']}") from None
 
 
 # ---- trtserve's admin routes -------------------------------------------------------------------------
@@ -102,47 +142,47 @@ class ShadowBody(VersionBody):
     fraction: float
 
 
-@router.get("/admin/repository")
+@router.get("/admin/repository", **ADMIN)
 async def status(request: Request):
     return status_of(_admin(request))
 
 
-@router.post("/admin/models/{model}/load")
+@router.post("/admin/models/{model}/load", **ADMIN)
 async def load(model: str, body: VersionsBody, request: Request):
     repo = _admin(request)
     await repo.load(model, body.versions, reload=body.reload)
     return status_of(repo, model)
 
 
-@router.post("/admin/models/{model}/unload")
+@router.post("/admin/models/{model}/unload", **ADMIN)
 async def unload(model: str, body: VersionsBody, request: Request):
     repo = _admin(request)
     await repo.unload(model, body.versions)
     return status_of(repo, model)
 
 
-@router.post("/admin/models/{model}/promote")
+@router.post("/admin/models/{model}/promote", **ADMIN)
 async def promote(model: str, body: VersionBody, request: Request):
     repo = _admin(request)
     operations.promote(repo.model(model), body.version)
     return status_of(repo, model)
 
 
-@router.post("/admin/models/{model}/canary")
+@router.post("/admin/models/{model}/canary", **ADMIN)
 async def canary(model: str, body: CanaryBody, request: Request):
     repo = _admin(request)
     operations.canary(repo.model(model), body.version, body.weight, body.guard, body.window)
     return status_of(repo, model)
 
 
-@router.post("/admin/models/{model}/rollback")
+@router.post("/admin/models/{model}/rollback", **ADMIN)
 async def rollback(model: str, request: Request):
     repo = _admin(request)
     operations.rollback(repo.model(model), repo.metrics)
     return status_of(repo, model)
 
 
-@router.post("/admin/models/{model}/shadow")
+@router.post("/admin/models/{model}/shadow", **ADMIN)
 async def shadow(model: str, body: ShadowBody, request: Request):
     repo = _admin(request)
     operations.shadow(repo.model(model), body.version, body.fraction)
