@@ -193,3 +193,48 @@ def write_gguf(hf_dir: Path, dest: Path, raw_types: dict | None = None) -> Path:
     w.write_tensors_to_file()
     w.close()
     return dest
+
+
+def make_lora_adapter(
+    base_dir: Path, dest: Path, targets: tuple[str, ...], r: int, alpha: float, rslora: bool = False, seed: int = 0
+) -> Path:
+    """Save a random PEFT LoRA adapter (A and B both random, unlike PEFT's zero-B init) for the model at base_dir."""
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    torch.manual_seed(seed)
+    cfg = LoraConfig(
+        r=r,
+        lora_alpha=alpha,
+        target_modules=list(targets),
+        use_rslora=rslora,
+        init_lora_weights=False,
+        lora_dropout=0.0,
+    )
+    get_peft_model(model, cfg).save_pretrained(dest)
+    return dest
+
+
+def peft_greedy(base_dir: Path, adapter_dir: Path, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
+    """HF transformers + PEFT greedy generate (float32, CPU), one prompt at a time, never stopping at EOS."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+    model = PeftModel.from_pretrained(base, adapter_dir).eval()
+    outs = []
+    with torch.inference_mode():
+        for p in prompts:
+            ids = torch.tensor([p])
+            out = model.generate(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                max_new_tokens=max_new_tokens,
+                min_new_tokens=max_new_tokens,
+                do_sample=False,
+                eos_token_id=None,
+                pad_token_id=0,
+            )
+            outs.append(out[0, len(p) :].tolist())
+    return outs

@@ -74,11 +74,19 @@ class LLM:
         prompts: str | list[int] | list[str] | list[list[int]],
         params: SamplingParams | list[SamplingParams] | None = None,
         chat: bool = False,
+        adapter: str | list[str | None] | None = None,
     ) -> list[RequestOutput]:
+        """adapter: the LoRA adapter (a name in the `lora` option's adapters) every prompt runs under,
+        or one per prompt; None: the base model."""
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
-        reqs = [GenerateRequest(self.encode(prompt, chat), p) for prompt, p in zip(prompts, plist, strict=True)]
+        names = adapter if isinstance(adapter, list) else [adapter] * len(prompts)
+        refs = [self.core.adapter(name) if name is not None else None for name in names]
+        reqs = [
+            GenerateRequest(self.encode(prompt, chat), p, adapter=ref)
+            for prompt, p, ref in zip(prompts, plist, refs, strict=True)
+        ]
         if not reqs:
             return []
         if self.fit_to_requests:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from trtserve.build.adapters import check_adapters, pack_adapters
 from trtserve.build.config import BuildConfig
 from trtserve.build.output import check_target, staged_dir
 from trtserve.build.planner import BuildPlan, resolve
@@ -65,6 +66,7 @@ def build_engine(
     """Build the engine dir `out` for `cfg.backend` (and its engine.lock at `lock`); `cfg` is not changed."""
     console = Console(stderr=True, quiet=quiet)
     strategy = STRATEGIES[cfg.backend]
+    check_adapters(cfg)
     plan = resolve(cfg, strategy)
     check_target(out, force)
     if lock is not None and not Path(lock).resolve().parent.is_dir():
@@ -79,6 +81,7 @@ def build_engine(
         plan.reader.save_tokenizer(tmp / TOKENIZER_DIR)
         written = job.write(tmp, console)
         write_engine_config(tmp, written.model, plan)
+        pack_adapters(tmp, plan.config, written.model)
         manifest = write_manifest(
             tmp,
             backend=plan.backend,

@@ -2,6 +2,7 @@
 
     protocol     the Engine interface
     messages     GenerateRequest, TokenDelta, EngineStats; RequestId, SequenceId
+    adapters     AdapterRef (a LoRA adapter's name and content hash), LoraConfig (the lora option), PEFT's config
     sampling     SamplingParams, TokenLogprob
     rules        request checks and the finish rule every backend shares; tokenizer + EOS ids
     run_config   RuntimeConfig: engine settings chosen at run time

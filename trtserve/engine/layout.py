@@ -6,6 +6,7 @@ ENGINE_DIR/
   checkpoint/rank{r}.safetensors
   model.safetensors           torch-engine weights: fused, cast, rank 0 of tp=1
   tokenizer/                  tokenizer files and chat template
+  lora/NAME/                  torch: PEFT LoRA adapters packed by `build --lora NAME=DIR`, served under NAME
   manifest.json               sha256 of every file, source fingerprint, toolchain, build config
   engine/                     backend tensorrt: what `trtllm-build` writes (config.json, rank{r}.engine)
   hf/                         backend trtllm: the Hugging Face checkpoint TensorRT-LLM's PyTorch backend loads
@@ -29,6 +30,7 @@ TOKENIZER_DIR = "tokenizer"
 TRT_ENGINE_DIR = "engine"
 HF_DIR = "hf"
 OPTIONS_FILE = "llm_api_options.yaml"
+LORA_DIR = "lora"
 
 
 def rank_file(rank: int) -> str:

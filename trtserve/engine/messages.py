@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass, field
 
+from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 
 _next_id = itertools.count(1)
@@ -50,6 +51,7 @@ class GenerateRequest:
     cache_namespace: str | None = None  # a named context whose cached prefixes can be invalidated together
     context_version: int | None = None  # that context's version: prefixes cached under another are not reused
     client_id: str | None = None  # what the client called it (logs only; never a key)
+    adapter: AdapterRef | None = None  # the LoRA adapter it runs under (engine/adapters.py); None: the base model
     request_id: RequestId = field(default_factory=RequestId.new)
 
 

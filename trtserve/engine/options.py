@@ -2,8 +2,8 @@
 
 An option is a field of `EngineOptions` plus one `OptionSpec` in `OPTIONS`: which backends implement
 it, whether a receipt records it (a replay must run with the same setting), and the check that
-refuses it where the machine or the engine cannot honour it. The next options (adapters,
-speculation, KV tiers) are one field and one spec each.
+refuses it where the machine or the engine cannot honour it. The next options (speculation,
+KV tiers) are one field and one spec each.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from trtserve.engine.adapters import LoraConfig
 from trtserve.engine.backends import resolve
 from trtserve.engine.errors import UserError
 
@@ -27,6 +28,8 @@ class EngineOptions(BaseModel):
     # to int8 per weight group (as llama.cpp's q8_0), their dots in int8 instructions. Faster, and an
     # approximation of the float path (greedy outputs can differ; prefill keeps the float path).
     int8_activations: bool = False
+    # LoRA adapters on the base model, one per request (GenerateRequest.adapter); null: none served
+    lora: LoraConfig | None = None
 
     def enabled(self) -> dict[str, Any]:
         """The options set away from their defaults, by name."""
@@ -64,6 +67,13 @@ OPTIONS: dict[str, OptionSpec] = {
             frozenset({"torch"}),
             in_identity=True,
             requires="trtserve.models.decoder:check_int8_activations",
+        ),
+        # Not in the identity: a request's adapter is, by its content hash (GenerateRequest.adapter).
+        OptionSpec(
+            "lora",
+            "LoRA adapters (PEFT's format) served on the base model, one per request, mixed in a step",
+            frozenset({"torch"}),
+            in_identity=False,
         ),
     )
 }

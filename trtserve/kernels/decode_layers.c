@@ -19,6 +19,8 @@
  *   qkv [(n_h + 2 n_kv) hd][H], dense [H][n_h hd], fc_gate [2I][H] ([fc; gate]), proj [H][I];
  *   norms [H] in dt; biases (or NULL) of the outputs in dt
  *   kv [layers][2][slots][n_kv][hd]; cos, sin [positions][hd] (NeoX, sign in the sin table)
+ *   LoRA (or NULL): lora[l] the step's adapters side by side per linear (models/lora_step.py: A [C][in],
+ *   B^T [C][out] in dt), spans [M][4][2] each row's own columns [c0, c1) of each linear (c0 == c1: none)
  * Built and loaded by trtserve/kernels/decode_layers.py; it shares torch's OpenMP runtime.
  */
 #include <omp.h>
@@ -37,12 +39,20 @@ typedef struct { /* one layer's weights; biases may be NULL, scales are NULL unl
     int64_t q8; /* int4: int8 activations (int4.h's INT4_Q8 path) where built, for 64-output blocks */
 } layer_t;
 
+typedef struct { /* one layer's LoRA updates, linears in LINEARS order (qkv, dense, fc_gate, proj) */
+    const void *a[4], *bt[4]; /* A [C][in], B^T [C][out] in dt; NULL where no adapter of the step targets it */
+    int64_t width[4];         /* C */
+} lora_t;
+
 typedef struct {
     int64_t M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs;
     split_t split; /* attention's tasks */
     float eps, scale;
     const void *cos, *sin;
     const int64_t *pos, *slots, *tables;
+    const lora_t* lora; /* [layers] or NULL */
+    const int64_t* spans;
+    float* lora_tmp; /* scratch: [M][widest C] */
 } step_t;
 
 /* Work-shared y = (x w^T) * scale (+ bias) into float32 y holding dt-rounded values; w in wdt. int4 (sz, gs,
@@ -72,6 +82,53 @@ static inline __attribute__((always_inline)) void linear(const float* x, int64_t
     }
 }
 
+/* y += (t B^T) on each row's own columns of the step's adapters, t = x A^T rounded to dt (as the per-op
+ * path's linear rounds it), the update added and rounded once (its addmm_). Linear `f` of layer l. A work
+ * item is a column of A, then 64 columns of B^T, over every row: rows of one adapter read its weights
+ * once a step (from the cache after the first), which is what the update costs at decode sizes. */
+static inline __attribute__((always_inline)) void lora_update(const step_t* s, int64_t l, int f, const float* x,
+                                                             int64_t K, float* y, int64_t N, int dt) {
+    if (!s->lora || !s->lora[l].a[f]) return; /* the same for every thread: shared data */
+    const void *a = s->lora[l].a[f], *bt = s->lora[l].bt[f];
+    const int64_t C = s->lora[l].width[f], M = s->M, nb = (N + 63) / 64;
+    float* t = s->lora_tmp;
+#pragma omp for schedule(static)
+    for (int64_t c = 0; c < C; c++) {
+        for (int64_t m = 0; m < M; m++) {
+            const int64_t* sp = s->spans + (m * 4 + f) * 2;
+            if (c < sp[0] || c >= sp[1]) continue;
+            __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+            int64_t k = 0;
+            for (; k + 16 <= K; k += 16) {
+                acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * K + k), load8(a, dt, c * K + k), acc0);
+                acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + m * K + k + 8), load8(a, dt, c * K + k + 8), acc1);
+            }
+            float sum = hsum(_mm256_add_ps(acc0, acc1));
+            for (; k < K; k++) sum += x[m * K + k] * load1(a, dt, c * K + k);
+            t[m * C + c] = rnd(sum, dt);
+        }
+    }
+#pragma omp for schedule(static)
+    for (int64_t u = 0; u < nb; u++) {
+        const int64_t n0 = u * 64, n = N - n0 < 64 ? N - n0 : 64, full = n / 8;
+        for (int64_t m = 0; m < M; m++) {
+            const int64_t* sp = s->spans + (m * 4 + f) * 2;
+            if (sp[0] == sp[1]) continue;
+            __m256 acc[8];
+            for (int i = 0; i < 8; i++) acc[i] = _mm256_setzero_ps();
+            float sum[64] = {0};
+            for (int64_t c = sp[0]; c < sp[1]; c++) {
+                const float tc = t[m * C + c];
+                const __m256 t8 = _mm256_set1_ps(tc);
+                for (int64_t i = 0; i < full; i++) acc[i] = _mm256_fmadd_ps(t8, load8(bt, dt, c * N + n0 + 8 * i), acc[i]);
+                for (int64_t i = 8 * full; i < n; i++) sum[i] += tc * load1(bt, dt, c * N + n0 + i);
+            }
+            for (int64_t i = 0; i < full; i++) _mm256_storeu_ps(sum + 8 * i, acc[i]);
+            for (int64_t i = 0; i < n; i++) y[m * N + n0 + i] = rnd(y[m * N + n0 + i] + sum[i], dt);
+        }
+    }
+}
+
 static inline __attribute__((always_inline)) void layers(const layer_t* L, int64_t n_layers, const step_t* s,
                                                         void* h, void* kv, float* scratch, float* att_buf, int dt,
                                                         int wdt) {
@@ -88,6 +145,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
         for (int64_t m = 0; m < M; m++) /* the last layer's MLP output joins the residual first */
             norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, x, F32);
         linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_sz, w->gs, w->bn, w->q8, xsum, w->qkv_b, width, qkv, dt);
+        lora_update(s, l, 0, x, H, qkv, width, dt);
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < M * (n_h + n_kv); j++) { /* q and k heads rotated; k and v to the cache */
             const int64_t m = j / (n_h + n_kv), head = j % (n_h + n_kv), src = m * width + head * hd;
@@ -107,16 +165,19 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
                   s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale, att, att_buf);
         }
         linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, w->q8, xsum, NULL, H, d, dt);
+        lora_update(s, l, 1, att, n_h * hd, d, H, dt);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) norm_row(h, dt, d, F32, m * H, H, w->post_norm, dt, s->eps, x, F32);
         linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, w->q8, xsum, w->fc_gate_b, 2 * I,
                fg, dt);
+        lora_update(s, l, 2, x, H, fg, 2 * I, dt);
 #pragma omp for schedule(static)
         for (int64_t c = 0; c < M * silu_chunks; c++) { /* 64 outputs of one row a work item */
             const int64_t m = c / silu_chunks, i0 = c % silu_chunks * 64, n = I - i0 < 64 ? I - i0 : 64;
             silu_mul_row(fg, F32, m * 2 * I + i0, m * 2 * I + I + i0, a, F32, m * I + i0, n, dt);
         }
         linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_sz, w->gs, w->bn, w->q8, xsum, w->proj_b, H, d, dt);
+        lora_update(s, l, 3, a, I, d, H, dt);
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M * H; i++) store1(h, dt, i, rnd(load1(h, dt, i) + d[i], dt));
@@ -137,7 +198,8 @@ static int int4_shapes_ok(const layer_t* L, int64_t n_layers, int64_t H, int64_t
 int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, void* h, void* kv, int64_t M, int64_t H,
                            int64_t n_h, int64_t n_kv, int64_t hd, int64_t I, int64_t n_slots, float eps, float scale,
                            const void* cos, const void* sin, const int64_t* pos, const int64_t* slots,
-                           const int64_t* tables, int64_t n_blk, int64_t bs, int threads) {
+                           const int64_t* tables, int64_t n_blk, int64_t bs, const lora_t* lora,
+                           const int64_t* spans, int64_t lora_width, int threads) {
     if (dt < F32 || dt > F16 || (wdt != dt && wdt != I8 && wdt != I4) || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 ||
         n_h % n_kv || n_layers < 1)
         return -1;
@@ -148,15 +210,19 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
         longest = pos[m] + 1 > longest ? pos[m] + 1 : longest;
     }
     const split_t split = split_heads(M, n_kv, n_h / n_kv, threads);
-    const step_t s = {M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs, split, eps, scale, cos, sin, pos, slots, tables};
+    if (lora && (!spans || lora_width < 1)) return -1;
+    float* lora_scratch = lora ? malloc(sizeof(float) * (size_t)(M * lora_width)) : NULL;
+    const step_t s = {M,   H,     n_h, n_kv, hd,  I,      n_slots, n_blk, bs,   split,
+                      eps, scale, cos, sin,  pos, slots, tables,  lora,  spans, lora_scratch};
     const int64_t width = (n_h + 2 * n_kv) * hd;
     const int64_t widest_in = H > n_h * hd ? (H > I ? H : I) : (n_h * hd > I ? n_h * hd : I); /* int4's xsum, x_q */
     float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I + widest_in)));
     const int64_t att_scratch = head_scratch(split.nr, longest, hd);
     float* att_bufs = malloc(sizeof(float) * (size_t)(threads * att_scratch));
-    if (!scratch || !att_bufs) {
+    if (!scratch || !att_bufs || (lora && !lora_scratch)) {
         free(scratch);
         free(att_bufs);
+        free(lora_scratch);
         return -1;
     }
 #pragma omp parallel num_threads(threads)
@@ -176,5 +242,6 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     }
     free(scratch);
     free(att_bufs);
+    free(lora_scratch);
     return 0;
 }

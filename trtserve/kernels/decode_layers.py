@@ -36,6 +36,9 @@ FEATURES = frozenset(
         "tied_embeddings",
     }
 )
+# The step features (trtserve/models/features.py) it implements: rows under LoRA adapters ("lora"), as the
+# per-op path's stacked product (models/lora_step.py), each row over its own adapter's columns only.
+STEP_FEATURES = frozenset({"lora"})
 
 
 class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
@@ -45,6 +48,34 @@ class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
         + [(f + "_sz", ctypes.c_void_p) for f in LINEARS]
         + [("gs", ctypes.c_int64), ("bn", ctypes.c_int64), ("q8", ctypes.c_int64)]
     )
+
+
+class _Lora(ctypes.Structure):  # lora_t in decode_layers.c
+    _fields_ = [("a", ctypes.c_void_p * 4), ("bt", ctypes.c_void_p * 4), ("width", ctypes.c_int64 * 4)]
+
+
+class PackedLora:
+    """One set of adapters side by side for `run` (lora_t per layer) and its widest linear; the tensors
+    must outlive it."""
+
+    def __init__(self, table: ctypes.Array, widest: int):
+        self.table, self.widest = table, widest
+
+
+def pack_lora(layers: list[dict[str, tuple[torch.Tensor, torch.Tensor]]], dtype: torch.dtype) -> PackedLora | None:
+    """layers: per layer, linear role -> (A (C, in), Bᵀ (C, out)) (models/lora_step.py's Stack); None unless
+    every tensor is a contiguous CPU tensor in `dtype`."""
+    table, widest = (_Lora * len(layers))(), 1
+    for row, per_role in zip(table, layers, strict=True):
+        for f, role in enumerate(LINEARS):
+            if role not in per_role:
+                continue
+            a, bt = per_role[role]
+            if not (_cpu(a, dtype) and _cpu(bt, dtype) and a.shape[0] == bt.shape[0]):
+                return None
+            row.a[f], row.bt[f], row.width[f] = a.data_ptr(), bt.data_ptr(), a.shape[0]
+            widest = max(widest, a.shape[0])
+    return PackedLora(table, widest)
 
 
 class Packed:
@@ -59,8 +90,8 @@ class Packed:
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
     # layers, n_layers, dt, wdt, h, kv, M, H, n_h, n_kv, hd, I, n_slots, eps, scale, cos, sin, pos, slots,
-    # tables, n_blk, bs, threads
-    return native.function(SOURCE, "trtserve_decode_layers", "pliipplllllllffppppplli")
+    # tables, n_blk, bs, lora, spans, lora_width, threads
+    return native.function(SOURCE, "trtserve_decode_layers", "pliipplllllllffpppppllppli")
 
 
 def _cpu(t: object, dtype: torch.dtype) -> bool:
@@ -164,6 +195,8 @@ def run(
     slots: torch.Tensor,  # (M,) int64
     block_tables: torch.Tensor,  # (M, n_blk) int64
     tokens_per_block: int,
+    lora: PackedLora | None = None,  # the step's adapters (pack_lora)
+    spans: torch.Tensor | None = None,  # (M, 4, 2) int64: each row's columns [c0, c1) of each linear's adapters
 ) -> bool:
     """Run every layer on h; False (nothing changed) where the kernel could not run, or where h has
     more rows than `packed` takes."""
@@ -173,10 +206,15 @@ def run(
     if not (h.is_contiguous() and kv_data.is_contiguous() and cos.is_contiguous()):
         return False
     positions, slots, tables = (t.contiguous() for t in (positions, slots, block_tables))
+    if lora is not None:
+        spans = spans.contiguous()
+        assert spans.dtype == torch.int64 and tuple(spans.shape) == (h.shape[0], len(LINEARS), 2)
     _, _, n_slots, n_kv, hd = kv_data.shape
     rc = fn(
         packed.table, len(packed.table), DTYPES[h.dtype], packed.wdt, h.data_ptr(), kv_data.data_ptr(), h.shape[0], h.shape[1], n_heads, n_kv,
         hd, intermediate, n_slots, eps, scale, cos.data_ptr(), signed_sin.data_ptr(), positions.data_ptr(),
-        slots.data_ptr(), tables.data_ptr(), tables.shape[1], tokens_per_block, torch.get_num_threads(),
+        slots.data_ptr(), tables.data_ptr(), tables.shape[1], tokens_per_block,
+        lora.table if lora is not None else None, spans.data_ptr() if lora is not None else None,
+        lora.widest if lora is not None else 0, torch.get_num_threads(),
     )  # fmt: skip
     return rc == 0

@@ -24,8 +24,10 @@ from trtserve.kernels import attention, decode_layers, dense, int4, native, poin
 from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
 from trtserve.models.dtypes import TORCH_DTYPES
+from trtserve.models.features import LORA
 from trtserve.models.kv_cache import PagedKVCache
 from trtserve.models.layout import EMBED, LM_HEAD
+from trtserve.models.lora_step import LoraStep
 from trtserve.models.registry import family_for_trtllm
 from trtserve.models.rope import Rope
 
@@ -72,7 +74,7 @@ class DecoderModel:
         self.linear = det.linear if deterministic else dense.linear  # F.linear, our kernel at decode
         self.device = device
         self.dtype = TORCH_DTYPES[cfg.dtype]
-        family = family_for_trtllm(cfg.architecture)
+        family = self.family = family_for_trtllm(cfg.architecture)
         names = family.layout.engine_names()
         w = {k: v.to(device) for k, v in weights.items()}
         self.embed = w.pop(names.module(EMBED) + ".weight")  # (vocab, hidden)
@@ -122,6 +124,8 @@ class DecoderModel:
         features = family.features_of(cfg)
         step = not deterministic and self._implements(decode_layers, "the one-call decode step", features)
         self.step_weights = decode_layers.pack(self.layers, self.dtype, shapes) if step else None
+        # Whether the one-call step runs rows under LoRA adapters too; where not, such steps run op by op
+        self.step_lora = LORA in decode_layers.STEP_FEATURES
         # The per-token glue as our C kernels (decode-sized CPU batches) where they fit the model
         self.use_pointwise = not deterministic and self._implements(pointwise, "the pointwise kernels", features)
 
@@ -177,18 +181,30 @@ class DecoderModel:
         return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device, kv_algo, scales)
 
     @torch.inference_mode()
-    def forward(self, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
-        """Run every token of the batch; returns float32 logits (B, vocab) at each sequence's last token."""
+    def forward(self, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None = None) -> torch.Tensor:
+        """Run every token of the batch; returns float32 logits (B, vocab) at each sequence's last token.
+        lora: the rows that run under LoRA adapters (None: every row runs the base model)."""
         h = self.embed[batch.token_ids]  # (T, hidden): the residual stream, updated in place
-        if not self._decode_step(h, batch, kv):
-            self._layers(h, batch, kv)
+        if not self._decode_step(h, batch, kv, lora):
+            self._layers(h, batch, kv, lora)
         last = self._norm(h[batch.logits_indices], self.final_norm)  # (N, hidden)
         return self.linear(last, self.lm_head).float()  # (N, vocab)
 
-    def _decode_step(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> bool:
+    def _decode_step(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None) -> bool:
         """Every layer in one C call (decode_layers.c) when each sequence runs one token, the batch
-        is one the decode GEMM takes, and attention needs no window or 8-bit cache; False otherwise."""
+        is one the decode GEMM takes, attention needs no window or 8-bit cache, and LoRA rows (if any)
+        run stacked (not per segment, as deterministic mode runs them); False otherwise."""
         cfg, rows = self.cfg, h.shape[0]
+        packed_lora = None
+        if lora is not None:
+            if self.step_weights is None or not self.step_lora or lora.stacked is None:
+                return False
+            s = lora.stacked
+            if s.native is None:  # packed once per set of adapters
+                s.native = decode_layers.pack_lora(s.layers, self.dtype) or False
+            if s.native is False:
+                return False
+            packed_lora = s.native
         if (
             self.step_weights is None
             or kv.kv_quant is not None
@@ -200,25 +216,34 @@ class DecoderModel:
         return decode_layers.run(
             self.step_weights, h, kv.data, cfg.num_attention_heads, cfg.intermediate_size, cfg.norm_epsilon,
             self.scale, self.rope.cos, self.rope.signed_sin, batch.positions, batch.slot_mapping, batch.block_tables,
-            kv.tokens_per_block,
+            kv.tokens_per_block, packed_lora, lora.spans if lora is not None else None,
         )  # fmt: skip
 
-    def _layers(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> None:
-        """Every layer, op by op, on the residual stream h (updated in place)."""
+    def _layers(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None = None) -> None:
+        """Every layer, op by op, on the residual stream h (updated in place); each linear's output
+        gains the LoRA update of the adapter its rows run under."""
         n_h, hd = self.cfg.num_attention_heads, self.cfg.head_size
         rope = self.rope.tables(batch.positions)
         x = self._add_norm(h, None, self.layers[0].input_norm)
         for i, layer in enumerate(self.layers):
-            qkv = self._mm(x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) * hd)
+            qkv = self._lora_mm(lora, i, "qkv", x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) * hd)
             q = self._rope_kv(i, qkv, batch, kv, rope).view(-1, n_h, hd)
             attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
-            x = self._add_norm(h, self._mm(attn, layer.dense), layer.post_norm)
-            fc_gate = self._mm(x, layer.fc_gate, layer.fc_gate_bias)  # (T, 2 I): [fc | gate]
-            out = self._mm(self._silu_mul(fc_gate), layer.proj, layer.proj_bias)
+            x = self._add_norm(h, self._lora_mm(lora, i, "dense", attn, layer.dense), layer.post_norm)
+            fc_gate = self._lora_mm(lora, i, "fc_gate", x, layer.fc_gate, layer.fc_gate_bias)  # (T, 2 I): [fc | gate]
+            out = self._lora_mm(lora, i, "proj", self._silu_mul(fc_gate), layer.proj, layer.proj_bias)
             if i + 1 < len(self.layers):
                 x = self._add_norm(h, out, self.layers[i + 1].input_norm)
             else:
                 h.add_(out)
+
+    def _lora_mm(
+        self, lora: LoraStep | None, layer: int, role: str, x: torch.Tensor, weight: Linear, bias=None
+    ) -> torch.Tensor:
+        """x·Wᵀ + b, plus each adapter's scaled x·Aᵀ·Bᵀ on its rows (batch-invariant in deterministic mode:
+        self.linear runs fixed tiles there)."""
+        out = self._mm(x, weight, bias)
+        return out if lora is None else lora.add(layer, role, x, out, self.linear)
 
     def _fused(self, x: torch.Tensor) -> bool:
         """Whether the per-token glue runs as our C kernels (decode-sized CPU batches) or torch ops."""

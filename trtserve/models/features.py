@@ -20,6 +20,10 @@ ROPE_SCALING = "rope_scaling"  # RoPE frequencies rescaled (linear, llama3, yarn
 FEATURES = frozenset(
     {RMS_NORM, ROPE_NEOX, SILU_GATED_MLP, QKV_BIAS, MLP_BIAS, SLIDING_WINDOW, TIED_EMBEDDINGS, ROPE_SCALING}
 )
+# A step feature, not a model's: some rows of the step run under LoRA adapters (models/lora.py). A fast
+# path lists the step features it implements (decode_layers.STEP_FEATURES); steps with others run op by op.
+LORA = "lora"
+
 # The features a config can turn on, each with the ModelConfig field that records it (on when truthy).
 CONFIG_FIELDS = {
     QKV_BIAS: "attn_bias",

@@ -16,12 +16,15 @@ import psutil
 import torch
 
 from trtserve.engine import kv_sizing
+from trtserve.engine.adapters import AdapterRef, LoraConfig
 from trtserve.engine.errors import UserError
 from trtserve.engine.kv_sizing import KVCacheSize
+from trtserve.engine.layout import LORA_DIR
 from trtserve.engine.manifest import engine_fingerprint as manifest_fingerprint
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, TokenDelta
 from trtserve.engine.rules import check_request, finish_reason
 from trtserve.engine.run_config import RuntimeConfig
+from trtserve.runtime.adapters import Adapters
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.guided import Grammars
 from trtserve.runtime.loader import LoadedEngine
@@ -78,6 +81,12 @@ class EngineCore:
         self.engine = engine
         self.max_seq_len = b.max_seq_len
         self.enable_prefix_caching = cfg.enable_prefix_caching
+        # The LoRA adapters it serves (the engine dir's and the `lora` engine option's), loaded and checked
+        # now; None: none. An engine dir that packs adapters serves them without the option.
+        packed = engine.path / LORA_DIR
+        packed = {p.name: p for p in sorted(packed.iterdir()) if p.is_dir()} if packed.is_dir() else {}
+        lora = cfg.lora or (LoraConfig() if packed else None)
+        self.adapters = Adapters(lora, engine.model, packed) if lora is not None else None
         self.sched_config = SchedulerConfig(
             max_num_tokens=min(cfg.max_num_tokens or default_step_tokens(engine), b.max_num_tokens),
             max_batch_size=b.batch_limit(cfg.max_batch_size),
@@ -100,8 +109,10 @@ class EngineCore:
         bs = self.engine.config.build_config.plugin_config.tokens_per_block
         fingerprint = engine_fingerprint(self.engine)
         self.blocks = BlockManager(num_blocks, bs, fingerprint, self.enable_prefix_caching)
-        self.scheduler = Scheduler(self.sched_config, self.blocks)
-        self.runner = ModelRunner(self.engine.model, self.engine.model.new_kv_cache(num_blocks, bs), self.blocks)
+        lora = self.adapters.cache if self.adapters is not None else None
+        self.scheduler = Scheduler(self.sched_config, self.blocks, lora)
+        kv = self.engine.model.new_kv_cache(num_blocks, bs)
+        self.runner = ModelRunner(self.engine.model, kv, self.blocks, lora)
 
     def resize_kv_cache(self, num_blocks: int) -> None:
         """Replace the KV cache by an empty one of num_blocks, between requests only.
@@ -135,6 +146,19 @@ class EngineCore:
             )
         if req.params.guided is not None:
             self.grammars.validate(req.params.guided)  # UserError for a spec that does not parse
+        if req.adapter is not None:
+            if self.adapters is None:
+                raise UserError(
+                    f"this engine serves no LoRA adapters (asked for {req.adapter.name}); "
+                    "start it with the `lora` engine option, or send the request to the base model"
+                )
+            self.adapters.check(req.adapter)
+
+    def adapter(self, name: str) -> AdapterRef:
+        """The served LoRA adapter named `name`; UserError if there is none."""
+        if self.adapters is None:
+            raise UserError(f"this engine serves no LoRA adapters (asked for {name}); start it with the `lora` option")
+        return self.adapters.ref(name)
 
     def add_request(self, req: GenerateRequest) -> None:
         self.check(req)
@@ -149,6 +173,7 @@ class EngineCore:
             req.cache_salt,
             cache_namespace=req.cache_namespace,
             context_version=req.context_version,
+            adapter=req.adapter,
             prompt_logprobs=[None] * len(req.prompt_token_ids) if req.params.prompt_logprobs is not None else None,
         )
         r.arrival_time = time.monotonic()
@@ -183,14 +208,15 @@ class EngineCore:
         if failed:
             return failed
         out = self.scheduler.schedule()
+        failed = [d for r, err in out.failed for d in self._failed(r, err)]  # adapters that would not load
         if not out.chunks:
-            return []
+            return failed
         self.steps += 1
         try:
             logits = self.runner.execute(out)
         except Exception as err:  # a failed step fails the requests it touched, not the engine
             log.exception("engine step failed")
-            return [d for c in out.chunks for d in self._fail(c.request, err)]
+            return failed + [d for c in out.chunks for d in self._fail(c.request, err)]
         self.prompt_tokens += self.scheduler.update(out)
         prompt_lps = self._prompt_logprobs(out, logits)
         sampling = [(c.request, row) for c, row in zip(out.chunks, logits.sample_row, strict=True) if row is not None]
@@ -198,8 +224,8 @@ class EngineCore:
             tokens, lps = self._sample([r for r, _ in sampling], logits.logits[[row for _, row in sampling]])
         except Exception as err:
             log.exception("sampling failed")
-            return [d for r, _ in sampling for d in self._fail(r, err)]
-        deltas: list[TokenDelta] = []
+            return failed + [d for r, _ in sampling for d in self._fail(r, err)]
+        deltas: list[TokenDelta] = failed
         for (r, row), tok, lp in zip(sampling, tokens, lps, strict=True):
             children = self._fork(r, logits.logits[[row]]) if r.params.n > 1 and not r.forked else []
             deltas.append(self._emit(r, tok, lp, prompt_lps.get(r.seq)))
@@ -271,6 +297,7 @@ class EngineCore:
                 parent.cache_salt,
                 cache_namespace=parent.cache_namespace,
                 context_version=parent.context_version,
+                adapter=parent.adapter,
             )
             child.make_generator()
             if parent.params.guided is not None:  # the parent has accepted nothing yet: a fresh matcher
@@ -296,6 +323,10 @@ class EngineCore:
 
     def _fail(self, r: Request, err: Exception) -> list[TokenDelta]:
         self.scheduler.finish(r, "error")
+        return self._failed(r, err)
+
+    def _failed(self, r: Request, err: Exception) -> list[TokenDelta]:
+        """The error delta of a request the scheduler has finished."""
         self._drop_if_done(r.seq.request)
         d = self._delta(r, [], None)
         d.error = f"{type(err).__name__}: {err}"

@@ -3,10 +3,11 @@
 A request's blocks are keyed by a hash chain: block k's key = H(key of block k-1, its token ids),
 and the chain starts at a root made of everything that must match for reuse to be safe:
 
-    root = H(engine fingerprint, cache_salt, cache_namespace, context_version)
+    root = H(engine fingerprint, cache_salt, cache_namespace, context_version, adapter hash)
 
-So a changed engine, a different salt, another namespace or another context version never hits
-an old block: a block cached under version 7 is never reused by a request that says version 8.
+So a changed engine, a different salt, another namespace, another context version or another LoRA
+adapter (or none) never hits an old block: a block cached under version 7 is never reused by a
+request that says version 8, nor one computed under adapter A by a request of adapter B or the base.
 
 To count the reuse that the version refused (a metric), the first block of a namespaced,
 versioned chain also gets a *head* key: the same hash with the version left out. A lookup that
@@ -34,6 +35,7 @@ class PrefixScope:
     salt: str | None = None  # cache_salt: isolates one client's entries
     namespace: str | None = None  # cache_namespace: a named context (invalidated as a whole)
     version: int | None = None  # context_version: the state of that context the prompt was built from
+    adapter: str | None = None  # the LoRA adapter's content hash (AdapterRef.content_hash); None: the base model
 
     @classmethod
     def of(cls, scope: PrefixScope | str | None) -> PrefixScope:
@@ -54,7 +56,7 @@ class PrefixScope:
 def chain_root(fingerprint: str, scope: PrefixScope | str | None) -> bytes:
     s = PrefixScope.of(scope)
     # JSON keeps the fields apart: no salt can be chosen to collide with another namespace.
-    text = json.dumps([fingerprint, s.salt or "", s.namespace, s.version])
+    text = json.dumps([fingerprint, s.salt or "", s.namespace, s.version, s.adapter])
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
 
 
@@ -66,7 +68,8 @@ def head_key(fingerprint: str, scope: PrefixScope, first_block: Sequence[int]) -
     """The version-free key of a versioned chain's first block (None for an unversioned scope)."""
     if scope.version is None:
         return None
-    root = hashlib.blake2b(json.dumps([fingerprint, scope.salt or "", scope.namespace, "*"]).encode(), digest_size=16)
+    text = json.dumps([fingerprint, scope.salt or "", scope.namespace, "*", scope.adapter])
+    root = hashlib.blake2b(text.encode(), digest_size=16)
     return block_key(root.digest(), first_block)
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.messages import SequenceId
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 from trtserve.runtime.guided import GuidedState
@@ -34,6 +35,7 @@ class Request:
     cache_salt: str | None = None
     cache_namespace: str | None = None
     context_version: int | None = None
+    adapter: AdapterRef | None = None  # the LoRA adapter it runs under; None: the base model
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at first admission
@@ -60,7 +62,8 @@ class Request:
     @property
     def prefix_scope(self) -> PrefixScope:
         """What another request must share to reuse this one's cached blocks (besides the tokens)."""
-        return PrefixScope(self.cache_salt, self.cache_namespace, self.context_version)
+        adapter = self.adapter.content_hash if self.adapter is not None else None
+        return PrefixScope(self.cache_salt, self.cache_namespace, self.context_version, adapter)
 
     @property
     def num_tokens(self) -> int:

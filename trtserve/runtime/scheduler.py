@@ -9,6 +9,10 @@ policies follow TensorRT-LLM:
   fits beside the worst cases of everything running, so no request is ever preempted;
 - max_utilization: admit when the next chunk fits; when blocks run out, preempt the newest
   request (free its blocks, recompute it later).
+
+With LoRA adapters, a running request holds its adapter in the adapter cache (adapter_cache.py), which
+lets at most max_loras adapters be active: a waiting request whose adapter cannot be activated is
+passed over (the requests behind it may run) until a running one releases a slot.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import time
 from dataclasses import dataclass, field
 
 from trtserve.engine.run_config import CapacityPolicy
+from trtserve.runtime.adapter_cache import AdapterCache
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.request import Request, Status
 
@@ -62,6 +67,7 @@ class SchedulerOutput:
     chunks: list[ScheduledChunk] = field(default_factory=list)
     preempted: list[Request] = field(default_factory=list)
     block_copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) KV blocks to copy first
+    failed: list[tuple[Request, Exception]] = field(default_factory=list)  # finished: their adapter would not load
 
     @property
     def num_tokens(self) -> int:
@@ -69,9 +75,10 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, blocks: BlockManager):
+    def __init__(self, config: SchedulerConfig, blocks: BlockManager, adapters: AdapterCache | None = None):
         self.config = config
         self.blocks = blocks
+        self.adapters = adapters  # None: no request has an adapter
         self.waiting: list[Request] = []  # ordered: higher priority first, then arrival
         self.running: list[Request] = []  # admission order
         self.num_preemptions = 0
@@ -91,6 +98,9 @@ class Scheduler:
         child.num_computed_tokens = parent.num_computed_tokens
         child.num_cached_tokens = parent.num_cached_tokens
         self._copies += self.blocks.fork(parent.seq, child.seq, parent.num_computed_tokens)
+        if child.adapter is not None:
+            held = self.adapters.acquire(child.adapter)  # type: ignore[union-attr]
+            assert held, "a forked child's adapter is its parent's, which is active"
         child.status = Status.RUNNING
         self.running.append(child)
 
@@ -98,6 +108,7 @@ class Scheduler:
         """Remove a request wherever it is and free its blocks."""
         if request in self.running:
             self.running.remove(request)
+            self._release_adapter(request)
         elif request in self.waiting:
             self.waiting.remove(request)
         self.blocks.free(request.seq)
@@ -136,10 +147,14 @@ class Scheduler:
         return out
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
-        while self.waiting and budget > 0:
-            req = self.waiting[0]
+        i = 0
+        while i < len(self.waiting) and budget > 0:
+            req = self.waiting[i]
             if len(self.running) + self._num_seqs(req) > self.config.max_batch_size:
                 return
+            if req.adapter is not None and not self.adapters.can_acquire(req.adapter):  # type: ignore[union-attr]
+                i += 1  # max_loras other adapters are active: it waits, the requests behind it may run
+                continue
             # Prompt logprobs need every prompt position computed, so they bypass the prefix cache.
             cached = [] if req.wants_prompt_logprobs else self.blocks.lookup_prefix(req.all_token_ids, req.prefix_scope)
             num_cached = len(cached) * self.blocks.block_size
@@ -147,9 +162,12 @@ class Scheduler:
             no_evict = self.config.policy == "guaranteed_no_evict"
             if no_evict and self._worst_case(req) - len(cached) > self.blocks.num_free_blocks - self._reserved():
                 return
+            if not self._acquire_adapter(req, out):
+                continue  # failed and finished: the next request is at index i now
             if not self.blocks.allocate(req.seq, cached, num_cached + n, req.prefix_scope):
+                self._release_adapter(req)
                 return  # FCFS: nothing behind the head of the queue jumps it
-            self.waiting.pop(0)
+            self.waiting.pop(i)
             if req.num_computed_tokens == 0 and not req.output_token_ids:
                 req.num_cached_tokens = num_cached
             req.num_computed_tokens = num_cached
@@ -169,6 +187,21 @@ class Scheduler:
             r.num_computed_tokens = c.end
             self.blocks.commit(r.seq, r.all_token_ids, r.num_computed_tokens)
         return prompt_tokens
+
+    def _acquire_adapter(self, req: Request, out: SchedulerOutput) -> bool:
+        """Hold the request's adapter (loading it if evicted); a load that fails finishes the request."""
+        if req.adapter is None:
+            return True
+        try:
+            return self.adapters.acquire(req.adapter)  # type: ignore[union-attr]
+        except Exception as err:  # its files went away or changed: this request fails, not the engine
+            self.finish(req, "error")
+            out.failed.append((req, err))
+            return False
+
+    def _release_adapter(self, req: Request) -> None:
+        if req.adapter is not None:
+            self.adapters.release(req.adapter)  # type: ignore[union-attr]
 
     def _worst_case(self, req: Request) -> int:
         """Blocks the request can ever hold: prompt + max_tokens, for each of its n sequences."""
@@ -193,6 +226,7 @@ class Scheduler:
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.running.remove(req)
+        self._release_adapter(req)
         self.blocks.free(req.seq)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
