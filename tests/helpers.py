@@ -91,12 +91,17 @@ def hf_greedy(
     from transformers import AutoModelForCausalLM
 
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, **kw).to(device).eval()
+    return greedy_of(model, prompts, max_new_tokens, device)
+
+
+def greedy_of(model, prompts: list[list[int]], max_new_tokens: int, device="cpu") -> list[list[int]]:
+    """A loaded HF model's greedy generate, one prompt at a time, exactly max_new_tokens each."""
     outs = []
     with torch.inference_mode():
         for p in prompts:
             ids = torch.tensor([p], device=device)
             out = model.generate(
-                ids,
+                input_ids=ids,
                 attention_mask=torch.ones_like(ids),
                 max_new_tokens=max_new_tokens,
                 min_new_tokens=max_new_tokens,
@@ -223,18 +228,4 @@ def peft_greedy(base_dir: Path, adapter_dir: Path, prompts: list[list[int]], max
 
     base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
     model = PeftModel.from_pretrained(base, adapter_dir).eval()
-    outs = []
-    with torch.inference_mode():
-        for p in prompts:
-            ids = torch.tensor([p])
-            out = model.generate(
-                input_ids=ids,
-                attention_mask=torch.ones_like(ids),
-                max_new_tokens=max_new_tokens,
-                min_new_tokens=max_new_tokens,
-                do_sample=False,
-                eos_token_id=None,
-                pad_token_id=0,
-            )
-            outs.append(out[0, len(p) :].tolist())
-    return outs
+    return greedy_of(model, prompts, max_new_tokens)

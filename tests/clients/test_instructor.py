@@ -6,24 +6,14 @@ only because the guided decoder forces the schema."""
 from __future__ import annotations
 
 import json
-from typing import Literal
 
 import httpx
 import instructor
 import pytest
+from client_shapes import TIMEOUT_S, Person
 from openai import OpenAI
-from pydantic import BaseModel, Field
 
 pytestmark = pytest.mark.timeout(300)
-TIMEOUT_S = 60.0  # every client call's limit: a server that stopped answering fails the test
-
-
-class Person(BaseModel):
-    """A person."""
-
-    name: str = Field(max_length=6)
-    age: int = Field(ge=18, le=99)
-    role: Literal["admin", "user", "guest"]
 
 
 def _client(server, mode, bodies: list):

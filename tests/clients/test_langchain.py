@@ -6,20 +6,12 @@ from __future__ import annotations
 from typing import Literal
 
 import pytest
+from client_shapes import TIMEOUT_S, Person
 from langchain_core.messages import AIMessage
 from langchain_openai import ChatOpenAI
 from pydantic import BaseModel, Field
 
 pytestmark = pytest.mark.timeout(300)
-TIMEOUT_S = 60.0  # every client call's limit: a server that stopped answering fails the test
-
-
-class Person(BaseModel):
-    """A person."""
-
-    name: str = Field(max_length=6)
-    age: int = Field(ge=18, le=99)
-    role: Literal["admin", "user", "guest"]
 
 
 class GetWeather(BaseModel):

@@ -6,20 +6,11 @@ The tiny model is random: the guided decoder is the only reason its output valid
 
 from __future__ import annotations
 
-from typing import Literal
-
 import openai
 import pytest
-from pydantic import BaseModel, Field
+from client_shapes import TIMEOUT_S, Person
 
 pytestmark = pytest.mark.timeout(300)
-TIMEOUT_S = 60.0  # every client call's limit: a server that stopped answering fails the test
-
-
-class Person(BaseModel):
-    name: str = Field(max_length=6)
-    age: int = Field(ge=18, le=99)
-    role: Literal["admin", "user", "guest"]
 
 
 @pytest.fixture(scope="module")
