@@ -4,6 +4,8 @@ keys that include the adapter's content hash; exact block ids and ref counts."""
 
 from __future__ import annotations
 
+from scheduler_steps import run_step
+
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.messages import RequestId, SequenceId
 from trtserve.engine.sampling import SamplingParams
@@ -28,18 +30,6 @@ def req(adapter, arrival, prompt=PROMPT, max_tokens=2, n=1):
     return Request(SequenceId(RequestId.new()), list(prompt), p, arrival, adapter=adapter)
 
 
-def step(s: Scheduler):
-    out = s.schedule()
-    s.update(out)
-    for c in out.chunks:
-        r = c.request
-        if r.num_computed_tokens == r.num_tokens:
-            r.output_token_ids.append(7)
-            if len(r.output_token_ids) >= r.params.max_tokens:
-                s.finish(r, "length")
-    return out
-
-
 def adapters_of(out):
     return [c.request.adapter.name if c.request.adapter else None for c in out.chunks]
 
@@ -49,18 +39,18 @@ def test_a_third_adapter_waits_while_requests_behind_it_run():
     a, b, c, base, a2 = req(A, 0), req(B, 1), req(C, 2), req(None, 3), req(A, 4, max_tokens=4)
     for r in (a, b, c, base, a2):
         s.add(r)
-    out = step(s)  # c is passed over: a and b hold both slots; the base request and a2 (adapter a) run
+    out = run_step(s)  # c is passed over: a and b hold both slots; the base request and a2 (adapter a) run
     assert adapters_of(out) == ["a", "b", None, "a"]
     assert cache.active() == {A: 2, B: 1}
     assert s.waiting == [c]
-    out = step(s)  # everything decodes; a, b and base finish (max_tokens 2): c takes a free slot next step
+    out = run_step(s)  # everything decodes; a, b and base finish (max_tokens 2): c takes a free slot next step
     assert adapters_of(out) == ["a", "b", None, "a"]
     assert cache.active() == {A: 1}
-    out = step(s)
+    out = run_step(s)
     assert adapters_of(out) == ["a", "c"]
     assert cache.active() == {A: 1, C: 1}
     while s.num_unfinished:
-        step(s)
+        run_step(s)
     assert cache.active() == {}
     assert (cache.resident(), cache.loads, cache.evictions) == ([B, A, C], 3, 0)
 
@@ -70,11 +60,11 @@ def test_preemption_and_abort_release_the_adapter():
     a, b = req(A, 0, max_tokens=8), req(B, 1)
     s.add(a)
     s.add(b)
-    step(s)
+    run_step(s)
     assert cache.active() == {A: 1} and s.waiting == [b]
     s.finish(a, "abort")
     assert cache.active() == {}
-    out = step(s)
+    out = run_step(s)
     assert adapters_of(out) == ["b"] and cache.active() == {B: 1}
     out = s.schedule()  # preempt b by hand, as the scheduler does when blocks run out
     s._preempt(b, out)
@@ -86,7 +76,7 @@ def test_forked_children_hold_their_parents_adapter():
     s, _, cache = make()
     parent = req(A, 0, n=3)
     s.add(parent)
-    step(s)
+    run_step(s)
     for i in (1, 2):
         child = Request(
             SequenceId(parent.seq.request, i), PROMPT, parent.params.model_copy(update={"n": 1}), 0, adapter=A

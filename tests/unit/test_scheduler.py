@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from scheduler_steps import run_step
+
 from trtserve.engine.messages import RequestId, SequenceId
 from trtserve.engine.sampling import SamplingParams
 from trtserve.runtime.block_manager import BlockManager
@@ -28,19 +30,6 @@ def req(rid, n_prompt, max_tokens=4, arrival=0, priority=0.0, n=1, base=0):
 
 def name(r: Request) -> str:
     return NAMES[r.seq.request]
-
-
-def run_step(s: Scheduler):
-    """Schedule, then pretend the model ran: advance computed tokens, sample token 7 when a chunk completes."""
-    out = s.schedule()
-    s.update(out)
-    for c in out.chunks:
-        r = c.request
-        if r.num_computed_tokens == r.num_tokens:
-            r.output_token_ids.append(7)
-            if len(r.output_token_ids) >= r.params.max_tokens:
-                s.finish(r, "length")
-    return out
 
 
 def test_chunked_prefill_mixes_with_decode_under_the_token_budget():

@@ -14,7 +14,7 @@ from trtserve.backends.tensorrt_llm.compat import check_compatible
 from trtserve.backends.tensorrt_llm.install import Target
 from trtserve.backends.tensorrt_llm.outputs import DeltaTracker, map_finish_reason
 from trtserve.backends.tensorrt_llm.sampling import check_supported, to_trtllm_sampling
-from trtserve.backends.tensorrt_llm.stats import engine_stats, latest
+from trtserve.backends.tensorrt_llm.stats import decode, engine_stats
 from trtserve.engine.errors import UserError
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.sampling import SamplingParams
@@ -215,11 +215,11 @@ def test_no_stats_yet_is_an_idle_engine():
     assert (s.running, s.waiting, s.kv_blocks_total, s.kv_utilization, s.steps) == (0, 0, 0, 0.0, 0)
 
 
-def test_latest_takes_the_newest_dict_or_json():
+def test_decode_reads_dicts_and_json():
     import json
 
-    assert latest([{"iter": 1}, json.dumps({"iter": 2})]) == {"iter": 2}
-    assert latest([]) is None
+    assert decode([{"iter": 1}, json.dumps({"iter": 2})])[-1] == {"iter": 2}
+    assert decode([]) == []
 
 
 # ---- compatibility -------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ installed TensorRT-LLM's capabilities (capabilities.py), read when the engine op
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import threading
@@ -35,7 +34,7 @@ from trtserve.backends.tensorrt_llm.sampling import (
     to_trtllm_sampling,
 )
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
-from trtserve.backends.tensorrt_llm.stats import engine_stats
+from trtserve.backends.tensorrt_llm.stats import decode, engine_stats
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.info import Capabilities, EngineInfo
@@ -193,7 +192,7 @@ class TrtllmEngine:
     def _poll_stats(self) -> None:
         while not self._closed.is_set():
             try:
-                drained = [json.loads(s) if isinstance(s, str) else s for s in self.llm.get_stats(timeout=STATS_WAIT_S)]
+                drained = decode(self.llm.get_stats(timeout=STATS_WAIT_S))
             except Exception as err:  # stats are best-effort; serving goes on
                 log.debug("get_stats failed: %s", err)
                 drained = []

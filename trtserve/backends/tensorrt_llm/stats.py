@@ -42,11 +42,8 @@ def engine_stats(iteration: dict | None, *, prompt_tokens: int, generated_tokens
     )
 
 
-def latest(stats: list) -> dict | None:
-    """The newest of the iteration stats `get_stats` drained (dicts or JSON strings), if any."""
+def decode(stats: list) -> list[dict]:
+    """The iteration stats `get_stats` drained, as dicts (releases give dicts or JSON strings)."""
     import json
 
-    if not stats:
-        return None
-    last = stats[-1]
-    return json.loads(last) if isinstance(last, str) else last
+    return [json.loads(s) if isinstance(s, str) else s for s in stats]
