@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import make_lora_adapter
 from trtllm_fake import RELEASES, release_paths, release_root
 
 
@@ -84,3 +85,32 @@ def fake_gpu(monkeypatch, fake_trtllm, release):
     )
     monkeypatch.setattr(install, "installed_target", lambda tllm=None: install.Target(**target.to_dict()))
     return target
+
+
+@pytest.fixture(scope="session")
+def adapters(tmp_path_factory, tiny_llama):
+    """PEFT adapters of the tiny Llama: name -> dir."""
+    d = tmp_path_factory.mktemp("adapters")
+    specs = {
+        "sql": (("q_proj", "v_proj"), 4),
+        "chat": (("q_proj", "k_proj", "v_proj", "o_proj"), 8),
+        "sql2": (("q_proj", "v_proj"), 4),  # sql's modules and rank, other weights
+        "mlp": (("gate_proj", "up_proj", "down_proj"), 4),
+        "wide": (("q_proj",), 16),
+    }
+    return {
+        name: make_lora_adapter(tiny_llama, d / name, targets, r, 2.0 * r, seed=i)
+        for i, (name, (targets, r)) in enumerate(specs.items())
+    }
+
+
+@pytest.fixture(scope="session")
+def trtllm_lora_dir(tmp_path_factory, tiny_llama, adapters):
+    """A `--backend trtllm` engine dir packing adapters sql and chat."""
+    from trtserve.build.builder import build_engine
+    from trtserve.build.config import BuildConfig
+
+    out = tmp_path_factory.mktemp("engines") / "tiny-trtllm-lora"
+    lora = {"sql": adapters["sql"], "chat": adapters["chat"]}
+    build_engine(BuildConfig(model=str(tiny_llama), backend="trtllm", max_batch_size=8, lora=lora), out, quiet=True)
+    return out

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 from pathlib import Path
 
 FAKE_PATH = Path(__file__).parent / "fake_trtllm"
@@ -30,8 +31,17 @@ def pythonpath(release: str, *more: str) -> str:
 
 def load_toy_model():
     """The fakes' toy model module, loaded by file so `tensorrt_llm` stays unimportable in-process."""
-    path = FAKE_PATH / "trtllm_fake_core" / "toy_model.py"
-    spec = importlib.util.spec_from_file_location("fake_trtllm_toy_model", path)
+    return _load_core("toy_model")
+
+
+def load_fake_lora():
+    """The fakes' LoRA module (adapter_offset: an adapter's toy weights), loaded as load_toy_model is."""
+    return _load_core("lora")
+
+
+def _load_core(name: str):
+    spec = importlib.util.spec_from_file_location(f"fake_trtllm_{name}", FAKE_PATH / "trtllm_fake_core" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
     spec.loader.exec_module(module)
     return module

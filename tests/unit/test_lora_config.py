@@ -58,14 +58,15 @@ def test_settings_trtserve_does_not_honour_are_refused_in_one_sentence(tmp_path,
     assert fix in str(err.value) and "\n" not in str(err.value)
 
 
-def test_the_lora_option_is_one_field_and_one_spec_for_the_torch_backend():
+def test_the_lora_option_is_one_field_and_one_spec_for_every_backend():
     cfg = RuntimeConfig.model_validate({"lora": {"max_loras": 2, "adapters": {"sql": "/adapters/sql"}}})
     assert cfg.options.lora == LoraConfig(max_loras=2, adapters={"sql": "/adapters/sql"})
     assert cfg.options.enabled() == {"lora": cfg.lora}
     assert cfg.options.identity() == {}  # a request's adapter hash is its identity, not the option
-    assert OPTIONS["lora"].backends == {"torch"}
-    with pytest.raises(UserError, match="engine option lora .* not available on the trtllm backend"):
-        check_backend(EngineOptions(lora=LoraConfig()), "trtllm")
+    # torch runs adapters itself; TensorRT-LLM through LoraConfig / LoRARequest (tests/contract/test_trtllm_lora.py)
+    assert OPTIONS["lora"].backends == {"torch", "tensorrt", "trtllm"}
+    for backend in ("torch", "tensorrt", "trtllm"):
+        check_backend(EngineOptions(lora=LoraConfig()), backend)
     with pytest.raises(ValidationError, match="max_cpu_loras .1. must be at least max_loras .2."):
         LoraConfig(max_loras=2, max_cpu_loras=1)
     with pytest.raises(ValidationError, match="not usable as a model name"):

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import trtserve
+from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import EngineDeadError
 from trtserve.engine.info import Capabilities, EngineInfo
@@ -37,7 +38,9 @@ CAPABILITIES = Capabilities(
     prompt_logprobs=True,
     guided_decoding=True,
     cache_invalidation=True,
+    lora=True,
 )
+ADAPTER_TIMEOUT_S = 60.0  # loading one adapter (read, check, convert) between two steps
 
 
 @dataclass
@@ -114,9 +117,10 @@ class TorchEngine:
             max_batch_size=limits.max_batch_size,
             max_num_tokens=limits.max_num_tokens,
             options=cfg.options,
-            capabilities=CAPABILITIES,
+            capabilities=replace(CAPABILITIES, lora=self.core.adapters is not None),
         )
         self._stats = self.core.stats()
+        self._adapters = self._adapter_refs()
 
     # ---- the Engine interface ---------------------------------------------------------------
     def check(self, request: GenerateRequest) -> None:
@@ -152,14 +156,36 @@ class TorchEngine:
 
     async def invalidate_cache(self, namespace: str | None, before_version: int | None = None) -> int:
         """Drop the namespace's cached prefixes in the engine thread; returns the blocks dropped."""
+        return await self._call(self.core.invalidate_cache, namespace, before_version, timeout=INVALIDATE_TIMEOUT_S)
+
+    async def load_adapter(self, name: str, path: Path) -> AdapterRef:
+        """Load (or replace) adapter `name` in the engine thread, between two steps: no step sees half
+        a registry, and the steps already running keep their adapters' weights."""
+        return await self._call(self.core.load_adapter, name, path, timeout=ADAPTER_TIMEOUT_S)
+
+    async def unload_adapter(self, name: str) -> None:
+        await self._call(self.core.unload_adapter, name, timeout=ADAPTER_TIMEOUT_S)
+
+    def adapters(self) -> list[AdapterRef]:
+        return list(self._adapters)  # the engine thread's snapshot after its last change
+
+    def _adapter_refs(self) -> tuple[AdapterRef, ...]:
+        return tuple(self.core.adapters.refs()) if self.core.adapters is not None else ()
+
+    async def _call(self, fn, *args, timeout: float):
+        """fn(*args) in the engine thread; its result, or its exception, here."""
         if not self.health():
-            raise RuntimeError("the engine loop is not running")
+            raise EngineDeadError(f"the engine loop is not running ({self._dead_reason()})")
         loop = asyncio.get_running_loop()
         done = loop.create_future()
-        reply = lambda n: loop.call_soon_threadsafe(done.set_result, n)  # noqa: E731 - called in the engine thread
-        self._inbox.put(("invalidate", namespace, before_version, reply))
+
+        def reply(result, err: BaseException | None) -> None:  # called in the engine thread
+            settle = (lambda: done.set_exception(err)) if err is not None else (lambda: done.set_result(result))
+            loop.call_soon_threadsafe(lambda: None if done.done() else settle())
+
+        self._inbox.put(("call", fn, args, reply))
         self._wake.set()
-        return await asyncio.wait_for(done, INVALIDATE_TIMEOUT_S)
+        return await asyncio.wait_for(done, timeout)
 
     def stats(self) -> EngineStats:
         # a snapshot taken by the engine thread after each step; busy time is read live, so it moves during a step
@@ -221,6 +247,8 @@ class TorchEngine:
                 return
             if msg[0] == "add":
                 msg[2].put(err)
+            elif msg[0] == "call":
+                msg[3](None, err)
 
     def _drain_inbox(self) -> None:
         while True:
@@ -236,9 +264,14 @@ class TorchEngine:
                     sink.put(err)
                     continue
                 self._sinks[request.request_id] = sink
-            elif msg[0] == "invalidate":
-                _, namespace, before_version, reply = msg
-                reply(self.core.invalidate_cache(namespace, before_version))
+            elif msg[0] == "call":
+                _, fn, args, reply = msg
+                try:
+                    result, err = fn(*args), None
+                except Exception as e:  # a UserError for the caller (a bad adapter), not the engine's death
+                    result, err = None, e
+                self._adapters = self._adapter_refs()
+                reply(result, err)
             else:
                 _, request_id, index = msg
                 self._deliver(self.core.abort(request_id, index))

@@ -1,5 +1,5 @@
 """`trtserve build --lora NAME=DIR`: PEFT LoRA adapters checked against the model and packed into the engine
-dir (lora/NAME/), where the manifest pins them like every other file and the torch engine serves them."""
+dir (lora/NAME/), where the manifest pins them like every other file and the engine serves them."""
 
 from __future__ import annotations
 
@@ -24,9 +24,9 @@ def check_adapters(cfg: BuildConfig) -> None:
     dirs in PEFT's format."""
     if not cfg.lora:
         return
-    if cfg.backend != "torch":
+    if cfg.backend not in ("torch", "tensorrt", "trtllm"):  # TensorRT-LLM: backends/tensorrt_llm/lora.py
         raise UserError(
-            f"--lora packs adapters for the torch backend only, not {cfg.backend}; "
+            f"--lora packs adapters for the torch and TensorRT-LLM backends, not {cfg.backend}; "
             "build without --lora, or with --backend torch"
         )
     for name, path in cfg.lora.items():

@@ -52,7 +52,7 @@ class BuildConfig(BaseModel):
     calib_data: Path | None = None  # TXT or JSONL; None = docstrings of the Python standard library
     group_size: GroupSize = GROUP_SIZES[0]  # inputs per int4 scale (formats with int4 groups)
     smoothquant_alpha: float | None = Field(None, ge=0.0, le=1.0)  # w8a8_sq migration strength; None = 0.5
-    # adapter name -> PEFT LoRA dir, checked against the model and packed into the engine dir (torch backend)
+    # adapter name -> PEFT LoRA dir, checked against the model and packed into the engine dir (torch, tensorrt, trtllm)
     lora: dict[str, Path] = Field(default_factory=dict)
 
     @field_validator("backend")

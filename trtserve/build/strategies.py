@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from trtserve.backends.tensorrt_llm import build_plan, capabilities, compat, serve_plan
+from trtserve.backends.tensorrt_llm import build_plan, capabilities, compat, lora, serve_plan
 from trtserve.build.config import BuildConfig
 from trtserve.build.planner import BuildPlan
 from trtserve.build.reader import CheckpointReader
@@ -91,6 +91,7 @@ class TensorrtStrategy(_Strategy):
     def check_plan(self, plan: BuildPlan) -> None:
         build_plan.build_config(plan.limits, plan.quantization)  # refuses what trtllm-build cannot take
         compat.check_workflow(_release(plan), self.name, build=True)
+        _lora_options(plan, tensorrt=True)  # refuses adapters TensorRT-LLM cannot apply
 
     def prepare(self, plan: BuildPlan) -> Job:
         from trtserve.backends.tensorrt_llm import install
@@ -117,7 +118,7 @@ class TensorrtStrategy(_Strategy):
             result = subprocess.run(argv, stdout=subprocess.DEVNULL if console.quiet else None)
             if result.returncode != 0:
                 raise UserError(f"trtllm-build failed with exit code {result.returncode} (its output is above)")
-            _write_options(tmp, serve_plan.tensorrt_runtime_options(plan.limits))
+            _write_options(tmp, serve_plan.tensorrt_runtime_options(plan.limits, _lora_options(plan, tensorrt=True)))
             return written
 
         return Job(write, target.to_dict())
@@ -127,12 +128,14 @@ class TensorrtStrategy(_Strategy):
 
     def _argv(self, plan: BuildPlan, out: Path) -> list[str]:
         ckpt, engine = str(out / CHECKPOINT_DIR), str(out / TRT_ENGINE_DIR)
-        return build_plan.trtllm_build_argv(plan.limits, plan.quantization, ckpt, engine, plan.config.tp_size)
+        flags = lora.build_flags(_adapters(plan), plan.model.dtype)
+        return build_plan.trtllm_build_argv(plan.limits, plan.quantization, ckpt, engine, plan.config.tp_size, flags)
 
     def describe(self, plan: BuildPlan, out: Path) -> list[str]:
-        caps = _release(plan)
-        bc = json.dumps(build_plan.build_config(plan.limits, plan.quantization), indent=2, sort_keys=True)
-        options = serve_plan.tensorrt_runtime_options(plan.limits)
+        caps, specs = _release(plan), _adapters(plan)
+        packed = {"lora_plugin": plan.model.dtype, "lora": lora.build_lora_config(specs)} if specs else {}
+        bc = json.dumps(build_plan.build_config(plan.limits, plan.quantization, **packed), indent=2, sort_keys=True)
+        options = serve_plan.tensorrt_runtime_options(plan.limits, _lora_options(plan, tensorrt=True))
         tok, engine, tp = str(out / TOKENIZER_DIR), str(out / TRT_ENGINE_DIR), plan.config.tp_size
         serve = serve_plan.trtllm_serve_argv(caps, "tensorrt", engine, tok, str(out / OPTIONS_FILE), tp)
         return [
@@ -143,6 +146,7 @@ class TensorrtStrategy(_Strategy):
             "equivalent commands:",
             "  # after trtserve writes checkpoint/ (the unified checkpoint) and tokenizer/:",
             "  " + shlex.join(self._argv(plan, out)),
+            *_lora_note(plan, out),
             "  " + shlex.join(serve),
         ]
 
@@ -175,12 +179,14 @@ class TrtllmStrategy(_Strategy):
 
     def check_plan(self, plan: BuildPlan) -> None:
         build_plan.build_config(plan.limits, plan.quantization)  # validates the quantization section
-        serve_plan.llm_api_options(plan.limits, plan.quantization, _release(plan))
+        serve_plan.llm_api_options(plan.limits, plan.quantization, _release(plan), _lora_options(plan, tensorrt=False))
 
     def prepare(self, plan: BuildPlan) -> Job:
         from trtserve.backends.tensorrt_llm import install
 
-        options = serve_plan.llm_api_options(plan.limits, plan.quantization, _release(plan))
+        options = serve_plan.llm_api_options(
+            plan.limits, plan.quantization, _release(plan), _lora_options(plan, tensorrt=False)
+        )
 
         def write(tmp: Path, console: Console) -> Written:
             _copy_hf_checkpoint(Path(plan.reader.path), tmp / HF_DIR)
@@ -197,8 +203,14 @@ class TrtllmStrategy(_Strategy):
         serve = serve_plan.trtllm_serve_argv(
             caps, "trtllm", str(out / HF_DIR), str(out / TOKENIZER_DIR), opts, plan.config.tp_size
         )
-        options = serve_plan.llm_api_options(plan.limits, plan.quantization, caps)
-        return [f"planned for {caps.label}", *_options_lines(options), "equivalent commands:", "  " + shlex.join(serve)]
+        options = serve_plan.llm_api_options(plan.limits, plan.quantization, caps, _lora_options(plan, tensorrt=False))
+        return [
+            f"planned for {caps.label}",
+            *_options_lines(options),
+            "equivalent commands:",
+            *_lora_note(plan, out),
+            "  " + shlex.join(serve),
+        ]
 
 
 STRATEGIES: dict[str, _Strategy] = {s.name: s for s in (TorchStrategy(), TensorrtStrategy(), TrtllmStrategy())}
@@ -208,6 +220,24 @@ assert set(STRATEGIES) == set(BACKENDS), "every backend of engine/backends.py ne
 def _release(plan: BuildPlan) -> capabilities.Capabilities:
     """The TensorRT-LLM release the plan is for (metadata and tables only: nothing is imported)."""
     return capabilities.for_planning(plan.config.trtllm_version)
+
+
+def _adapters(plan: BuildPlan) -> list[lora.AdapterSpec]:
+    """The `--lora NAME=DIR` adapters as TensorRT-LLM will see them, in the order given (a TensorRT
+    engine's task ids); UserError for a dir or module TensorRT-LLM cannot take."""
+    return [lora.read_adapter(name, path) for name, path in plan.config.lora.items()]
+
+
+def _lora_options(plan: BuildPlan, tensorrt: bool) -> dict | None:
+    """The options YAML's `lora_config` for the adapters packed under lora/NAME; None without --lora."""
+    specs = _adapters(plan)
+    return lora.packed_lora_config(specs, tensorrt) if specs else None
+
+
+def _lora_note(plan: BuildPlan, out: Path) -> list[str]:
+    if not plan.config.lora:
+        return []
+    return [f"  # lora_config.lora_dir is relative to {out} (trtserve run resolves it there; run trtllm-serve from it)"]
 
 
 def _check_planned_is_installed(version: str | None, caps: capabilities.Capabilities) -> None:

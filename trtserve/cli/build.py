@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from trtserve.build.config import load_build_config
+from trtserve.cli.lora import lora_option
 from trtserve.engine.backends import BACKENDS
 from trtserve.models import quant_formats
 
@@ -84,12 +85,8 @@ def quant_help() -> str:
     type=click.Path(path_type=Path),
     help="Calibration text, .txt or .jsonl with a 'text' field [docstrings of the Python standard library].",
 )
-@click.option(
-    "--lora",
-    multiple=True,
-    metavar="NAME=DIR",
-    callback=lambda _ctx, _param, v: _adapters(v),
-    help="Pack the PEFT LoRA adapter in DIR into the engine dir, served as NAME (torch backend; repeatable).",
+@lora_option(
+    "Pack the PEFT LoRA adapter in DIR into the engine dir, served as NAME (torch and TensorRT-LLM backends; repeatable)."
 )
 @click.option("--force", is_flag=True, help="Replace an existing engine dir.")
 @click.option("--quiet", is_flag=True, help="No progress bars (for CI logs).")
@@ -129,21 +126,6 @@ def _config_file_settings(config_file: Path | None) -> dict:
 
     data = read_yaml(config_file) if config_file is not None else {}
     return {k: v for k, v in data.items() if k not in CHECK_KEYS}
-
-
-def _adapters(values: tuple[str, ...]) -> dict[str, str] | None:
-    """--lora NAME=DIR ... as {name: dir}; None when none is given (the config file's stand)."""
-    out: dict[str, str] = {}
-    for v in values:
-        name, sep, path = v.partition("=")
-        if not sep or not name or not path:
-            raise click.BadParameter(
-                f"{v!r} is not NAME=DIR; give the adapter's name and its PEFT dir, e.g. sql=./sql-lora"
-            )
-        if name in out:
-            raise click.BadParameter(f"adapter name {name} is given twice; give each adapter its own name")
-        out[name] = path
-    return out or None
 
 
 def _given(flags: dict) -> dict:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import click
 
+from trtserve.cli.lora import lora_option
+
 
 @click.command("run")
 @click.argument("engine_dir", metavar="ENGINE_DIR|REPO_DIR", type=click.Path(path_type=Path))
@@ -29,6 +31,7 @@ import click
     type=click.Choice(["none", "explicit"]),
     help="REPO_DIR: load each policy.yaml's versions at start (none), or only when asked (explicit) [none].",
 )
+@lora_option("Also serve the PEFT LoRA adapter in DIR as model NAME (the `lora` engine option; repeatable).")
 @click.option("--kv-cache-memory", help="KV-cache budget, e.g. 2GiB [CPU: at most 4GiB; CUDA: half of free memory].")
 @click.option("--max-queued-requests", type=int, help="Waiting requests before 429 [256].")
 @click.option("--request-timeout", type=float, help="Default per-request deadline in seconds [600].")
@@ -47,7 +50,9 @@ import click
 @click.option("--replicas", type=int, help="With --ray: this many replicas, one engine each [autoscale].")
 @click.option("--min-replicas", type=int, help="With --ray: autoscale down to this many [1].")
 @click.option("--max-replicas", type=int, help="With --ray: autoscale up to this many [1].")
-def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | None, **flags) -> None:
+def command(
+    engine_dir: Path, config_file: Path | None, kv_cache_memory: str | None, lora: dict[str, str] | None, **flags
+) -> None:
     """Serve ENGINE_DIR, or a model repository REPO_DIR/<model>/<version>/ of engine dirs: /v1 (OpenAI),
     /v2 (KServe, Triton generate and repository), /admin (`trtserve repo`), /metrics, /health; gRPC with --grpc-port."""
     from trtserve.engine.open import preflight
@@ -61,6 +66,8 @@ def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | N
         flags["engine"] = {"kv_cache_memory": kv_cache_memory}
     ray_flags = {k: flags.pop(k) for k in ("use_ray", "replicas", "min_replicas", "max_replicas")}
     cfg = load_serve_config(config_file, flags)
+    if lora:
+        cfg = with_adapters(cfg, lora)
     use_ray = ray_flags.pop("use_ray")
     if not use_ray and any(v is not None for v in ray_flags.values()):
         raise click.UsageError("--replicas, --min-replicas and --max-replicas need --ray")
@@ -73,6 +80,23 @@ def command(engine_dir: Path, config_file: Path | None, kv_cache_memory: str | N
     if use_ray:
         return _run_ray(engine_dir, cfg, ray_flags)
     serve(engine_dir, cfg)
+
+
+def with_adapters(cfg, adapters: dict[str, str]):
+    """The run config with --lora's adapters added to its `lora` engine option (made if unset)."""
+    from pydantic import ValidationError
+
+    from trtserve.engine.adapters import LoraConfig
+    from trtserve.engine.errors import UserError
+
+    base = cfg.engine.lora or LoraConfig()
+    for name in adapters.keys() & base.adapters.keys():
+        raise UserError(f"adapter {name} is in the run config's engine.lora.adapters and given to --lora; name it once")
+    try:
+        lora = LoraConfig.model_validate(base.model_dump() | {"adapters": base.adapters | adapters})
+    except ValidationError as err:  # a name that cannot be a model name
+        raise UserError(f"--lora: {err.errors()[0]['msg'].removeprefix('Value error, ')}") from None
+    return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"lora": lora})})
 
 
 def _run_ray(engine_dir: Path, cfg, flags: dict) -> None:

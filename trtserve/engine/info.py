@@ -16,6 +16,7 @@ class Capabilities:
     prompt_logprobs: bool
     guided_decoding: bool  # SamplingParams.guided (structured outputs)
     cache_invalidation: bool  # Engine.invalidate_cache works
+    lora: bool = False  # LoRA adapters per request: Engine.load_adapter / unload_adapter work
 
 
 @dataclass(frozen=True)

@@ -99,3 +99,18 @@ class EngineStats:
     # seconds the engine spent executing steps since it started (rate() of it: the busy fraction);
     # None where the backend cannot measure it truthfully
     busy_seconds: float | None = None
+    # LoRA adapter cache: adapters loaded into memory (at start, at run time, or again after an
+    # eviction), evicted (LRU, over max_cpu_loras), and found in memory when a request wanted one
+    adapter_loads: int = 0
+    adapter_evictions: int = 0
+    adapter_hits: int = 0
+    by_adapter: dict[str, AdapterCounts] = field(default_factory=dict)  # adapter name -> its requests' counts
+
+
+@dataclass(frozen=True)
+class AdapterCounts:
+    """What the requests of one LoRA adapter (by name) asked of the engine since it started."""
+
+    requests: int = 0  # requests submitted under it
+    prompt_tokens: int = 0  # prompt tokens computed (prefix-cache hits excluded)
+    generated_tokens: int = 0

@@ -72,7 +72,7 @@ OPTIONS: dict[str, OptionSpec] = {
         OptionSpec(
             "lora",
             "LoRA adapters (PEFT's format) served on the base model, one per request, mixed in a step",
-            frozenset({"torch"}),
+            frozenset({"torch", "tensorrt", "trtllm"}),  # TensorRT-LLM: LoraConfig + LoRARequest
             in_identity=False,
         ),
     )

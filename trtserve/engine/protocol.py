@@ -2,6 +2,7 @@
 
     Engine: generate(request) -> async iterator of TokenDelta
             abort(request[, sequence]); invalidate_cache(namespace[, before_version]);
+            load_adapter(name, path); unload_adapter(name); adapters();
             stats(); health(); heartbeat(); tokenizer; shutdown(); info (identity, limits, capabilities)
 
 Tokenizing, chat templates, detokenization, stop strings, admission, timeouts, metrics, HTTP are
@@ -11,8 +12,10 @@ the same code for the torch and TensorRT-LLM backends. `open_engine` (open.py) p
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.info import EngineInfo
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
 
@@ -37,6 +40,20 @@ class Engine(Protocol):
         """Drop the prefix-cache entries of `namespace` (only versions < before_version, when given);
         requests running in it keep their blocks. Returns the blocks dropped. A backend without its
         own prefix cache raises UnsupportedError."""
+
+    async def load_adapter(self, name: str, path: Path) -> AdapterRef:
+        """Serve the PEFT LoRA adapter at `path` under `name` (info.capabilities.lora). A same-named
+        adapter is replaced: requests already submitted finish on its old weights, later ones get the
+        new. UserError when the adapter does not fit the base model (base, shapes, rank above
+        max_lora_rank, target modules); UnsupportedError when this engine serves no adapters."""
+
+    async def unload_adapter(self, name: str) -> None:
+        """Stop serving `name`: later requests naming it are refused, submitted ones finish on it.
+        Packed adapters (`build --lora`) can be unloaded too, until the engine restarts. UserError if
+        no adapter of that name is served."""
+
+    def adapters(self) -> list[AdapterRef]:
+        """The adapters served now (GenerateRequest.adapter takes one of them); [] without LoRA."""
 
     def stats(self) -> EngineStats: ...
 

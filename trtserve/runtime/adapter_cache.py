@@ -41,6 +41,10 @@ class AdapterCache(Generic[W]):
         """Active adapters -> the requests holding each."""
         return dict(self._pins)
 
+    def peek(self, ref: Hashable) -> W | None:
+        """`ref`'s weights if they are in memory (no change to the LRU order), else None."""
+        return self._resident.get(ref)
+
     def resident(self) -> list[Hashable]:
         """Adapters in memory, least recently used first."""
         return list(self._resident)

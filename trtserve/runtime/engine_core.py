@@ -11,13 +11,14 @@ import itertools
 import logging
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from pathlib import Path
 
 import psutil
 import torch
 
 from trtserve.engine import kv_sizing
 from trtserve.engine.adapters import AdapterRef, LoraConfig
-from trtserve.engine.errors import UserError
+from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.kv_sizing import KVCacheSize
 from trtserve.engine.layout import LORA_DIR
 from trtserve.engine.manifest import engine_fingerprint as manifest_fingerprint
@@ -156,9 +157,21 @@ class EngineCore:
 
     def adapter(self, name: str) -> AdapterRef:
         """The served LoRA adapter named `name`; UserError if there is none."""
+        return self._lora(name).ref(name)
+
+    def load_adapter(self, name: str, path: str | Path) -> AdapterRef:
+        """Serve (or replace) adapter `name` from `path`, between steps (runtime/adapters.py: add)."""
+        return self._lora(name).add(name, path)
+
+    def unload_adapter(self, name: str) -> None:
+        self._lora(name).remove(name)
+
+    def _lora(self, name: str) -> Adapters:
         if self.adapters is None:
-            raise UserError(f"this engine serves no LoRA adapters (asked for {name}); start it with the `lora` option")
-        return self.adapters.ref(name)
+            raise UnsupportedError(
+                f"this engine serves no LoRA adapters (asked for {name}); start it with the `lora` engine option"
+            )
+        return self.adapters
 
     def add_request(self, req: GenerateRequest) -> None:
         self.check(req)
@@ -179,6 +192,8 @@ class EngineCore:
         r.arrival_time = time.monotonic()
         r.make_generator()
         self.groups[req.request_id] = [r]
+        if req.adapter is not None:
+            self.adapters.enter(req.adapter)  # type: ignore[union-attr] - check() refused it without adapters
         if req.params.guided is None:
             self.scheduler.add(r)
         else:  # joins the queue when its grammar is compiled (at once if cached): see _admit_compiled
@@ -218,6 +233,11 @@ class EngineCore:
             log.exception("engine step failed")
             return failed + [d for c in out.chunks for d in self._fail(c.request, err)]
         self.prompt_tokens += self.scheduler.update(out)
+        if self.adapters is not None:
+            for c in out.chunks:
+                if c.request.adapter is not None:
+                    computed = max(min(c.end, c.request.num_prompt_tokens) - c.start, 0)
+                    self.adapters.count_tokens(c.request.adapter, prompt=computed)
         prompt_lps = self._prompt_logprobs(out, logits)
         sampling = [(c.request, row) for c, row in zip(out.chunks, logits.sample_row, strict=True) if row is not None]
         try:
@@ -311,6 +331,8 @@ class EngineCore:
     def _emit(self, r: Request, token: int, lp, prompt_lps) -> TokenDelta:
         r.output_token_ids.append(token)
         self.generated_tokens += 1
+        if r.adapter is not None:
+            self.adapters.count_tokens(r.adapter, generated=1)  # type: ignore[union-attr]
         finish, r.stop_reason = finish_reason(
             token, len(r.output_token_ids), r.num_tokens, r.params, self.engine.eos_token_ids, self.max_seq_len
         )
@@ -336,7 +358,9 @@ class EngineCore:
         # A parent forks before its first token is emitted, so a group whose members have all
         # finished will never grow again.
         if all(x.is_finished for x in self.groups.get(request_id, [])):
-            self.groups.pop(request_id, None)
+            group = self.groups.pop(request_id, None)
+            if group and group[0].adapter is not None:
+                self.adapters.leave(group[0].adapter)  # type: ignore[union-attr]
 
     def _delta(self, r: Request, tokens, lps, prompt_lps=None) -> TokenDelta:
         first = len(r.output_token_ids) == len(tokens)
@@ -376,4 +400,16 @@ class EngineCore:
             cache_invalidations=s.invalidations,
             prefix_version_refusals=s.version_refusals,
             prefix_by_namespace=s.by_namespace,
+            **self._adapter_stats(),
         )
+
+    def _adapter_stats(self) -> dict:
+        if self.adapters is None:
+            return {}
+        cache = self.adapters.cache
+        return {
+            "adapter_loads": cache.loads,
+            "adapter_evictions": cache.evictions,
+            "adapter_hits": cache.hits,
+            "by_adapter": dict(self.adapters.counts),
+        }

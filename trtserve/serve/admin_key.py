@@ -1,5 +1,5 @@
 """The admin key: what guards the routes that change what is served or read what others sent (the
-model repository's load/unload/promote/..., receipts, replay, cache invalidation).
+model repository's load/unload/promote/..., LoRA adapter load/unload, receipts, replay, cache invalidation).
 
 `Authorization: Bearer ADMIN_KEY` when the server has --admin-key; otherwise these routes are open to
 clients on the loopback interface only. The API key never opens them (the middleware skips its own
@@ -14,6 +14,7 @@ from fastapi import Request
 from trtserve.serve.errors import APIError
 
 RECEIPT_PATHS = ("/v1/receipts/", "/v1/cache/", "/v1/replay")
+ADAPTER_PATHS = ("/v1/load_lora_adapter", "/v1/unload_lora_adapter")  # serve/adapters.py
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 

@@ -22,6 +22,7 @@ from fastapi.responses import JSONResponse, Response
 
 from trtserve.engine.sampling import SamplingParams
 from trtserve.serve import durable
+from trtserve.serve.adapters import router as adapters_router
 from trtserve.serve.batch.routes import router as batch_router
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import install_handlers
@@ -34,6 +35,7 @@ from trtserve.serve.middleware import ServerMiddleware
 from trtserve.serve.openai.routes import router as openai_router
 from trtserve.serve.openapi import HEALTH, V2_LIVE, V2_READY, install_openapi
 from trtserve.serve.receipts.install import close_receipts, install_receipts
+from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.admin import router as admin_router
 from trtserve.serve.repository.repository import EngineFactory, Repository
 from trtserve.serve.repository.version import ModelVersion
@@ -81,6 +83,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     install_openapi(app)  # documents those handlers' answers
     app.include_router(openai_router)
     app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
+    app.include_router(adapters_router)  # /v1/load_lora_adapter, /v1/unload_lora_adapter
     app.include_router(kserve_router)
     app.include_router(batch_router)
     install_responses(app, server)  # /v1/responses over the state store
@@ -118,6 +121,8 @@ class VersionServices:
         service.observers.append(functools.partial(self.repository.finished, mv))
         for attach in self.features:
             attach(service)
+        for ref in engine.adapters():  # the engine dir's and --lora's LoRA adapters: model names win
+            lora.check_name(self.repository.models, ref.name, mv.model)
         mv.service = service
         if not self.load_watched:
             self.load_watched = True

@@ -9,10 +9,12 @@ built into it: `param_hooks` adjust the sampling params of every run (receipts d
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 
+from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.errors import EngineDeadError
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.protocol import Engine
@@ -32,7 +34,9 @@ class GenerationService:
     ):
         self.engine = engine
         self.tokenizer = tokenizer
-        self.model_name = model_name
+        self.model_name = model_name  # what responses and latency metrics name: the adapter's, in an adapter's view
+        self.base_model = model_name  # the repository model whose engine runs it
+        self.adapter: AdapterRef | None = None  # the LoRA adapter every run of this view runs under (`under`)
         self.version = version  # the repository version this engine serves (metrics label, responses)
         # hook(params) -> the params the engine runs, for every run (receipts: a drawn seed)
         self.param_hooks: list[Callable[[SamplingParams], SamplingParams]] = []
@@ -43,6 +47,13 @@ class GenerationService:
         self.admission = Admission(config.max_queued_requests, config.max_queued_tokens)
         self.statistics = InferStatistics()  # every front end's requests, for gRPC ModelStatistics
         self.started = time.time()
+
+    def under(self, adapter: AdapterRef) -> GenerationService:
+        """This service with every run under LoRA `adapter`, answering as the adapter's name: a view
+        that shares the engine, admission, hooks, observers and statistics."""
+        view = copy.copy(self)
+        view.adapter, view.model_name = adapter, adapter.name
+        return view
 
     @property
     def max_seq_len(self) -> int:
@@ -70,14 +81,17 @@ class GenerationService:
         cache_namespace: str | None = None,
         context_version: int | None = None,
         internal: bool = False,
+        adapter: AdapterRef | None = None,
     ) -> GenerationRun:
         """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated.
         client_id is only logged and echoed: the engine names the request itself. `protocol`
         ("http" | "grpc") labels its latency metrics. `context` collects what the access log says of
-        it. `internal`: the server's own run (warmup, shadow), which observers do not see."""
+        it. `internal`: the server's own run (warmup, shadow), which observers do not see. `adapter`:
+        the LoRA adapter it runs under (default: this view's, `under`; None: the base model)."""
         for hook in self.param_hooks:
             params = hook(params)
         req = GenerateRequest(prompt_ids, params, priority, cache_salt, cache_namespace, context_version, client_id)
+        req.adapter = adapter if adapter is not None else self.adapter
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
         run = GenerationRun(self, req, ticket, self.deadline(timeout), context, protocol, internal)

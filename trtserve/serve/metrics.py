@@ -69,6 +69,7 @@ class _EngineCollector:
                 busy.add_metric(list(key), s.busy_seconds)
         yield busy
         yield from _by_namespace(stats)
+        yield from _by_adapter(stats)
 
 
 def _by_namespace(stats):
@@ -82,6 +83,32 @@ def _by_namespace(stats):
         for key, s in stats:
             for namespace, counts in s.prefix_by_namespace.items():
                 c.add_metric([*key, namespace], counts[i])
+        yield c
+
+
+def _by_adapter(stats):
+    """LoRA adapters: the adapter cache's counters, and each adapter's requests and tokens (label
+    `adapter`: its name; only adapters an operator loaded, so the series stay bounded)."""
+    cache = {
+        "trtserve_lora_adapter_loads": ("LoRA adapters loaded into memory (again after an eviction).", "adapter_loads"),
+        "trtserve_lora_adapter_evictions": ("LoRA adapters evicted from memory (LRU).", "adapter_evictions"),
+        "trtserve_lora_adapter_hits": ("Times a request's LoRA adapter was found in memory.", "adapter_hits"),
+    }
+    for name, (doc, field) in cache.items():
+        c = CounterMetricFamily(name, doc, labels=["model", "version"])
+        for key, s in stats:
+            c.add_metric(list(key), getattr(s, field))
+        yield c
+    per = {
+        "trtserve_lora_requests": ("Requests run under each LoRA adapter.", "requests"),
+        "trtserve_lora_prompt_tokens": ("Prompt tokens computed under each LoRA adapter.", "prompt_tokens"),
+        "trtserve_lora_generation_tokens": ("Tokens generated under each LoRA adapter.", "generated_tokens"),
+    }
+    for name, (doc, field) in per.items():
+        c = CounterMetricFamily(name, doc, labels=["model", "version", "adapter"])
+        for key, s in stats:
+            for adapter, counts in s.by_adapter.items():
+                c.add_metric([*key, adapter], getattr(counts, field))
         yield c
 
 

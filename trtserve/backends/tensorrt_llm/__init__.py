@@ -10,6 +10,8 @@ here except `engine.TrtllmEngine` runs on a CPU machine without it. The modules:
     build_plan   our build limits -> TensorRT-LLM BuildConfig / PluginConfig and `trtllm-build` argv
     serve_plan   -> LLM-API options (the `--extra_llm_api_options` YAML) and `trtllm-serve` argv
     sampling     our SamplingParams -> TensorRT-LLM SamplingParams keyword arguments
+    lora         PEFT adapters -> LoraConfig fields, LoRARequest ids, trtllm-build's LoRA flags
+    adapters     the adapters one engine serves (packed, from the run config, loaded at run time)
     outputs      TensorRT-LLM streamed outputs -> our TokenDelta (finish reasons mapped)
     stats        TensorRT-LLM iteration stats -> our EngineStats
     compat       which workflows a TensorRT-LLM can build / run; the manifest vs this host

@@ -12,11 +12,13 @@ from trtserve.backends.tensorrt_llm.quant import plan_flags, quant_algos
 from trtserve.engine.layout import EngineBuildConfig
 
 
-def plugin_config(limits: EngineBuildConfig, quantization: dict | None) -> dict:
-    """BuildConfig.plugin_config as `trtllm-build` writes it into the engine's config.json."""
+def plugin_config(limits: EngineBuildConfig, quantization: dict | None, lora_plugin: str | None = None) -> dict:
+    """BuildConfig.plugin_config as `trtllm-build` writes it into the engine's config.json.
+    lora_plugin: the LoRA plugin's dtype when adapters are built in (None: no LoRA)."""
     algo, _ = quant_algos(quantization)
     flags = plan_flags(algo)
-    return {
+    lora = {"lora_plugin": lora_plugin} if lora_plugin is not None else {}
+    return lora | {
         "gpt_attention_plugin": "auto",  # the model dtype
         "gemm_plugin": flags.gemm_plugin,  # FP8 / NVFP4 have their own; otherwise the model dtype ("auto")
         "context_fmha": True,
@@ -29,16 +31,20 @@ def plugin_config(limits: EngineBuildConfig, quantization: dict | None) -> dict:
     }
 
 
-def build_config(limits: EngineBuildConfig, quantization: dict | None) -> dict:
-    """The dict `tensorrt_llm.BuildConfig.from_dict` takes (and `trtllm-build --build_config` reads)."""
-    return {
+def build_config(
+    limits: EngineBuildConfig, quantization: dict | None, lora_plugin: str | None = None, lora: dict | None = None
+) -> dict:
+    """The dict `tensorrt_llm.BuildConfig.from_dict` takes (and `trtllm-build --build_config` reads);
+    lora: BuildConfig.lora_config (lora.build_lora_config) with `lora_plugin` its dtype."""
+    extra = {"lora_config": lora} if lora is not None else {}
+    return extra | {
         "max_batch_size": limits.max_batch_size,
         "max_input_len": limits.max_input_len,
         "max_seq_len": limits.max_seq_len,
         "max_num_tokens": limits.max_num_tokens,
         "max_beam_width": limits.max_beam_width,
         "kv_cache_type": "PAGED",
-        "plugin_config": plugin_config(limits, quantization),
+        "plugin_config": plugin_config(limits, quantization, lora_plugin),
     }
 
 
@@ -47,11 +53,17 @@ def _flag(on: bool) -> str:
 
 
 def trtllm_build_argv(
-    limits: EngineBuildConfig, quantization: dict | None, checkpoint_dir: str, output_dir: str, tp_size: int = 1
+    limits: EngineBuildConfig,
+    quantization: dict | None,
+    checkpoint_dir: str,
+    output_dir: str,
+    tp_size: int = 1,
+    lora_flags: list[str] | None = None,
 ) -> list[str]:
     """The `trtllm-build` command line that builds one rank{r}.engine per TP rank from our checkpoint.
 
     Quantization needs no flag: trtllm-build reads it from the checkpoint's config.json.
+    lora_flags: lora.build_flags (the LoRA plugin and the adapters packed as task ids 0..n-1).
     """
     bc = build_config(limits, quantization)
     pc = bc["plugin_config"]
@@ -71,7 +83,7 @@ def trtllm_build_argv(
     ):
         argv += [f"--{key}", _flag(pc[key])]
     argv += ["--workers", str(tp_size)]  # one per rank; trtllm-build caps it at the GPU count
-    return argv
+    return argv + list(lora_flags or [])
 
 
 # Unified-checkpoint config.json keys TensorRT-LLM's model code needs beyond trtserve's ModelConfig,

@@ -23,14 +23,15 @@ import re
 from dataclasses import dataclass, replace
 from types import ModuleType
 
+from trtserve.backends.tensorrt_llm.lora import LORA_FIELDS
 from trtserve.engine.errors import UserError
 
 # LLM-args fields trtserve emits, present in every release line (TorchLlmArgs, and TrtLlmArgs of 1.0-1.2).
 TORCH_ARGS = frozenset(
     {"max_batch_size", "max_num_tokens", "max_seq_len", "enable_chunked_prefill", "kv_cache_config"}
-    | {"cuda_graph_config", "enable_iter_perf_stats", "model", "tokenizer", "tensor_parallel_size"}
+    | {"cuda_graph_config", "enable_iter_perf_stats", "model", "tokenizer", "tensor_parallel_size", "lora_config"}
 )
-TRT_ARGS = frozenset({"max_batch_size", "max_num_tokens", "max_seq_len", "kv_cache_config"})
+TRT_ARGS = frozenset({"max_batch_size", "max_num_tokens", "max_seq_len", "kv_cache_config", "lora_config"})
 TRT_ARGS |= {"model", "tokenizer", "tensor_parallel_size"}
 # TorchLlmArgs' sampler switch of 1.0: without it the PyTorch backend samples greedily
 # (tensorrt_llm/_torch/pyexecutor/_util.py, instantiate_sampler). Gone in 1.1 (unknown keys raise).
@@ -98,6 +99,7 @@ class Capabilities:
     torch_args: frozenset[str]  # TorchLlmArgs fields: all of them when introspected, else what the table knows
     trt_args: frozenset[str]  # TrtLlmArgs fields (empty without the TensorRT backend)
     introspected: bool = False  # the *_args sets are complete: any other key would be refused
+    lora_fields: frozenset[str] = LORA_FIELDS  # LoraConfig's fields (introspected, else those of every release)
 
     @property
     def label(self) -> str:
@@ -180,8 +182,10 @@ def probe(tllm: ModuleType, *, serve_cli: bool = False) -> Capabilities:
     tensorrt = _has_module(f"{tllm.__name__}._tensorrt_engine")
     caps = _with_tensorrt(caps, tensorrt, _has_module(f"{tllm.__name__}.commands.build"))
     serve = _serve_backend_choices(tllm) if serve_cli else None
+    lora_fields = _lora_fields(tllm)
     return replace(
         caps,
+        lora_fields=lora_fields if lora_fields is not None else caps.lora_fields,
         serve_backends=serve if serve is not None else caps.serve_backends,
         torch_args=torch_args if torch_args is not None else caps.torch_args,
         trt_args=trt_args if trt_args is not None else caps.trt_args,
@@ -225,6 +229,38 @@ def _model_fields(tllm: ModuleType, cls: str) -> frozenset[str] | None:
         return None
     model = getattr(module, cls, None)
     fields = getattr(model, "model_fields", None)
+    return frozenset(fields) if isinstance(fields, dict) else None
+
+
+def lora_classes(tllm: ModuleType) -> tuple[type | None, type | None]:
+    """(LoraConfig, LoRARequest) of this TensorRT-LLM: exported by llmapi (main), else where 1.0-1.2's
+    own examples import them from (lora_manager, executor.request)."""
+    import importlib
+
+    found: list[type | None] = []
+    for name, fallback in (("LoraConfig", "lora_manager"), ("LoRARequest", "executor.request")):
+        cls = None
+        for module in ("llmapi", fallback):
+            try:
+                cls = getattr(importlib.import_module(f"{tllm.__name__}.{module}"), name, None)
+            except ImportError:
+                cls = None
+            if cls is not None:
+                break
+        found.append(cls)
+    return found[0], found[1]
+
+
+def _lora_fields(tllm: ModuleType) -> frozenset[str] | None:
+    """LoraConfig's field names: a dataclass in 1.0-1.2, a pydantic model on main."""
+    import dataclasses
+
+    cls = lora_classes(tllm)[0]
+    if cls is None:
+        return None
+    if dataclasses.is_dataclass(cls):
+        return frozenset(f.name for f in dataclasses.fields(cls))
+    fields = getattr(cls, "model_fields", None)
     return frozenset(fields) if isinstance(fields, dict) else None
 
 

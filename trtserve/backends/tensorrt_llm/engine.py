@@ -4,7 +4,8 @@ TensorRT-LLM brings its own in-flight batcher and paged KV cache, so this adapte
 streams, cancels and reports; the mapping logic lives in the pure modules beside it. Calls made
 on TensorRT-LLM (release of the documentation each was taken from):
 
-    LLM.generate_async(prompt_token_ids, sampling_params=SamplingParams(**kw), streaming=True)
+    LLM.generate_async(prompt_token_ids, sampling_params=SamplingParams(**kw), streaming=True
+                       [, lora_request=LoRARequest(name, int_id, path)])
         -> a result that `async for` yields once per step, `.outputs[i]` cumulative  (1.0; 0.20 source)
     result.abort()                        cancel; the stream then ends with finish_reason 'cancelled'  (0.20 source, 1.0)
     LLM.get_stats(timeout)                iteration-stat dicts drained since the last call  (1.0 docs); on 1.0
@@ -17,6 +18,7 @@ installed TensorRT-LLM's capabilities (capabilities.py), read when the engine op
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
@@ -25,6 +27,8 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
+from trtserve.backends.tensorrt_llm.adapters import LORA_OPTION, EngineAdapters
+from trtserve.backends.tensorrt_llm.capabilities import lora_classes
 from trtserve.backends.tensorrt_llm.llm import create_llm, open_tensorrt_llm, read_options
 from trtserve.backends.tensorrt_llm.outputs import DeltaTracker
 from trtserve.backends.tensorrt_llm.sampling import (
@@ -35,12 +39,13 @@ from trtserve.backends.tensorrt_llm.sampling import (
 )
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
 from trtserve.backends.tensorrt_llm.stats import decode, engine_stats
+from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.info import Capabilities, EngineInfo
 from trtserve.engine.layout import TOKENIZER_DIR, read_engine_config
 from trtserve.engine.manifest import engine_fingerprint, verify_engine_dir
-from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
+from trtserve.engine.messages import AdapterCounts, EngineStats, GenerateRequest, RequestId, TokenDelta
 from trtserve.engine.options import check_backend
 from trtserve.engine.rules import check_request, load_tokenizer
 from trtserve.engine.run_config import RuntimeConfig
@@ -74,6 +79,16 @@ class TrtllmEngine:
             max_batch_size=cfg.max_batch_size,
             max_num_tokens=cfg.max_num_tokens,
         )
+        # the LoRA adapters it serves (UserError for one that does not fit) and the LLM's lora_config
+        self._adapters = EngineAdapters(path, manifest.backend, options, cfg.lora)
+        options = {k: v for k, v in options.items() if k != LORA_OPTION}
+        if self._adapters.llm_option is not None:
+            options[LORA_OPTION] = self._adapters.llm_option
+        self._lora_request = lora_classes(self._tllm)[1]
+        if self._adapters.table is not None and self._lora_request is None:
+            self._adapters.close()
+            raise UserError(f"{self.capabilities.label} has no LoRARequest; serve the adapters with the torch backend")
+        self._by_adapter: dict[str, AdapterCounts] = {}  # adapter name -> its requests' counts
         log.info("starting %s for a %s engine dir: %s", self.capabilities.label, manifest.backend, path)
         self._guided_backend = options.get(GUIDED_BACKEND_KEY)  # None: guided requests are refused (400)
         self.info = EngineInfo(
@@ -94,10 +109,17 @@ class TrtllmEngine:
                 prompt_logprobs=False,
                 guided_decoding=self._guided_backend is not None,
                 cache_invalidation=False,
+                lora=self._adapters.table is not None,  # TensorRT-LLM's LoRARequest per request
             ),
         )
         tp = int(manifest.build_config.get("tp_size", 1))
-        self.llm = create_llm(self._tllm, self.capabilities, manifest.backend, path, options, path / TOKENIZER_DIR, tp)
+        try:
+            self.llm = create_llm(
+                self._tllm, self.capabilities, manifest.backend, path, options, path / TOKENIZER_DIR, tp
+            )
+        except BaseException:
+            self._adapters.close()  # the adapter copies made for it
+            raise
         self._results: dict[RequestId, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
         self._prompt_tokens = self._generated_tokens = 0
         self._latest: dict | None = None
@@ -117,6 +139,8 @@ class TrtllmEngine:
             max_batch_size=self.info.max_batch_size,
         )
         check_supported(request, allow_n_greedy=self._allow_n_greedy, guided_backend=self._guided_backend)
+        if request.adapter is not None:
+            self._adapters.lookup(request.adapter)  # UserError: not served, or replaced since
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
         """Stream the request's deltas; leaving early (cancel, disconnect) aborts it in TensorRT-LLM."""
@@ -129,11 +153,19 @@ class TrtllmEngine:
             if "guided_decoding" in kw:
                 kw["guided_decoding"] = self._tllm.llmapi.GuidedDecodingParams(**kw["guided_decoding"])
             sp = self._tllm.SamplingParams(**kw)
-            result = self.llm.generate_async(list(request.prompt_token_ids), sampling_params=sp, streaming=True)
+            extra = {}
+            if request.adapter is not None:
+                served = self._adapters.lookup(request.adapter)
+                extra["lora_request"] = self._lora_request(served.spec.ref.name, served.int_id, str(served.spec.path))
+            result = self.llm.generate_async(
+                list(request.prompt_token_ids), sampling_params=sp, streaming=True, **extra
+            )
         except ValueError as err:  # TensorRT-LLM's own argument checks (lengths, n vs max_batch_size, ...)
             raise UserError(f"TensorRT-LLM refused the request: {err}") from None
         self._results[rid] = (result, p.n, set())
         self._prompt_tokens += len(request.prompt_token_ids)
+        name = request.adapter.name if request.adapter is not None else None
+        self._count(name, requests=1, prompt_tokens=len(request.prompt_token_ids))
         tracker = DeltaTracker(rid, len(request.prompt_token_ids), frozenset(p.stop_token_ids), p.logprobs)
         try:
             try:
@@ -141,6 +173,7 @@ class TrtllmEngine:
                     self._beat = time.monotonic()
                     for d in tracker.deltas(snapshot):
                         self._generated_tokens += len(d.token_ids)
+                        self._count(name, generated_tokens=len(d.token_ids))
                         yield d
                     if len(tracker.finished) >= p.n:
                         break
@@ -173,9 +206,33 @@ class TrtllmEngine:
             "manager has no per-namespace eviction); serve the engine with the torch backend to use it"
         )
 
+    async def load_adapter(self, name: str, path: Path) -> AdapterRef:
+        """Serve the adapter at `path` as `name`: later requests naming it carry a LoRARequest with a
+        fresh int id, so TensorRT-LLM loads these weights; submitted ones keep their old id."""
+        spec = await asyncio.to_thread(self._adapters.prepare, name, path)  # copy, read, check
+        return self._adapters.add(spec)
+
+    async def unload_adapter(self, name: str) -> None:
+        self._adapters.remove(name)
+
+    def adapters(self) -> list[AdapterRef]:
+        return self._adapters.refs()
+
     def stats(self) -> EngineStats:
         stats = engine_stats(self._latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)
-        return replace(stats, busy_seconds=self._busy.seconds())
+        # TensorRT-LLM's adapter cache reports no hits or evictions: only our loads are counted
+        return replace(
+            stats,
+            busy_seconds=self._busy.seconds(),
+            adapter_loads=self._adapters.loads,
+            by_adapter=dict(self._by_adapter),
+        )
+
+    def _count(self, adapter: str | None, **add: int) -> None:
+        if adapter is None:
+            return
+        c = self._by_adapter.get(adapter, AdapterCounts())
+        self._by_adapter[adapter] = replace(c, **{k: getattr(c, k) + v for k, v in add.items()})
 
     def health(self) -> bool:
         return not self._closed.is_set()
@@ -187,6 +244,7 @@ class TrtllmEngine:
         self._closed.set()
         self._poller.join(timeout=STATS_POLL_S + 4 * STATS_WAIT_S + 1)
         self.llm.shutdown()
+        self._adapters.close()
 
     # ---- iteration stats --------------------------------------------------------------------
     def _poll_stats(self) -> None:

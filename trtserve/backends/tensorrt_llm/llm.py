@@ -4,6 +4,7 @@ API facts (release each comes from; capabilities.py says which the installed one
   `tensorrt_llm.LLM(model, tokenizer=..., **llm_args)`      1.0-main: the PyTorch backend's LLM
   `tensorrt_llm._tensorrt_engine.LLM(...)`                  1.0-1.2: the TensorRT-engine LLM (gone on main)
   `tensorrt_llm.llmapi.KvCacheConfig`, `CudaGraphConfig`    1.0-main (examples/llm_runtime.py)
+  `LoraConfig` (llmapi on main; lora_manager in 1.0-1.2)    capabilities.lora_classes
 LLM args are pydantic models with extra="forbid" (llmapi/llm_args.py), so the kwargs are fitted to
 the installed release first (serve_plan.fit_options).
 """
@@ -16,7 +17,7 @@ from types import ModuleType
 import yaml
 
 from trtserve.backends.tensorrt_llm import BACKENDS, install
-from trtserve.backends.tensorrt_llm.capabilities import Capabilities, probe
+from trtserve.backends.tensorrt_llm.capabilities import Capabilities, lora_classes, probe
 from trtserve.backends.tensorrt_llm.compat import check_compatible
 from trtserve.backends.tensorrt_llm.serve_plan import fit_options
 from trtserve.engine.errors import EngineIntegrityError, UserError
@@ -62,6 +63,11 @@ def llm_kwargs(tllm: ModuleType, options: dict) -> dict:
         kw["kv_cache_config"] = llmapi.KvCacheConfig(**kw["kv_cache_config"])
     if "cuda_graph_config" in kw:
         kw["cuda_graph_config"] = llmapi.CudaGraphConfig(**kw["cuda_graph_config"])
+    if "lora_config" in kw:
+        lora_config = lora_classes(tllm)[0]
+        if lora_config is None:
+            raise UserError(f"TensorRT-LLM {getattr(tllm, '__version__', '')} has no LoraConfig; serve without `lora`")
+        kw["lora_config"] = lora_config(**kw["lora_config"])
     return kw
 
 

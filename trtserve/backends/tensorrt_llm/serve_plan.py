@@ -12,6 +12,7 @@ the capabilities: 1.0's PyTorch backend samples greedily unless `enable_trtllm_s
 from __future__ import annotations
 
 from trtserve.backends.tensorrt_llm.capabilities import RELEASE_SPECIFIC_ARGS, SAMPLER_SWITCH, Capabilities
+from trtserve.backends.tensorrt_llm.lora import check_fields
 from trtserve.backends.tensorrt_llm.quant import llmapi_kv_dtype, quant_algos
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import EngineBuildConfig
@@ -19,8 +20,11 @@ from trtserve.engine.layout import EngineBuildConfig
 KV_FRACTION = 0.9  # TensorRT-LLM's default share of free GPU memory for the KV cache (must be < 1)
 
 
-def llm_api_options(limits: EngineBuildConfig, quantization: dict | None, caps: Capabilities) -> dict:
-    """The options YAML of a `--backend trtllm` engine dir, for the release `caps` describes."""
+def llm_api_options(
+    limits: EngineBuildConfig, quantization: dict | None, caps: Capabilities, lora: dict | None = None
+) -> dict:
+    """The options YAML of a `--backend trtllm` engine dir, for the release `caps` describes.
+    lora: the `lora_config` LLM argument (lora.lora_config_options) when adapters are served."""
     _, kv_algo = quant_algos(quantization)
     kv = {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}
     if kv_algo is not None:
@@ -41,6 +45,9 @@ def llm_api_options(limits: EngineBuildConfig, quantization: dict | None, caps: 
         "cuda_graph_config": {"enable_padding": True, "max_batch_size": limits.max_batch_size},
         "enable_iter_perf_stats": True,  # iteration stats (get_stats, /metrics) need it on the PyTorch backend
     }
+    if lora is not None:
+        check_fields(lora, caps.lora_fields, caps.label)
+        options["lora_config"] = lora
     return {**options, **sampler_options(caps)}
 
 
@@ -49,9 +56,11 @@ def sampler_options(caps: Capabilities) -> dict:
     return {SAMPLER_SWITCH: True} if SAMPLER_SWITCH in caps.torch_args else {}
 
 
-def tensorrt_runtime_options(limits: EngineBuildConfig) -> dict:
-    """LLM-API options for a TensorRT engine (the limits are baked into the engine; the KV cache is not)."""
-    return {"kv_cache_config": {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}}
+def tensorrt_runtime_options(limits: EngineBuildConfig, lora: dict | None = None) -> dict:
+    """LLM-API options for a TensorRT engine (the limits are baked into the engine; the KV cache is not).
+    lora: `lora_config` for an engine built with the LoRA plugin (it sizes TensorRT-LLM's adapter cache)."""
+    options = {"kv_cache_config": {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}}
+    return options if lora is None else {**options, "lora_config": lora}
 
 
 def fit_options(options: dict, backend: str, caps: Capabilities, options_file: str) -> dict:
@@ -72,6 +81,8 @@ def fit_options(options: dict, backend: str, caps: Capabilities, options_file: s
             f"{options_file} sets {', '.join(unknown)}, which {caps.label} does not take as an LLM argument; "
             "rebuild the engine dir with `trtserve build ... --force` on this host"
         )
+    if "lora_config" in out:
+        check_fields(out["lora_config"], caps.lora_fields, caps.label)
     return out
 
 

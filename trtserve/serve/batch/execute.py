@@ -46,7 +46,8 @@ async def execute(server: ServerState, endpoint: str, body: dict) -> tuple[int, 
     if req.stream:
         return 400, request_id, error_body(endpoint, 400, "stream is not supported in a batch; leave it out", "stream")
     try:
-        serving = serving_for(server, req.model, req.user)
+        model = req.lora_request.lora_name if req.lora_request is not None else req.model  # an adapter is a model
+        serving = serving_for(server, model, req.user)
         if serving.svc.engine.info.capabilities.priorities:  # elsewhere the in-flight cap alone keeps it polite
             req.priority = BATCH_PRIORITY
         handler = serving.completions if endpoint == "/v1/completions" else serving.chat

@@ -47,7 +47,7 @@ async def server_metadata(request: Request):
 @router.get("/v2/models/{model}/versions/{version}", **doc.METADATA)
 async def model_metadata(request: Request, model: str, version: str | None = None):
     meta = _serving(request, model, version).model_metadata()
-    m = request.app.state.server.repository.model(parse_target(model).model)
+    m = request.app.state.server.repository.model(parse_target(model).model, adapters=True)
     return {**meta, "versions": [str(mv.version) for mv in m.ready_versions()]}
 
 

@@ -76,6 +76,18 @@ class ResponseFormat(BaseModel):
         return self
 
 
+class LoRARequest(BaseModel):
+    """TensorRT-LLM's `lora_request` field: the LoRA adapter to run under, by its served name. The
+    adapter must be served already (POST /v1/load_lora_adapter); lora_int_id and lora_path are
+    accepted for TensorRT-LLM's clients and not used (a request never loads an adapter)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    lora_name: str = Field(min_length=1)
+    lora_int_id: int | None = None
+    lora_path: str | None = None
+
+
 class SamplingFields(BaseModel):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
@@ -120,6 +132,7 @@ class SamplingFields(BaseModel):
     # trtserve extensions: a named context and its version; prefixes cached under another version are not reused
     cache_namespace: str | None = Field(None, min_length=1, max_length=256)
     context_version: int | None = Field(None, ge=0, le=2**63 - 1)
+    lora_request: LoRARequest | None = None  # TensorRT-LLM's adapter selection; `model: NAME` does the same
 
     @field_validator("stop")
     @classmethod

@@ -20,6 +20,7 @@ from trtserve.serve.group import admit_all, collect_all, merged
 from trtserve.serve.openai import protocol as p
 from trtserve.serve.openai import tools
 from trtserve.serve.receipts.model import receipt_field
+from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.repository import Repository
 from trtserve.serve.sse import DONE, event
 
@@ -34,7 +35,10 @@ class OpenAIServing:
     # ---- helpers -------------------------------------------------------------------------
     @property
     def served_name(self) -> str:
-        """`name:VERSION`: the `model` of every response says which version answered."""
+        """`name:VERSION`: the `model` of every response says which version answered (a LoRA
+        adapter's name alone: the name it was asked by, as vLLM answers)."""
+        if self.svc.adapter is not None:
+            return self.svc.adapter.name
         return f"{self.svc.model_name}:{self.svc.version}"
 
     def max_tokens(self, asked: int | None, prompt_len: int) -> int:
@@ -224,13 +228,16 @@ class OpenAIServing:
 
     # ---- models and tokens -------------------------------------------------------------------
     def model_card(self, model_id: str | None = None) -> dict:
-        return {
+        card = {
             "id": model_id or self.svc.model_name,
             "object": "model",
             "created": int(self.svc.started),
             "owned_by": "trtserve",
             "max_model_len": self.svc.max_seq_len,
         }
+        if self.svc.adapter is not None:  # vLLM's LoRA card: the base model, and what the adapter is
+            card |= {"parent": self.svc.base_model, "root": self.svc.adapter.content_hash}
+        return card
 
     def tokenize(self, body: p.TokenizeRequest) -> dict:
         if body.messages is not None:
@@ -261,6 +268,11 @@ def model_list(repo: Repository) -> dict:
             data.append({"id": mv.name, "object": "model", "owned_by": "trtserve", "state": mv.state.value})
         for label, v in sorted(m.policy.labels.items()):
             data.append({"id": f"{name}@{label}", "object": "model", "owned_by": "trtserve", "version": str(v)})
+    listed = set()
+    for mv, ref in lora.served(repo.models):  # each LoRA adapter once, as its first base version serves it
+        if ref.name not in listed and mv.service is not None:
+            listed.add(ref.name)
+            data.append(OpenAIServing(mv.service.under(ref)).model_card())
     return {"object": "list", "data": data}
 
 

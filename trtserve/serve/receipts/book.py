@@ -81,9 +81,12 @@ class ReceiptBook:
             id=run.receipt_id,
             created_at=run.created_at,
             mode="hashes" if self.mode == "hashes" else "on",
-            model=svc.model_name,
+            model=svc.base_model,
             model_version=_model_version(svc),
             engine=self.identity,
+            adapter=None
+            if req.adapter is None
+            else {"name": req.adapter.name, "content_hash": req.adapter.content_hash},
             protocol=run.protocol,
             client_id=req.client_id,
             params=req.params.model_dump(mode="json"),

@@ -64,6 +64,15 @@ class EngineIdentity(BaseModel):
         return self.options.get("deterministic", False) is True
 
 
+class AdapterRecord(BaseModel):
+    """The LoRA adapter a generation ran under: a replay needs the same contents under that name."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str  # the name it was selected by (the request's model)
+    content_hash: str  # "sha256:..." of its files (AdapterRef.content_hash)
+
+
 class SequenceRecord(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -100,9 +109,10 @@ class Receipt(BaseModel):
     id: str
     created_at: float  # unix seconds when the request was admitted
     mode: Literal["on", "hashes"]  # hashes: the prompt's token ids are not stored, only their sha256
-    model: str
+    model: str  # the repository model (a LoRA adapter's base; the adapter is `adapter`)
     model_version: str | None
     engine: EngineIdentity
+    adapter: AdapterRecord | None = None  # None: the base model
     protocol: str  # http | grpc (the front end's transport)
     client_id: str | None  # what the client called the request (echoed ids), never a key
     params: dict  # the full SamplingParams, including the seed used

@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.errors import UserError
 from trtserve.engine.options import EngineOptions
 from trtserve.engine.sampling import SamplingParams
@@ -103,6 +104,22 @@ def check_engine(receipt: Receipt, identity: EngineIdentity, allow_other_engine:
             f"{_short(identity.fingerprint)}; replay it on the same engine, or pass --allow-other-engine to compare anyway"
         )
     return True
+
+
+def adapter_of(receipt: Receipt, served: list[AdapterRef]) -> AdapterRef | None:
+    """The served adapter a replay runs under: the receipt's, by name and contents; UserError when
+    this engine does not serve it with that hash (None: the receipt ran on the base model)."""
+    want = receipt.adapter
+    if want is None:
+        return None
+    ref = next((r for r in served if r.name == want.name), None)
+    if ref is None or ref.content_hash != want.content_hash:
+        now = "is not served" if ref is None else f"is served with other weights ({ref.content_hash[:19]})"
+        raise UserError(
+            f"receipt {receipt.id} ran under LoRA adapter {want.name} ({want.content_hash[:19]}), which {now} here; "
+            "serve it under that name (POST /v1/load_lora_adapter, run --lora, or build --lora) and replay again"
+        )
+    return ref
 
 
 def _short(fingerprint: str | None) -> str:

@@ -19,7 +19,14 @@ from trtserve.serve.generation import GenerationService
 from trtserve.serve.openapi import inline_schema
 from trtserve.serve.receipts.book import engine_identity
 from trtserve.serve.receipts.model import Receipt
-from trtserve.serve.receipts.replay import ReplayResult, check_engine, params_of, prompt_of, sequences_of
+from trtserve.serve.receipts.replay import (
+    ReplayResult,
+    adapter_of,
+    check_engine,
+    params_of,
+    prompt_of,
+    sequences_of,
+)
 
 router = APIRouter()
 
@@ -107,12 +114,18 @@ async def replay(request: Request):
     identity = engine_identity(svc.engine.info)
     try:
         check_engine(receipt, identity, body.allow_other_engine)
+        adapter = adapter_of(receipt, svc.engine.adapters())
     except UserError as err:
         raise APIError(409, str(err)) from None
     prompt, params = prompt_of(receipt, body.prompt_token_ids), params_of(receipt)
     c = receipt.cache
     run = svc.start(
-        f"replay-{receipt.id}", prompt, params, cache_namespace=c.namespace, context_version=c.context_version
+        f"replay-{receipt.id}",
+        prompt,
+        params,
+        cache_namespace=c.namespace,
+        context_version=c.context_version,
+        adapter=adapter,
     )
     out = await run.collect()
     outputs = sequences_of(out.outputs)

@@ -14,7 +14,7 @@ import json
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from trtserve.serve.admin_key import RECEIPT_PATHS, require_admin
+from trtserve.serve.admin_key import ADAPTER_PATHS, RECEIPT_PATHS, require_admin
 from trtserve.serve.errors import APIError, error_responses
 from trtserve.serve.openapi import inline_schema
 from trtserve.serve.repository import operations
@@ -51,7 +51,7 @@ def _optional_body(model: type[BaseModel]) -> dict:
 
 def is_admin_path(path: str) -> bool:
     """Paths the admin key guards (the middleware skips its API-key check for them)."""
-    return path.startswith(("/admin/", *RECEIPT_PATHS)) or (
+    return path.startswith(("/admin/", *RECEIPT_PATHS, *ADAPTER_PATHS)) or (
         path.startswith("/v2/repository/models/") and path.endswith(("/load", "/unload"))
     )
 

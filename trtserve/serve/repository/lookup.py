@@ -25,7 +25,7 @@ def routed(request: Request, spec: str | None, version: str | None = None, key: 
 def version_ready(repo: Repository, spec: str, version: str | None) -> bool:
     """Triton's model readiness: that version (or the model's default) is READY; 404 if unknown."""
     target = parse_target(spec, version)
-    m = repo.model(target.model)
+    m = repo.model(target.model, adapters=True)  # a LoRA adapter is ready where its base is
     if target.version is not None:
         return m.version(target.version).ready
     if target.label is not None:

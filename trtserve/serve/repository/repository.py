@@ -17,6 +17,7 @@ import ctypes
 import gc
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from trtserve.engine.errors import UserError
@@ -26,6 +27,7 @@ from trtserve.engine.run_config import RuntimeConfig
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import APIError
 from trtserve.serve.metrics import Metrics
+from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.budget import KVBudget
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.router import Target, parse_target
@@ -73,7 +75,10 @@ class Repository:
     def default_name(self) -> str:
         return next(iter(self.models))
 
-    def model(self, name: str | None) -> RepoModel:
+    def model(self, name: str | None, adapters: bool = False) -> RepoModel:
+        """The model named `name` (None: the only one); `adapters`: a LoRA adapter's name gives its base."""
+        if adapters and name is not None and (base := lora.base_of(self.models, name)) is not None:
+            return base
         if name is None:
             if len(self.models) == 1:
                 return self.models[self.default_name]
@@ -87,15 +92,19 @@ class Repository:
     def route(self, spec: str | None, key: str | None = None, version: str | None = None) -> ModelVersion:
         """The READY version that answers `spec` (`name`, `name:V`, `name@L`; None: the only model)."""
         target = parse_target(spec, version) if spec is not None else Target(self.model(None).name)
-        mv, decision = self.model(target.model).route(target, key)
+        base = lora.base_of(self.models, target.model)  # a LoRA adapter's name: its base model's version
+        m = base if base is not None else self.model(target.model)
+        mv, decision = m.route(replace(target, model=m.name), key)
         self.metrics.routed.labels(mv.model, str(mv.version), decision).inc()
-        return mv
+        return lora.bind(mv, target.model) if base is not None else mv
 
     def versions(self) -> list[ModelVersion]:
         return [mv for m in self.models.values() for _, mv in sorted(m.versions.items())]
 
     def index(self, ready_only: bool = False) -> list[dict]:
-        return [mv.index_entry() for mv in self.versions() if not ready_only or mv.state == State.READY]
+        return [mv.index_entry() for mv in self.versions() if not ready_only or mv.state == State.READY] + (
+            lora.index_entries(self.models)
+        )
 
     def is_ready(self) -> bool:
         """Every model that is loaded (or loading) has its default version ready."""

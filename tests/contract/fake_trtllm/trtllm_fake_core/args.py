@@ -55,6 +55,8 @@ class BaseLlmArgs(StrictBaseModel):
     max_beam_width: int | None = None
     enable_chunked_prefill: bool = False
     kv_cache_config: KvCacheConfig = Field(default_factory=KvCacheConfig)
+    enable_lora: bool = False
+    lora_config: object | None = None  # the release's LoraConfig (its own class: lora_helper / _torch.peft)
 
 
 class TorchLlmArgsBase(BaseLlmArgs):

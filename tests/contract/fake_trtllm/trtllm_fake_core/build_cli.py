@@ -6,7 +6,10 @@ Imitates tensorrt_llm/commands/build.py (flags, enable|disable values, plugin dt
 use_fused_mlp is forced off unless quant_algo is None, FP8 or MIXED_PRECISION) and builder.py
 (Engine.save: config.json = {version, pretrained_config, build_config{..., plugin_config{...}}}, the
 plugin config nested, plus rank{r}.engine). Qwen checkpoints: tensorrt_llm/models/qwen/model.py reads
-`config.qwen_type`, which has no default.
+`config.qwen_type`, which has no default. LoRA (commands/build.py build_model): --lora_dir,
+--lora_ckpt_source, --lora_target_modules (choices LoraManager.LORA_MODULE_IDS), --max_lora_rank
+(default 64) take effect only with --lora_plugin; build_config.lora_config records them, the target
+modules from the first --lora_dir's adapter_config.json when not given.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+from trtllm_fake_core.lora import DEFAULT_TRTLLM_TO_HF, LORA_MODULE_IDS, hf_modules
 
 FEATURE = ["enable", "disable"]
 PLUGIN = ["auto", "float16", "float32", "bfloat16", "int32", "disable"]
@@ -45,7 +50,26 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--gemm_plugin", choices=PLUGIN + ["fp8", "nvfp4"])
     for name in FEATURES:
         p.add_argument(f"--{name}", choices=FEATURE)
+    p.add_argument("--lora_plugin", choices=PLUGIN)
+    p.add_argument("--lora_dir", nargs="+")
+    p.add_argument("--lora_ckpt_source", default="hf", choices=["hf", "nemo"])
+    p.add_argument("--lora_target_modules", nargs="+", choices=LORA_MODULE_IDS)
+    p.add_argument("--max_lora_rank", type=int, default=64)
     return p
+
+
+def _lora_config(args) -> dict:
+    for d in args.lora_dir or []:
+        if not (Path(d) / "adapter_config.json").is_file():
+            sys.exit(f"[TensorRT-LLM][ERROR] {d} has no adapter_config.json")
+    modules = args.lora_target_modules or (hf_modules(args.lora_dir[0]) if args.lora_dir else [])
+    return {
+        "lora_dir": args.lora_dir or [],
+        "lora_ckpt_source": args.lora_ckpt_source,
+        "max_lora_rank": args.max_lora_rank,
+        "lora_target_modules": modules,
+        "trtllm_modules_to_hf_modules": {m: DEFAULT_TRTLLM_TO_HF[m] for m in modules},
+    }
 
 
 def _plugin_config(args, ckpt: dict) -> dict:
@@ -57,6 +81,7 @@ def _plugin_config(args, ckpt: dict) -> dict:
         if getattr(args, name) is not None:
             pc[name] = getattr(args, name) == "enable"
     pc["paged_kv_cache"] = (args.kv_cache_type or "paged") == "paged"
+    pc["lora_plugin"] = None if args.lora_plugin in (None, "disable") else args.lora_plugin
     algo = (ckpt.get("quantization") or {}).get("quant_algo")
     if algo not in (None, "FP8", "MIXED_PRECISION"):
         pc["use_fused_mlp"] = False
@@ -76,6 +101,8 @@ def main(version: str, argv: list[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     build = {k: getattr(args, k) for k in INTS if getattr(args, k) is not None}
     build |= {"kv_cache_type": (args.kv_cache_type or "paged").upper(), "plugin_config": _plugin_config(args, ckpt)}
+    if build["plugin_config"]["lora_plugin"] is not None:  # otherwise the LoRA flags are ignored, as upstream
+        build["lora_config"] = _lora_config(args)
     engine_config = {"version": version, "pretrained_config": ckpt, "build_config": build}
     (out / "config.json").write_text(json.dumps(engine_config, indent=2))
     for r in range(tp):

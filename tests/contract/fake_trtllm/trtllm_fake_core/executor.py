@@ -5,7 +5,9 @@ Imitates tensorrt_llm/llmapi/llm.py and tensorrt_llm/executor/result.py (1.0 to 
 
     LLM(model, tokenizer=None, tensor_parallel_size=1, **llm_args)   args validated by the release's
                                                     pydantic args model (unknown keys: ValidationError)
-    LLM.generate_async(ids, sampling_params, streaming=True) -> GenerationResult; `async for` yields
+    LLM.generate_async(ids, sampling_params, streaming=True, lora_request=None) -> GenerationResult;
+        lora_request needs LoRA on (lora_config on the PyTorch LLM, an engine built with the LoRA
+        plugin on the TensorRT one) and an adapter that fits it (lora.py); `async for` yields
         the result once per engine step; `.outputs[i]` are CompletionOutputs with cumulative token_ids,
         finish_reason in 'stop'|'length'|'timeout'|'cancelled', stop_reason, logprobs as
         [{token_id: Logprob(logprob, rank)}]; a failed request raises RequestError
@@ -33,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_fake_core.args import KvCacheConfig
+from trtllm_fake_core.lora import DEFAULT_TRTLLM_TO_HF, AdapterCache, hf_modules
 from trtllm_fake_core.toy_model import next_greedy
 
 FAIL_TOKEN = 2
@@ -65,6 +68,8 @@ class GenerationResult:
     def __init__(self, request_id: int, prompt: list[int], params, streaming: bool):
         self.request_id, self.prompt_token_ids, self.sampling_params = request_id, prompt, params
         self.streaming = streaming
+        self.lora_request = None  # the LoRARequest it runs under
+        self.offset = 0  # its adapter's toy weights
         self.outputs = [CompletionOutput(i) for i in range(params.n)]
         self.finished = False
         self._loop = asyncio.get_running_loop()
@@ -109,6 +114,18 @@ class FakeLLM:
     def check_args(self, kwargs: dict) -> None:
         """Release checks beyond the args model's own."""
 
+    def lora_setup(self, cfg: dict) -> tuple[list[str], int] | None:
+        """(lora_target_modules, max_lora_rank) the model is built with; None: LoRA off. The PyTorch
+        backend builds LoRA layers from the LLM's lora_config (llm_args.py validate_lora_config_consistency:
+        no modules and no lora_dir means every module; no modules with a lora_dir, the dir's)."""
+        lc = self.llm_args.lora_config
+        if lc is None:
+            return None
+        modules = list(lc.lora_target_modules)
+        if not modules:
+            modules = hf_modules(lc.lora_dir[0]) if lc.lora_dir else list(DEFAULT_TRTLLM_TO_HF)
+        return modules, lc.max_lora_rank
+
     def read_model(self, model: Path) -> dict:
         """The model's config.json: a Hugging Face dir for the PyTorch backend."""
         cfg_path = model / "config.json"
@@ -127,6 +144,9 @@ class FakeLLM:
         self.model, self.tokenizer, self.tensor_parallel_size = str(model), tokenizer, tensor_parallel_size
         kv = self.llm_args.kv_cache_config or KvCacheConfig()
         self.tokens_per_block = self.engine_tokens_per_block(cfg)
+        lora = self.lora_setup(cfg)
+        self.adapters = AdapterCache(*lora, self.vocab) if lora is not None else None
+        self.lora_requests: list = []  # every lora_request given, in order (test hook)
         self.max_blocks = (kv.max_tokens // self.tokens_per_block) if kv.max_tokens else 1000
         self.max_batch_size = self.llm_args.max_batch_size or 2048
         self._reuse = kv.enable_block_reuse
@@ -145,7 +165,7 @@ class FakeLLM:
     def engine_tokens_per_block(self, cfg: dict) -> int:
         return 32  # the PyTorch backend's KV manager default
 
-    def generate_async(self, inputs, sampling_params=None, streaming=False, **kwargs):
+    def generate_async(self, inputs, sampling_params=None, streaming=False, lora_request=None, **kwargs):
         if self._stop.is_set():
             raise RuntimeError("the LLM has been shut down")
         if not isinstance(inputs, list) or not all(isinstance(t, int) for t in inputs):
@@ -153,9 +173,16 @@ class FakeLLM:
         params = sampling_params or self.sampling_params_cls()
         if params.n > self.max_batch_size:
             raise ValueError(f"SamplingParams.n ({params.n}) should not exceed max_batch_size")
+        offset = 0
+        if lora_request is not None:  # the worker loads the adapter (by id) before it enqueues the request
+            if self.adapters is None:
+                raise ValueError("lora_request is given but LoRA is not enabled for this LLM")
+            offset = self.adapters.offset(lora_request)
+            self.lora_requests.append(lora_request)
         with self._lock:
             self._next_id += 1
             result = GenerationResult(self._next_id, inputs, params, streaming)
+            result.lora_request, result.offset = lora_request, offset
             self._account_prompt(inputs)
             self._active.append(result)
             self._stats_idle = False
@@ -220,7 +247,7 @@ class FakeLLM:
     def _sample(self, r: GenerationResult, o: CompletionOutput, p) -> None:
         seq = r.prompt_token_ids + o.token_ids
         greedy = p._greedy_decoding or not self.honours_sampling()
-        tok = next_greedy(seq, self.vocab) if greedy else r._rng.randrange(self.vocab)
+        tok = next_greedy(seq, self.vocab, r.offset) if greedy else r._rng.randrange(self.vocab)
         while tok in p.bad_token_ids:
             tok = (tok + 1) % self.vocab
         while len(o.token_ids) < p.min_tokens and (tok in p.stop_token_ids or tok == p.end_id):
@@ -283,3 +310,11 @@ class FakeTrtEngineLLM(FakeLLM):
 
     def engine_tokens_per_block(self, cfg: dict) -> int:
         return cfg["build_config"]["plugin_config"]["tokens_per_block"]
+
+    def lora_setup(self, cfg: dict) -> tuple[list[str], int] | None:
+        """LoRA is on when the engine was built with the LoRA plugin, for the modules and rank it was built
+        with; the LLM's lora_config only sizes the adapter cache (_TrtLLM._build_model)."""
+        if not cfg["build_config"]["plugin_config"].get("lora_plugin"):
+            return None
+        built = cfg["build_config"]["lora_config"]
+        return list(built["lora_target_modules"]), built["max_lora_rank"]

@@ -11,6 +11,7 @@ There is no _tensorrt_engine, no commands/build.py and no trtllm-build: PR #1591
 """
 
 from trtllm_fake_core.executor import FAIL_TOKEN, INSTANCES  # noqa: F401 - test hooks, not TensorRT-LLM API
+from trtllm_fake_core.lora import adapter_offset  # noqa: F401 - test hook
 from trtllm_fake_core.toy_model import reference_greedy  # noqa: F401 - test hook
 
 from tensorrt_llm.llmapi import LLM

@@ -3,4 +3,5 @@
 from trtllm_fake_core.args import CudaGraphConfig, KvCacheConfig  # noqa: F401
 from trtllm_fake_core.executor import RequestError  # noqa: F401
 
+from tensorrt_llm.executor.request import LoRARequest  # noqa: F401
 from tensorrt_llm.llmapi.llm import LLM  # noqa: F401

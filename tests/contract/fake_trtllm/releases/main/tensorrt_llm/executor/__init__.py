@@ -1,0 +1,1 @@
+"""tensorrt_llm/executor (main): only what trtserve's adapter imports."""
