@@ -21,8 +21,9 @@ ALLOWED = {
     "runtime": {"engine", "models", "kernels"},
     "backends": {"engine", "runtime", "models"},
     "quant": {"engine", "models"},  # build-time math and checkpoint I/O; `build` drives it
-    "build": {"engine", "models", "quant", "backends"},
-    "serve": {"engine", "text", "state"},
+    "build": {"engine", "models", "quant", "backends", "tensor"},
+    "tensor": {"engine"},  # tensor models (ONNX Runtime, Python steps, ensembles): no torch, no serve
+    "serve": {"engine", "text", "state", "tensor"},
     "state": {"engine"},  # the durable state store (SQLite): serve/batch, serve/idempotency, receipts
     "bench": {"engine"},
     "llm": {"engine", "text", "runtime"},
@@ -32,7 +33,7 @@ ALLOWED = {
 }
 # The root package (trtserve/__init__.py: __version__, and LLM / SamplingParams as lazy attributes)
 # may be imported by anyone; it imports nothing of ours at module level (checked below).
-TORCH_FREE = ("engine", "text", "serve", "state")
+TORCH_FREE = ("engine", "text", "serve", "state", "tensor")
 
 
 def _package(path: Path) -> str:

@@ -58,3 +58,26 @@ def table(summary: dict) -> Table:
             f"{server['peak_num_requests_running']:.0f} / {server['peak_num_requests_waiting']:.0f}",
         )
     return t
+
+
+def tensor_table(summary: dict) -> Table:
+    """A tensor model's sweep (trtserve/bench/tensor.py): one row per concurrency level."""
+    t = Table(title=f"trtserve bench: {summary['backend']} / {summary['model_id']} (tensor model)")
+    for name in ("Conc.", "OK", "Failed", "Infer/s", "p50 ms", "p99 ms", "Server inf.", "Execs", "Avg batch"):
+        t.add_column(name, justify="right")
+    for lv in summary["levels"]:
+        server = lv["server_inference_count"] is not None
+        t.add_row(
+            str(lv["concurrency"]),
+            str(lv["completed"]),
+            str(lv["failed"]),
+            f"{lv['inference_throughput']:.1f}",
+            f"{lv['p50_latency_ms']:.2f}",
+            f"{lv['p99_latency_ms']:.2f}",
+            str(lv["server_inference_count"]) if server else "-",
+            str(lv["server_execution_count"]) if server else "-",
+            f"{lv['avg_batch_size']:.2f}" if lv["avg_batch_size"] is not None else "-",
+        )
+    shapes = ", ".join(f"{n} {v['datatype']}[{'x'.join(map(str, v['shape']))}]" for n, v in summary["inputs"].items())
+    t.caption = f"inputs: {shapes}; latency is the client's, the batch the server's statistics over each level"
+    return t

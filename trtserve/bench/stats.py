@@ -21,7 +21,7 @@ METRICS = ("ttft", "tpot", "itl", "e2el")
 SLO_KEYS = ("ttft", "tpot", "e2el")
 
 
-def _describe(name: str, values_s: list[float], percentiles=PERCENTILES) -> dict[str, float]:
+def describe(name: str, values_s: list[float], percentiles=PERCENTILES) -> dict[str, float]:
     ms = np.asarray(values_s or [0.0], dtype=np.float64) * 1000.0
     out = {
         f"mean_{name}_ms": float(np.mean(ms)),
@@ -71,7 +71,7 @@ def summarize(run: BenchRun, slo: dict[str, float] | None = None, percentiles=PE
         out["request_goodput"] = good / dur if dur > 0 else 0.0
         out["goodput_slo_ms"] = slo
     for name, values in (("ttft", ttfts), ("tpot", tpots), ("itl", itls), ("e2el", e2els)):
-        out.update(_describe(name, values, percentiles))
+        out.update(describe(name, values, percentiles))
     out["input_lens"] = [r.prompt_len for r in run.results]
     out["output_lens"] = [r.output_tokens if r.success else 0 for r in run.results]
     out["generated_texts"] = [r.text for r in run.results]

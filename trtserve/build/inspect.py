@@ -7,6 +7,7 @@ from pathlib import Path
 import psutil
 from pydantic import ByteSize, TypeAdapter, ValidationError
 
+from trtserve.build import tensor
 from trtserve.build.strategies import STRATEGIES
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UserError
@@ -15,6 +16,7 @@ from trtserve.engine.layout import EngineBuildConfig, read_engine_config
 from trtserve.engine.manifest import verify_engine_dir
 from trtserve.engine.model_config import ModelConfig
 from trtserve.engine.run_config import RuntimeConfig
+from trtserve.tensor.config import CONFIG_FILE
 
 
 def parse_memory(text: str, flag: str = "--memory") -> int:
@@ -45,6 +47,8 @@ def cpu_default(m: ModelConfig, b: EngineBuildConfig) -> dict:
 
 def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int | None = None) -> dict:
     manifest = verify_engine_dir(engine_dir)
+    if (engine_dir / CONFIG_FILE).is_file():  # a tensor model's engine dir: no KV cache, no LLM shape
+        return tensor.summarize(engine_dir, manifest)
     cfg = read_engine_config(engine_dir)
     m, b = cfg.pretrained_config, cfg.build_config
     is_weights = STRATEGIES[backend_spec(manifest.backend).name].is_weights

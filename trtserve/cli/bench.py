@@ -1,4 +1,5 @@
-"""`trtserve bench`: load-test an OpenAI-compatible, KServe or Triton gRPC endpoint (this server or another)."""
+"""`trtserve bench`: load-test an OpenAI-compatible, KServe or Triton gRPC endpoint (this server or another),
+serving an LLM or a tensor model."""
 
 from __future__ import annotations
 
@@ -99,6 +100,74 @@ def _floor(engine_dir: Path, run) -> dict:
     return f.as_dict() | {"line": f.line()}
 
 
+# Flags of the LLM workload: refused for a tensor model rather than silently ignored.
+LLM_ONLY = (
+    "request_rate", "burstiness", "dataset", "input_len", "output_len", "num_prefixes", "prefix_len",
+    "question_len", "max_total_len", "vocab_size", "tokenizer", "ignore_eos", "slo", "floor_engine", "stream",
+)  # fmt: skip
+TENSOR_ONLY = ("concurrency", "shape", "input_files")
+
+
+def _levels(o: dict) -> list[int]:
+    """--concurrency 1,8,32 (else --max-concurrency, else 1)."""
+    if o["concurrency"] is None:
+        return [o["max_concurrency"] or 1]
+    try:
+        levels = [int(c) for c in o["concurrency"].split(",")]
+    except ValueError:
+        levels = []
+    if not levels or min(levels) < 1:
+        raise UserError(f"--concurrency {o['concurrency']!r} is not valid; give positive integers, e.g. 1,8,32")
+    return levels
+
+
+def _given(names: tuple[str, ...]) -> list[str]:
+    ctx = click.get_current_context()
+    flags = {p.name: p.opts[0] for p in ctx.command.params}
+    return [flags[n] for n in names if ctx.get_parameter_source(n) != click.core.ParameterSource.DEFAULT]
+
+
+def _bench_tensor(o: dict) -> bool:
+    """Bench `--model` as a tensor model if it is one (trtserve/bench/tensor.py); False for an LLM."""
+    import asyncio
+
+    from rich.console import Console
+
+    from trtserve.bench.report import tensor_table
+    from trtserve.bench.tensor import bench_if_tensor
+    from trtserve.bench.tensor_inputs import parse_input_files, parse_shapes
+
+    if o["backend"] not in ("kserve", "grpc"):
+        return False
+    levels, shapes, files = _levels(o), parse_shapes(o["shape"]), parse_input_files(o["input_files"])
+
+    def progress(level: dict) -> None:
+        click.echo(f"concurrency {level['concurrency']}: {level['completed']} ok, {level['failed']} failed", err=True)
+
+    def refuse_llm_flags() -> None:
+        if given := _given(LLM_ONLY):
+            raise UserError(
+                f"{', '.join(given)}: LLM workload flags, and model {o['model']!r} is a tensor model; drop them"
+            )
+
+    url = o["base_url"] if o["backend"] == "kserve" else o["grpc_url"]
+    summary = asyncio.run(
+        bench_if_tensor(
+            o["backend"], url, o["model"], levels, o["num_requests"], shapes=shapes, files=files, seed=o["seed"],
+            timeout=o["timeout"], api_key=o["api_key"], progress=progress if o["progress"] else None,
+            on_tensor=refuse_llm_flags,
+        )
+    )  # fmt: skip
+    if summary is None:
+        return False
+    Console().print(tensor_table(summary))
+    if errors := [e for level in summary["levels"] for e in level["errors"]]:
+        click.echo(f"some requests failed; the first error: {errors[0]}", err=True)
+    if o["json_path"] is not None:
+        o["json_path"].write_text(json.dumps(summary, indent=2))
+    return True
+
+
 @click.command("bench")
 @click.option(
     "--backend", type=click.Choice(["openai", "openai-chat", "kserve", "grpc"]), default="openai", show_default=True
@@ -171,10 +240,26 @@ def _floor(engine_dir: Path, run) -> dict:
     help="ENGINE_DIR the server runs: also report the compute floor (the workload's matmul FLOPs from its config at "
     "this machine's GEMM rate, measured after the run) and the fraction reached; meaningful when the server runs here.",
 )
+@click.option(
+    "--concurrency",
+    help="Tensor models: a sweep of closed-loop concurrency levels, e.g. 1,8,32 (default: --max-concurrency, or 1).",
+)
+@click.option(
+    "--shape",
+    multiple=True,
+    help="Tensor models: NAME=D1xD2... an input's full shape (needed for a variable non-batch dim; batch dim else 1).",
+)
+@click.option(
+    "--input",
+    "input_files",
+    multiple=True,
+    help="Tensor models: NAME=FILE an input's data (a .npy array, or any file as one BYTES element) instead of random.",
+)
 @click.option("--json", "json_path", type=click.Path(path_type=Path), help="Also write the summary (vLLM keys) here.")
 @click.option("--progress/--no-progress", default=True, show_default=True)
 def command(**o) -> None:
-    """Send a seeded workload to an endpoint and report throughput, TTFT, TPOT, ITL and goodput."""
+    """Send a seeded workload to an endpoint and report throughput, TTFT, TPOT, ITL and goodput; for a tensor
+    model (kserve / grpc), a concurrency sweep: throughput, latency and the server's average batch size."""
     import asyncio
     import logging
 
@@ -185,6 +270,13 @@ def command(**o) -> None:
     from trtserve.bench.stats import summarize
 
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request would bury the table
+    if _bench_tensor(o):
+        return
+    if given := _given(TENSOR_ONLY):
+        raise UserError(
+            f"{', '.join(given)}: tensor-model flags, and model {o['model']!r} did not answer as a tensor model on "
+            f"--backend {o['backend']} (an LLM, not served, or a backend other than kserve / grpc)"
+        )
     try:
         rate = float(o["request_rate"])
     except ValueError:

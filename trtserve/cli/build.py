@@ -11,6 +11,7 @@ from trtserve.build.config import load_build_config
 from trtserve.cli.lora import lora_option
 from trtserve.engine.backends import BACKENDS
 from trtserve.models import quant_formats
+from trtserve.tensor.onnx_graph import DEFAULT_MAX_BATCH_SIZE
 
 
 class RegistryChoice(click.Choice):
@@ -45,14 +46,19 @@ def quant_help() -> str:
     "--dtype", type=click.Choice(["auto", "bfloat16", "float16", "float32"]), help="Weight and compute dtype [auto]."
 )
 @click.option("--tp-size", type=int, help="Tensor-parallel ranks of the TensorRT-LLM checkpoint [1].")
-@click.option("--max-batch-size", type=int, help="Most sequences in one engine step [256].")
+@click.option(
+    "--max-batch-size",
+    type=int,
+    help=f"Most sequences in one engine step [256]; a .onnx MODEL: most requests in one batch [{DEFAULT_MAX_BATCH_SIZE}].",
+)
 @click.option("--max-seq-len", type=int, help="Longest prompt + output in tokens [the model's context].")
 @click.option("--max-num-tokens", type=int, help="Most tokens in one engine step [8192].")
 @click.option("--tokens-per-block", type=int, help="KV-cache block size in tokens, a power of two [32].")
 @click.option(
     "--backend",
-    type=click.Choice(list(BACKENDS)),
-    help="; ".join(f"{b.name}: {b.summary}" for b in BACKENDS.values()) + " [torch].",
+    type=click.Choice([*BACKENDS, "onnxruntime"]),
+    help="; ".join(f"{b.name}: {b.summary}" for b in BACKENDS.values())
+    + " [torch]; for a .onnx MODEL: onnxruntime (its default) or tensorrt (a trtexec plan).",
 )
 @click.option("--dry-run", is_flag=True, help="tensorrt/trtllm: print the plan and the trtllm-build/serve commands.")
 @click.option(
@@ -105,17 +111,56 @@ def command(
     lock: Path | None,
     **flags,
 ) -> None:
-    """Convert MODEL (a Hugging Face dir, a .gguf file, or `smollm2-135m`) into an engine dir."""
-    from trtserve.build import builder
+    """Convert MODEL (a Hugging Face dir, a .gguf file, `smollm2-135m`, or a .onnx tensor model) into an engine dir."""
+    from trtserve.build import tensor
 
     if dry_run and lock is not None:
         raise click.UsageError("--lock records a built engine's files; drop --dry-run or --lock")
+    if tensor.is_onnx_source(model):
+        _build_onnx(model, output, config_file, force, quiet, dry_run, lock, flags)
+        return
+    from trtserve.build import builder
+
+    if flags.get("backend") == "onnxruntime":
+        raise click.UsageError("--backend onnxruntime builds a .onnx MODEL; give one, or another --backend")
     cfg = load_build_config(None, _config_file_settings(config_file) | _given({"model": model, **flags}))
     if dry_run:
         click.echo(builder.dry_run(cfg, output))
         click.echo("dry run: nothing was written")
         return
     builder.build_engine(cfg, output, force=force, quiet=quiet, lock=lock)
+
+
+def _build_onnx(model: str, output: Path, config_file, force, quiet, dry_run, lock, flags: dict) -> None:
+    """A .onnx MODEL: a tensor-model engine dir (trtserve/build/tensor.py); LLM settings do not apply."""
+    from trtserve.build import tensor
+
+    llm_only = [k for k, v in flags.items() if v is not None and k not in ("max_batch_size", "backend")]
+    if config_file is not None:
+        llm_only.insert(0, "config")
+    if llm_only:
+        names = ", ".join("--" + k.replace("_", "-") for k in llm_only)
+        raise click.UsageError(
+            f"{names}: LLM builds only; a .onnx MODEL takes --max-batch-size, --backend onnxruntime|tensorrt, "
+            "--dry-run, --force and --lock"
+        )
+    backend = flags.get("backend") or "onnxruntime"
+    if backend not in tensor.TENSOR_BACKENDS:
+        raise click.UsageError(
+            f"--backend {backend} builds LLM checkpoints; a .onnx MODEL builds for onnxruntime or tensorrt"
+        )
+    build = tensor.plan(model, backend, flags.get("max_batch_size"))
+    if dry_run:
+        click.echo(tensor.dry_run(build, output))
+        click.echo("dry run: nothing was written")
+        return
+    if lock is not None and not Path(lock).resolve().parent.is_dir():
+        raise click.UsageError(f"--lock {lock}: its directory does not exist; create it or write the lock elsewhere")
+    manifest = tensor.build_tensor_engine(build, output, force=force, quiet=quiet)
+    if lock is not None:
+        from trtserve.build.builder import write_lock
+
+        write_lock(manifest, Path(lock))
 
 
 def _config_file_settings(config_file: Path | None) -> dict:

@@ -55,9 +55,8 @@ def command(
 ) -> None:
     """Serve ENGINE_DIR, or a model repository REPO_DIR/<model>/<version>/ of engine dirs: /v1 (OpenAI),
     /v2 (KServe, Triton generate and repository), /admin (`trtserve repo`), /metrics, /health; gRPC with --grpc-port."""
-    from trtserve.engine.open import preflight
     from trtserve.serve.config import load_serve_config
-    from trtserve.serve.repository.scan import is_engine_dir
+    from trtserve.serve.repository.scan import is_engine_dir, preflight_dir
     from trtserve.serve.server import serve
 
     flags["api_key"] = flags.get("api_key") or os.environ.get("TRTSERVE_API_KEY")
@@ -76,7 +75,7 @@ def command(
     # A missing, foreign or damaged engine, or a backend that cannot run here, fails now, before serving.
     # In a repository each version is checked when it loads: a bad one is UNAVAILABLE, the rest serve.
     if is_engine_dir(engine_dir) or not engine_dir.is_dir():
-        preflight(engine_dir)
+        preflight_dir(engine_dir)
     if use_ray:
         return _run_ray(engine_dir, cfg, ray_flags)
     serve(engine_dir, cfg)

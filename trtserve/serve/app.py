@@ -32,6 +32,7 @@ from trtserve.serve.kserve.routes import router as kserve_router
 from trtserve.serve.load import LoadTracker
 from trtserve.serve.metrics import Metrics
 from trtserve.serve.middleware import ServerMiddleware
+from trtserve.serve.openai.embeddings import router as embeddings_router
 from trtserve.serve.openai.routes import router as openai_router
 from trtserve.serve.openapi import HEALTH, V2_LIVE, V2_READY, install_openapi
 from trtserve.serve.receipts.install import close_receipts, install_receipts
@@ -82,8 +83,9 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     install_handlers(app)
     install_openapi(app)  # documents those handlers' answers
     app.include_router(openai_router)
-    app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
+    app.include_router(embeddings_router)  # /v1/embeddings over tensor models
     app.include_router(adapters_router)  # /v1/load_lora_adapter, /v1/unload_lora_adapter
+    app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
     app.include_router(kserve_router)
     app.include_router(batch_router)
     install_responses(app, server)  # /v1/responses over the state store
@@ -102,8 +104,9 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
 
 
 class VersionServices:
-    """The repository's listener: a GenerationService over each version's engine, observed by the
-    repository (guards, shadows) and the features, warmed up before the version is routed to."""
+    """The repository's listener: a GenerationService over each LLM version's engine, observed by the
+    repository (guards, shadows) and the features, warmed up before the version is routed to.
+    Tensor model versions get none."""
 
     def __init__(
         self,
@@ -116,13 +119,15 @@ class VersionServices:
         self.load_watched = False  # serve/load.py's autoscaling gauges follow the first version loaded
 
     async def ready(self, mv: ModelVersion) -> None:
+        if mv.tensor is not None:  # a tensor model is served by serve/tensors/, over no GenerationService
+            return
         engine = mv.engine
+        for ref in engine.adapters():  # the engine dir's and --lora's LoRA adapters: model names win
+            lora.check_name(self.repository.models, ref.name, mv.model)
         service = GenerationService(engine, engine.tokenizer, mv.model, self.config, self.metrics, str(mv.version))
         service.observers.append(functools.partial(self.repository.finished, mv))
         for attach in self.features:
             attach(service)
-        for ref in engine.adapters():  # the engine dir's and --lora's LoRA adapters: model names win
-            lora.check_name(self.repository.models, ref.name, mv.model)
         mv.service = service
         if not self.load_watched:
             self.load_watched = True

@@ -15,7 +15,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from trtserve.engine.messages import EngineStats
 from trtserve.serve.load import LoadCollector, LoadTracker
+from trtserve.serve.tensor_metrics import TensorCollector
 from trtserve.serve.utilisation import UtilisationCollector, snapshot
+from trtserve.tensor.stats import ModelStatistics
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 
@@ -160,6 +162,8 @@ class Metrics:
         self.rollbacks = Counter("trtserve_rollbacks", "Routing rollbacks by cause.", ["model", "cause"], registry=reg)
         self._engines = _EngineCollector()
         reg.register(self._engines)
+        self._tensors = TensorCollector()  # tensor models' inference / execution series (serve/tensor_metrics.py)
+        reg.register(self._tensors)
         ProcessCollector(registry=reg)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds
         self._utilisation = UtilisationCollector(self._engine_stats)
         reg.register(self._utilisation)
@@ -173,6 +177,13 @@ class Metrics:
         """Forget a version's engine (only if it is still `stats`' engine, when given)."""
         if stats is None or self._engines.engines.get((model, version)) == stats:
             self._engines.engines.pop((model, version), None)
+
+    def add_tensor(self, model: str, version: str, stats: ModelStatistics) -> None:
+        self._tensors.models[(model, version)] = stats
+
+    def remove_tensor(self, model: str, version: str, stats: ModelStatistics) -> None:
+        if self._tensors.models.get((model, version)) is stats:
+            self._tensors.models.pop((model, version), None)
 
     def _engine_stats(self) -> dict[tuple[str, str], EngineStats]:
         return {key: s() for key, s in list(self._engines.engines.items())}

@@ -11,15 +11,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-
-@dataclass
-class Duration:
-    count: int = 0
-    ns: int = 0  # nanoseconds, summed over `count` events
-
-    def add(self, seconds: float) -> None:
-        self.count += 1
-        self.ns += max(0, int(seconds * 1e9))
+from trtserve.tensor.stats import Duration
 
 
 @dataclass

@@ -3,6 +3,11 @@ but not Unicode. Found by tests/fuzz (a 500 from the tokenizer); refused here wi
 
 from __future__ import annotations
 
+import re
+
+# A lone surrogate reaches Python only through a JSON escape \uD800-\uDFFF (raw UTF-8 bytes of one fail to decode).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
 
 def lone_surrogate_at(obj) -> str | None:
     """The path of the first string (key or value) holding a lone surrogate, or None. Iterative:
@@ -24,8 +29,11 @@ def lone_surrogate_at(obj) -> str | None:
     return None
 
 
-def check_unicode(obj) -> None:
-    """Raise ValueError naming the field if a string in `obj` is not valid Unicode."""
+def check_unicode(obj, raw: bytes | None = None) -> None:
+    """Raise ValueError naming the field if a string in `obj` is not valid Unicode. `raw`: the JSON
+    text `obj` was parsed from; without a surrogate escape in it, `obj` is not walked."""
+    if raw is not None and _SURROGATE_ESCAPE.search(raw) is None:
+        return
     where = lone_surrogate_at(obj)
     if where is not None:
         raise ValueError(f"{where} holds a lone UTF-16 surrogate (not valid Unicode); send valid UTF-8 text")

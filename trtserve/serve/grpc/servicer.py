@@ -13,13 +13,16 @@ from trtserve.serve.errors import APIError
 from trtserve.serve.group import collect_all
 from trtserve.serve.grpc.calls import CallLog, check_admin, check_id, metadata_of, unary, unknown_model
 from trtserve.serve.grpc.stream import StreamSession
-from trtserve.serve.grpc.tensors import infer_response, parameters, request_tensors
+from trtserve.serve.grpc.tensors import infer_response, infer_tensor, parameters, request_tensors
 from trtserve.serve.kserve.infer import infer_call
 from trtserve.serve.kserve.serving import KServeServing
 from trtserve.serve.repository.admin import version_parameter
-from trtserve.serve.repository.lookup import version_ready
+from trtserve.serve.repository.lookup import refuse_tensor, version_ready
+from trtserve.serve.repository.router import parse_target
+from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.state import ServerState
-from trtserve.serve.statistics import Duration
+from trtserve.serve.tensors.serving import TensorServing
+from trtserve.serve.tensors.statistics import model_stats
 
 UNSUPPORTED = (
     "SystemSharedMemoryStatus",
@@ -37,9 +40,9 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def __init__(self, server: ServerState):
         self.server = server
 
-    def serving(self, name: str, version: str, call: CallLog | None = None) -> KServeServing:
-        """The serving logic of the version the repository routes `name` (`name:V`, `name@L`) and
-        `version` ("": the routing choice) to; Triton's not-found message if there is none."""
+    def routed(self, name: str, version: str, call: CallLog | None = None) -> ModelVersion:
+        """The version the repository routes `name` (`name:V`, `name@L`) and `version` ("": the
+        routing choice) to, an LLM's or a tensor model's; Triton's not-found message if there is none."""
         repo = self.server.repository
         try:
             mv = repo.route(name, None, version or None)
@@ -49,6 +52,12 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
             raise
         if call is not None:
             call.context.routed(mv.model, mv.version)
+        return mv
+
+    def serving(self, name: str, version: str, call: CallLog | None = None) -> KServeServing:
+        """The LLM serving logic of the routed version (a tensor model is a 400 naming ModelInfer)."""
+        mv = self.routed(name, version, call)
+        refuse_tensor(mv)
         return KServeServing(mv.service)
 
     # ---- health ------------------------------------------------------------------------------------
@@ -75,29 +84,32 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @unary
     async def ModelMetadata(self, request, context, call: CallLog):
-        meta = self.serving(request.name, request.version).model_metadata()
+        mv = self.routed(request.name, request.version)
+        if mv.is_tensor:
+            repo = self.server.repository
+            versions = [str(v.version) for v in repo.models[mv.model].ready_versions()]
+            meta = TensorServing.of(mv).model_metadata(versions)
+        else:
+            meta = KServeServing(mv.service).model_metadata()
         return json_format.ParseDict(meta, pb.ModelMetadataResponse())
 
     @unary
     async def ModelConfig(self, request, context, call: CallLog):
-        cfg = self.serving(request.name, request.version).model_config()
+        mv = self.routed(request.name, request.version)
+        cfg = TensorServing.of(mv).model_config() if mv.is_tensor else KServeServing(mv.service).model_config()
         return pb.ModelConfigResponse(config=json_format.ParseDict(cfg, model_config_pb2.ModelConfig()))
 
     @unary
     async def ModelStatistics(self, request, context, call: CallLog):
-        serving = self.serving(request.name or self.server.model_name, request.version)
-        s = serving.svc.statistics
-        stats = pb.ModelStatistics(
-            name=serving.svc.model_name,
-            version=serving.svc.version,
-            last_inference=s.last_inference_ms,
-            inference_count=s.inference_count,
-            execution_count=s.inference_count,  # each request runs as its own sequence
-        )
-        for name in ("success", "fail", "queue", "compute_infer", "compute_input", "compute_output"):
-            d: Duration = getattr(s, name)
-            getattr(stats.inference_stats, name).CopyFrom(pb.StatisticDuration(count=d.count, ns=d.ns))
-        return pb.ModelStatisticsResponse(model_stats=[stats])
+        """Triton's: an empty name asks for every loaded version of every model."""
+        repo = self.server.repository
+        try:
+            entries = model_stats(repo, parse_target(request.name).model if request.name else None, request.version)
+        except APIError as err:
+            if err.status == 404:
+                raise unknown_model(request.name, request.version, ", ".join(repo.models)) from None
+            raise
+        return json_format.ParseDict({"model_stats": entries}, pb.ModelStatisticsResponse())
 
     # ---- model repository (serve/repository/) --------------------------------------------------------
     @unary
@@ -123,8 +135,13 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     # ---- inference ------------------------------------------------------------------------------------
     @unary
     async def ModelInfer(self, request, context, call: CallLog):
-        serving = self.serving(request.model_name, request.model_version, call)
+        mv = self.routed(request.model_name, request.model_version, call)
         check_id(request.id)
+        if mv.is_tensor:
+            call.rid = request.id or call.rid
+            arrays = await infer_tensor(TensorServing.of(mv), request)
+            return infer_response(mv.model, str(mv.version), request.id, arrays)
+        serving = KServeServing(mv.service)
         rid = request.id or call.rid
         call.rid = rid
         outputs = [o.name for o in request.outputs] or None

@@ -7,6 +7,7 @@ one response with the whole output. Every response says `triton_final_response` 
 request's last); a client that sets `triton_enable_empty_final_response` gets every data response
 with false and then an empty response with true, as Triton does for decoupled models.
 
+A tensor model's request gets one response with its outputs (tensor models are not decoupled).
 A request's error is one response with `error_message` (the stream stays open). Cancelling the
 stream, or a client that goes away, cancels the tasks, which aborts their engine requests at once.
 A half-closed stream (the client sent its last request) still finishes what it accepted.
@@ -26,9 +27,10 @@ from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
 from trtserve.serve.group import collect_all
 from trtserve.serve.grpc.calls import CallLog, admit, check_id, gone_code, metadata_of, status_of
-from trtserve.serve.grpc.tensors import infer_response, parameters, request_tensors
+from trtserve.serve.grpc.tensors import infer_response, infer_tensor, parameters, request_tensors
 from trtserve.serve.kserve.infer import InferCall, infer_call
-from trtserve.serve.kserve.serving import VERSION
+from trtserve.serve.kserve.serving import VERSION, KServeServing
+from trtserve.serve.tensors.serving import TensorServing
 
 EMPTY_FINAL = "triton_enable_empty_final_response"
 _END = object()  # queued once every accepted request has answered, after the client half-closed
@@ -86,13 +88,19 @@ class StreamSession:
     async def _infer(self, req: pb.ModelInferRequest, call: CallLog) -> None:
         if self.server.draining:
             raise APIError(503, "the server is shutting down; retry on another replica")
-        serving = self.servicer.serving(req.model_name, req.model_version, call)
-        req.model_version = serving.svc.version  # responses name the version that answered
+        mv = self.servicer.routed(req.model_name, req.model_version, call)
+        req.model_version = str(mv.version)  # responses name the version that answered
         check_id(req.id)
         params = parameters(req.parameters)
         empty_final = params.get(EMPTY_FINAL, False)
         if not isinstance(empty_final, bool):
             raise APIError(400, f"parameter {EMPTY_FINAL!r} must be a bool_param")
+        if mv.is_tensor:  # not decoupled: one response per request
+            self._send(req, await infer_tensor(TensorServing.of(mv), req), final=not empty_final)
+            if empty_final:
+                self._send(req, {}, final=True)
+            return
+        serving = KServeServing(mv.service)
         ic = infer_call(request_tensors(req), params, [o.name for o in req.outputs] or None, serving.svc.model_name)
         if ic.inputs.stream and (len(ic.prompts) != 1 or ic.inputs.num_return_sequences != 1):
             raise APIError(

@@ -1,6 +1,6 @@
 """Triton's gRPC messages <-> numpy: input tensors (typed `contents` or `raw_input_contents`), request
 parameters, and responses (outputs always in `raw_output_contents`, BYTES as 4-byte little-endian
-length + bytes, as Triton sends them)."""
+length + bytes, as Triton sends them), for LLMs and tensor models alike."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import numpy as np
 from tritonclient.grpc import service_pb2 as pb
 
 from trtserve.serve.errors import APIError
-from trtserve.serve.kserve.infer import OUTPUTS
 from trtserve.serve.kserve.protocol import DTYPES, InferInput, decode_tensor, encode_bytes
+from trtserve.serve.tensors.serving import TensorServing, datatype_of
 
 # datatype -> the InferTensorContents field its values travel in (FP16 has none: raw only)
 CONTENTS = {
@@ -82,14 +82,22 @@ def request_tensors(req: pb.ModelInferRequest) -> dict[str, np.ndarray]:
 
 def _raw(arr: np.ndarray, datatype: str) -> bytes:
     if datatype == "BYTES":
-        return encode_bytes(list(arr.reshape(-1)))
+        return encode_bytes([v if isinstance(v, bytes) else str(v).encode() for v in arr.reshape(-1)])
     return np.ascontiguousarray(arr, dtype=np.dtype(DTYPES[datatype]).newbyteorder("<")).tobytes()
 
 
 def infer_response(model: str, version: str, rid: str, arrays: dict[str, np.ndarray]) -> pb.ModelInferResponse:
-    """A response carrying `arrays` (output name -> array) in request order."""
+    """A response carrying `arrays` (output name -> array) in request order, each as the datatype
+    its dtype names (object arrays: BYTES)."""
     resp = pb.ModelInferResponse(model_name=model, model_version=version, id=rid)
     for name, arr in arrays.items():
-        resp.outputs.add(name=name, datatype=OUTPUTS[name], shape=list(arr.shape))
-        resp.raw_output_contents.append(_raw(arr, OUTPUTS[name]))
+        datatype = datatype_of(arr)
+        resp.outputs.add(name=name, datatype=datatype, shape=list(arr.shape))
+        resp.raw_output_contents.append(_raw(arr, datatype))
     return resp
+
+
+async def infer_tensor(serving: TensorServing, req: pb.ModelInferRequest) -> dict[str, np.ndarray]:
+    """A tensor model's ModelInfer: its outputs (classification per output's `classification` parameter)."""
+    asked = [(o.name, parameters(o.parameters)) for o in req.outputs] or None
+    return await serving.infer(request_tensors(req), parameters(req.parameters), asked, req.id)

@@ -14,22 +14,9 @@ from trtserve.engine.sampling import GuidedDecoding, SamplingParams
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
 from trtserve.serve.unicode import check_unicode
+from trtserve.tensor.types import DATATYPES
 
-DTYPES = {
-    "BOOL": np.bool_,
-    "UINT8": np.uint8,
-    "UINT16": np.uint16,
-    "UINT32": np.uint32,
-    "UINT64": np.uint64,
-    "INT8": np.int8,
-    "INT16": np.int16,
-    "INT32": np.int32,
-    "INT64": np.int64,
-    "FP16": np.float16,
-    "FP32": np.float32,
-    "FP64": np.float64,
-    "BYTES": np.object_,
-}
+DTYPES = {name: dtype for name, (dtype, _) in DATATYPES.items()}  # KServe datatype -> numpy dtype
 HEADER = "Inference-Header-Content-Length"
 
 
@@ -137,7 +124,7 @@ def parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, d
         raise APIError(400, f"{HEADER} must be an integer between 1 and the body size ({len(body)})") from None
     try:
         header = json.loads(body[:split])
-        check_unicode(header)
+        check_unicode(header, body[:split])
         req = InferRequest.model_validate(header)
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise APIError(400, "the infer request header is not valid JSON") from None

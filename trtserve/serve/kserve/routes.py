@@ -1,4 +1,5 @@
-"""KServe v2 and Triton extension routes: thin wrappers over KServeServing."""
+"""KServe v2 and Triton extension routes: thin wrappers over KServeServing (LLMs) and
+TensorServing (tensor models: infer, metadata, config; generate is LLM-only)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,13 @@ from fastapi.responses import JSONResponse
 from trtserve.serve.context import request_context
 from trtserve.serve.errors import APIError
 from trtserve.serve.kserve import docs as doc
+from trtserve.serve.kserve import tensors
+from trtserve.serve.kserve.protocol import HEADER
 from trtserve.serve.kserve.serving import KServeServing
 from trtserve.serve.repository.lookup import routed, version_ready
 from trtserve.serve.repository.router import parse_target
+from trtserve.serve.tensors.serving import TensorServing
+from trtserve.serve.tensors.statistics import model_stats
 from trtserve.serve.unicode import check_unicode
 
 router = APIRouter()
@@ -25,8 +30,9 @@ def _serving(request: Request, model: str, version: str | None = None) -> KServe
 
 async def _json(request: Request):
     try:
-        body = json.loads(await request.body())
-        check_unicode(body)
+        raw = await request.body()
+        body = json.loads(raw)
+        check_unicode(body, raw)
         return body
     except (json.JSONDecodeError, UnicodeDecodeError):
         raise APIError(400, "the request body is not valid JSON") from None
@@ -43,12 +49,36 @@ async def server_metadata(request: Request):
     return KServeServing.server_metadata() | extra
 
 
+# Before /v2/models/{model}: "stats" is this route, not a model's metadata.
+@router.get("/v2/models/stats", **doc.METADATA)
+async def all_statistics(request: Request):
+    """Triton's statistics extension: every loaded version's counts and cumulative durations."""
+    return {"model_stats": model_stats(request.app.state.server.repository, None, None)}
+
+
+@router.get("/v2/models/{model}/stats", **doc.METADATA)
+async def model_statistics(request: Request, model: str):
+    """One model's loaded versions in the statistics extension's shape."""
+    repo = request.app.state.server.repository
+    return {"model_stats": model_stats(repo, parse_target(model).model, None)}
+
+
+@router.get("/v2/models/{model}/versions/{version}/stats", **doc.METADATA)
+async def version_statistics(request: Request, model: str, version: str):
+    """One version's entry (400 for a version that is not loaded, as Triton answers)."""
+    repo = request.app.state.server.repository
+    return {"model_stats": model_stats(repo, parse_target(model).model, version)}
+
+
 @router.get("/v2/models/{model}", **doc.METADATA)
 @router.get("/v2/models/{model}/versions/{version}", **doc.METADATA)
 async def model_metadata(request: Request, model: str, version: str | None = None):
-    meta = _serving(request, model, version).model_metadata()
+    mv = routed(request, model, version, tensor_ok=True)
     m = request.app.state.server.repository.model(parse_target(model).model, adapters=True)
-    return {**meta, "versions": [str(mv.version) for mv in m.ready_versions()]}
+    versions = [str(v.version) for v in m.ready_versions()]
+    if mv.is_tensor:
+        return TensorServing.of(mv).model_metadata(versions)
+    return {**KServeServing(mv.service).model_metadata(), "versions": versions}
 
 
 @router.get("/v2/models/{model}/ready", **doc.READY)
@@ -63,14 +93,21 @@ async def model_ready(request: Request, model: str, version: str | None = None):
 @router.get("/v2/models/{model}/config", **doc.METADATA)
 @router.get("/v2/models/{model}/versions/{version}/config", **doc.METADATA)
 async def model_config(request: Request, model: str, version: str | None = None):
-    return _serving(request, model, version).model_config()
+    mv = routed(request, model, version, tensor_ok=True)
+    if mv.is_tensor:
+        return TensorServing.of(mv).model_config()
+    return KServeServing(mv.service).model_config()
 
 
 @router.post("/v2/models/{model}/infer", **doc.INFER)
 @router.post("/v2/models/{model}/versions/{version}/infer", **doc.INFER)
 async def infer(request: Request, model: str, version: str | None = None):
     raw = await request.body()  # read before routing: no await between the choice and admission
-    return await _serving(request, model, version).infer(raw, request.headers, request, request_context(request.scope))
+    mv = routed(request, model, version, tensor_ok=True)
+    if mv.is_tensor:
+        return await tensors.infer(TensorServing.of(mv), raw, request.headers.get(HEADER))
+    serving = KServeServing(mv.service)
+    return await serving.infer(raw, request.headers, request, request_context(request.scope))
 
 
 @router.post("/v2/models/{model}/generate", **doc.GENERATE)

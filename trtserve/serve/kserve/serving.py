@@ -36,7 +36,7 @@ class KServeServing:
         return {
             "name": "trtserve",
             "version": trtserve.__version__,
-            "extensions": ["binary_tensor_data", "model_configuration", "generate"],
+            "extensions": ["binary_tensor_data", "model_configuration", "generate", "statistics", "classification"],
         }
 
     def model_metadata(self) -> dict:

@@ -1,7 +1,8 @@
 """The KV-cache budget shared by every loaded version: `--kv-cache-memory` split per model by
-`kv_cache_memory` in its policy.yaml (default: the total over twice the number of models, room
-for a canary beside every stable version). A load that does not fit is refused, naming what is
-loaded and how much is free; nothing already serving is touched."""
+`kv_cache_memory` in its policy.yaml (default: the total over twice the number of LLMs, room for
+a canary beside every stable version; tensor models hold no KV cache and take no share). A load
+that does not fit is refused, naming what is loaded and how much is free; nothing already
+serving is touched."""
 
 from __future__ import annotations
 
@@ -21,14 +22,15 @@ class KVBudget:
 
     def share(self, mv: ModelVersion) -> int:
         own = self.models[mv.model].policy.kv_cache_memory
-        return int(own) if own is not None else self.total // (2 * len(self.models))
+        llms = sum(1 for m in self.models.values() if not all(v.is_tensor for v in m.versions.values()))
+        return int(own) if own is not None else self.total // (2 * max(1, llms))
 
     def used(self) -> int:
         return sum(mv.kv_bytes for m in self.models.values() for mv in m.versions.values())
 
     def reserve(self, mv: ModelVersion) -> RuntimeConfig:
         """The run config to open `mv` with, its KV bytes counted as used; UserError if it does not fit."""
-        if self.total is None:
+        if self.total is None or mv.is_tensor:  # tensor models hold no KV cache
             return self.run
         need, free = self.share(mv), self.total - self.used()
         if need > free:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from fastapi import Request
 
 from trtserve.serve.context import request_context
+from trtserve.serve.errors import APIError
 from trtserve.serve.repository.repository import Repository
 from trtserve.serve.repository.router import parse_target
 from trtserve.serve.repository.version import ModelVersion
@@ -14,12 +15,28 @@ from trtserve.serve.repository.version import ModelVersion
 SESSION_HEADER = "x-session-id"
 
 
-def routed(request: Request, spec: str | None, version: str | None = None, key: str | None = None) -> ModelVersion:
-    """The READY version for `spec` (APIError 404 / 503 otherwise), sticky on `key` or X-Session-Id."""
+def routed(
+    request: Request, spec: str | None, version: str | None = None, key: str | None = None, tensor_ok: bool = False
+) -> ModelVersion:
+    """The READY version for `spec` (APIError 404 / 503 otherwise), sticky on `key` or X-Session-Id.
+    tensor_ok: the route serves tensor models too (KServe infer, metadata); else they are a 400."""
     repo: Repository = request.app.state.server.repository
     mv = repo.route(spec, key if key is not None else request.headers.get(SESSION_HEADER), version)
     request_context(request.scope).routed(mv.model, mv.version)
+    if not tensor_ok:
+        refuse_tensor(mv)
     return mv
+
+
+def refuse_tensor(mv: ModelVersion) -> None:
+    """A route that generates text, asked for a tensor model: say which route serves it."""
+    if mv.is_tensor:
+        raise APIError(
+            400,
+            f"model {mv.model!r} is a tensor model, not an LLM; send its inputs to POST /v2/models/{mv.model}/infer "
+            "(KServe v2, or gRPC ModelInfer)",
+            "model",
+        )
 
 
 def version_ready(repo: Repository, spec: str, version: str | None) -> bool:

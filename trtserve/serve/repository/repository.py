@@ -32,7 +32,10 @@ from trtserve.serve.repository.budget import KVBudget
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.router import Target, parse_target
 from trtserve.serve.repository.scan import scan, scan_versions
+from trtserve.serve.repository.tensors import is_ensemble, open_version, wanted_versions
+from trtserve.serve.repository.tensors import resolve as resolve_tensor
 from trtserve.serve.repository.version import ModelVersion, State
+from trtserve.tensor.types import TensorModel
 
 log = logging.getLogger(__name__)
 EngineFactory = Callable[[Path, RuntimeConfig], Engine]
@@ -111,7 +114,8 @@ class Repository:
         return self.started and all(m.default_version() is not None for m in self.models.values() if m.wants_loaded())
 
     def alive(self) -> bool:
-        engines = [mv.engine for mv in self.versions() if mv.engine is not None and mv.state == State.READY]
+        engines = [mv.engine or mv.tensor for mv in self.versions() if mv.state == State.READY]
+        engines = [e for e in engines if e is not None]
         return any(e.health() for e in engines) if engines else self.started
 
     # ---- loading ---------------------------------------------------------------------------------
@@ -120,11 +124,16 @@ class Repository:
         weights and shadow route to); with `explicit`, nothing until asked."""
         try:
             if self.mode == "none":
-                jobs = []
-                for m in self.models.values():
-                    wanted = set(m.policy.version_policy.select(list(m.versions))) | m.policy.referenced()
-                    jobs += [self.load_version(m, m.versions[v]) for v in sorted(wanted) if v in m.versions]
-                await asyncio.gather(*jobs, return_exceptions=True)
+                plans = [(m, set(self._wanted(m)) | m.policy.referenced()) for m in self.models.values()]
+                for ensembles in (False, True):  # ensembles open after the models their steps name
+                    jobs = [
+                        self.load_version(m, m.versions[v])
+                        for m, wanted in plans
+                        if is_ensemble(m) == ensembles
+                        for v in sorted(wanted)
+                        if v in m.versions
+                    ]
+                    await asyncio.gather(*jobs, return_exceptions=True)
         finally:
             self.started = True
 
@@ -136,7 +145,10 @@ class Repository:
         if m.dir is not None:
             for v, mv in scan_versions(m.dir).items():
                 m.versions.setdefault(v, mv)
-        numbers = versions or m.policy.version_policy.select(list(m.versions))
+        try:
+            numbers = versions or wanted_versions(m)
+        except UserError as err:  # a bad config.pbtxt
+            raise APIError(400, f"failed to load {m.name}: {err}") from None
         targets = [m.version(v) for v in numbers]
         if reload:
             for mv in targets:
@@ -166,8 +178,42 @@ class Repository:
             m.versions[old.version] = new  # one assignment: the next request routes to the new engine
             await self._drain(old, self.config.drain_timeout)
 
+    def _wanted(self, m: RepoModel) -> list[int]:
+        """The versions start-up loads; a bad config.pbtxt makes the model UNAVAILABLE with its sentence."""
+        try:
+            return wanted_versions(m)
+        except UserError as err:
+            log.error("model %s: %s", m.name, err)
+            for mv in m.versions.values():
+                mv.state, mv.reason = State.UNAVAILABLE, str(err)
+            return []
+
+    def resolve(self, name: str, version: int) -> TensorModel:
+        """tensor/types.py's Resolver over this repository: an ensemble's step -> its READY model."""
+        return resolve_tensor(self.models, name, version)
+
+    async def _open_tensor(self, mv: ModelVersion) -> None:
+        """Open a tensor model's version (no KV budget): READY, or UNAVAILABLE with why."""
+        mv.state, mv.reason = State.LOADING, ""
+        log.info("loading %s from %s", mv.name, mv.path)
+        try:
+            async with self._opening:
+                mv.tensor = await asyncio.to_thread(open_version, mv, self.resolve)
+            self.metrics.add_tensor(mv.model, str(mv.version), mv.tensor.stats)
+            for ready in self.on_ready:
+                await ready(mv)
+            mv.state = State.READY
+            log.info("ready: %s", mv.name)
+        except Exception as err:  # the others keep serving; this one says why
+            user = isinstance(err, UserError)  # a bad config.pbtxt or model file: its sentence says what to fix
+            log.error("loading %s failed: %s", mv.name, err, exc_info=not user)
+            await self._release(mv)
+            mv.state, mv.reason = State.UNAVAILABLE, str(err) if user else f"{type(err).__name__}: {err}"
+
     async def _open(self, mv: ModelVersion) -> None:
         """Reserve its KV budget, open and warm up its engine: READY, or UNAVAILABLE with why."""
+        if mv.is_tensor:
+            return await self._open_tensor(mv)
         try:
             run = self.budget.reserve(mv)
         except UserError as err:
@@ -215,7 +261,7 @@ class Repository:
         """Drain: new requests go elsewhere at once, in-flight ones finish (or the drain timeout
         passes), then the engine stops and its memory goes back to the system."""
         async with m.lock:
-            if mv.engine is not None:
+            if mv.engine is not None or mv.tensor is not None:
                 await self._drain(mv, self.config.drain_timeout if timeout is None else timeout)
 
     async def _drain(self, mv: ModelVersion, limit: float) -> None:
@@ -231,19 +277,24 @@ class Repository:
         for release in self.on_release:
             release(mv)
         engine, mv.engine = mv.engine, None
+        tensor, mv.tensor = mv.tensor, None
         if engine is not None:  # a replacement of the same version may already be registered
             self.metrics.remove_engine(mv.model, str(mv.version), engine.stats)
+        if tensor is not None:
+            self.metrics.remove_tensor(mv.model, str(mv.version), tensor.stats)
         self.budget.release(mv)
-        if engine is not None:
-            await asyncio.to_thread(engine.shutdown)
-        del engine
+        for closing in (engine, tensor):
+            if closing is not None:
+                await asyncio.to_thread(closing.shutdown)
+        del engine, tensor, closing
         gc.collect()
         _trim_heap()
 
     async def shutdown(self) -> None:
-        for mv in self.versions():
-            if mv.engine is not None:
-                await asyncio.to_thread(mv.engine.shutdown)
+        for mv in sorted(self.versions(), key=lambda v: v.tensor is None or v.tensor.config.kind != "ensemble"):
+            for closing in (mv.tensor, mv.engine):
+                if closing is not None:
+                    await asyncio.to_thread(closing.shutdown)
 
 
 def _trim_heap() -> None:

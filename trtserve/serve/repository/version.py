@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from trtserve.engine.protocol import Engine
+from trtserve.tensor.types import TensorModel
 
 if TYPE_CHECKING:
     from trtserve.serve.generation import GenerationService
@@ -40,22 +41,35 @@ class ModelVersion:
     path: Path
     state: State = State.UNKNOWN
     reason: str = ""
-    engine: Engine | None = None
+    engine: Engine | None = None  # an LLM version's engine
+    tensor: TensorModel | None = None  # a tensor model's (trtserve/tensor/): ONNX, Python step or ensemble
+    config_dir: Path | None = None  # a tensor model's: the dir of its config.pbtxt and labels; None: an LLM
     service: GenerationService | None = None  # over the engine, set by the app's ready listener (serve/app.py)
     kv_bytes: int = 0  # KV budget it holds while loaded
     recent: deque[Outcome] = field(default_factory=lambda: deque(maxlen=WINDOW))
     served: int = 0  # requests finished since load
+    tensor_in_flight: int = 0  # a tensor model's requests being answered (serve/tensors/serving.py counts them)
 
     @property
     def name(self) -> str:
         return f"{self.model}:{self.version}"
 
     @property
+    def is_tensor(self) -> bool:
+        return self.config_dir is not None
+
+    @property
     def ready(self) -> bool:
-        return self.state == State.READY and self.engine is not None and self.engine.health()
+        if self.state != State.READY:
+            return False
+        if self.tensor is not None:
+            return self.tensor.health()
+        return self.engine is not None and self.engine.health()
 
     @property
     def in_flight(self) -> int:
+        if self.is_tensor:
+            return self.tensor_in_flight
         return 0 if self.service is None else self.service.admission.in_flight
 
     def record(self, ok: bool, ttft: float | None) -> None:
