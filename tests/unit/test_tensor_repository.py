@@ -70,6 +70,9 @@ def test_config_version_policy_picks_versions_unless_policy_yaml_names_one(tmp_p
     (model_dir / "policy.yaml").write_text("labels: {stable: 1}\n")  # names no version_policy
     m.policy = read_policy(model_dir)
     assert wanted_versions(m) == [1, 2, 3] and not is_ensemble(m)
+    m.set_policy(m.policy.change({"stable": 2}, {}))  # `trtserve repo` relabels: written back to policy.yaml
+    m.policy = read_policy(model_dir)
+    assert m.policy.labels == {"stable": 2} and wanted_versions(m) == [1, 2, 3]
 
 
 def test_a_bad_config_is_a_user_error_naming_the_field(tmp_path):

@@ -162,6 +162,11 @@ def _infer_schema() -> dict:
             "additionalProperties": False,
         },
     }
+    request["description"] = (
+        "An LLM's infer request, as below. A tensor model (docs/tensor-models.md) takes the inputs and outputs "
+        "its metadata (GET /v2/models/{model}) lists, in JSON or binary tensors, and an output's "
+        '"classification" parameter; its body is checked against that metadata, not this schema.'
+    )
     return request
 
 

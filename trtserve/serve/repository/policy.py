@@ -93,7 +93,7 @@ class Policy(Routing):
         """A new policy with this routing, the current one pushed on the history."""
         history = [*self.history, self.routing()][-MAX_HISTORY:]
         new = self.model_copy(update={"labels": labels, "weights": weights, "guard": guard, "history": history})
-        return Policy.model_validate(new.model_dump())
+        return Policy.model_validate(new.model_dump(exclude_unset=True))  # unset fields stay unset
 
     def rolled_back(self) -> Policy:
         if not self.history:
@@ -125,7 +125,8 @@ def read_policy(model_dir: Path) -> Policy:
 
 def write_policy(model_dir: Path, policy: Policy) -> None:
     """Atomic: readers (and a restart) see the old file or the new one, never half of one."""
-    data = policy.model_dump(mode="json", exclude_none=True)
+    # Unset fields stay out: a version_policy never set leaves a tensor model's config.pbtxt in charge.
+    data = policy.model_dump(mode="json", exclude_none=True, exclude_unset=True)
     for routing in [data, *data.get("history", [])]:  # versions stay integers in the YAML
         routing["weights"] = {int(v): w for v, w in routing.get("weights", {}).items()}
     fd, tmp = tempfile.mkstemp(prefix=".policy-", suffix=".yaml", dir=model_dir)
