@@ -38,8 +38,9 @@ class LLM:
         """Grow the KV cache (never shrink it) to what `reqs` need, up to the device's default size."""
         core = self.core
         default = size_kv_cache(self.engine, self.config, core.sched_config.max_batch_size)
+        ahead = self.config.speculative.num_speculative_tokens if self.config.speculative else 0  # proposals' slots
         need = blocks_for_requests(
-            [(len(r.prompt_token_ids) + r.params.max_tokens, r.params.n) for r in reqs],
+            [(len(r.prompt_token_ids) + r.params.max_tokens + ahead, r.params.n) for r in reqs],
             tokens_per_block=default.tokens_per_block,
             max_seq_len=core.max_seq_len,
             max_batch_size=core.sched_config.max_batch_size,

@@ -31,6 +31,10 @@ def table(summary: dict) -> Table:
     ]
     if summary.get("request_goodput") is not None:
         rows.append(("Request goodput (req/s)", f"{summary['request_goodput']:.2f}"))
+    server = summary.get("server_metrics") or {}
+    if server.get("spec_decode_acceptance_rate") is not None:  # speculative decoding ran: beside throughput
+        rows.append(("Spec decode acceptance rate", f"{server['spec_decode_acceptance_rate']:.1%}"))
+        rows.append(("Spec decode mean acceptance length", f"{server['spec_decode_mean_acceptance_length']:.2f}"))
     for k, v in rows:
         t.add_row(k, v)
     for m in METRICS:

@@ -1,9 +1,10 @@
 """The server's own view of a run, when it is trtserve: /metrics counter deltas and sampled peaks.
 
-Counters (prefix-cache queries and hits, preemptions, computed prompt and generated tokens) are exact
-differences between a scrape before and after the run. Peaks (KV cache usage, running and waiting
-requests) are the highest values seen by polling /metrics during the run (every 10 ms until a running
-request shows, then every 0.1 s), so they are lower bounds.
+Counters (prefix-cache queries and hits, preemptions, computed prompt and generated tokens, speculative
+decoding's drafts and accepted tokens) are exact differences between a scrape before and after the
+run. Peaks (KV cache usage, running and waiting requests) are the highest values seen by polling
+/metrics during the run (every 10 ms until a running request shows, then every 0.1 s), so they are
+lower bounds.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ COUNTERS = {
     "preemptions": "trtserve_num_preemptions_total",
     "prompt_tokens_computed": "trtserve_prompt_tokens_total",
     "generation_tokens": "trtserve_generation_tokens_total",
+    "spec_decode_num_drafts": "trtserve_spec_decode_num_drafts_total",
+    "spec_decode_num_draft_tokens": "trtserve_spec_decode_num_draft_tokens_total",
+    "spec_decode_num_accepted_tokens": "trtserve_spec_decode_num_accepted_tokens_total",
 }
 GAUGES = {
     "peak_kv_cache_usage": "trtserve_kv_cache_usage_ratio",
@@ -38,11 +42,16 @@ def parse_metrics(text: str) -> dict[str, float]:
     return out
 
 
-def deltas(before: dict[str, float], after: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:
+def deltas(before: dict[str, float], after: dict[str, float], peaks: dict[str, float]) -> dict[str, float | None]:
     """The report: counter differences, the prefix hit rate over this run, and the sampled peaks."""
     report = {key: after.get(name, 0.0) - before.get(name, 0.0) for key, name in COUNTERS.items()}
     q = report["prefix_cache_queries"]
     report["prefix_cache_hit_rate"] = report["prefix_cache_hits"] / q if q else 0.0
+    # speculative decoding, with vLLM's definitions (None: the run made no proposals)
+    drafts, proposed = report["spec_decode_num_drafts"], report["spec_decode_num_draft_tokens"]
+    accepted = report["spec_decode_num_accepted_tokens"]
+    report["spec_decode_acceptance_rate"] = accepted / proposed if proposed else None
+    report["spec_decode_mean_acceptance_length"] = 1 + accepted / drafts if drafts else None
     report.update({key: peaks.get(name, 0.0) for key, name in GAUGES.items()})
     report["kv_cache_waste_at_peak"] = peaks.get(WASTE, 0.0)
     return report

@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 from trtserve.engine.backends import BACKENDS
 from trtserve.engine.config_file import describe_validation_error, read_yaml
 from trtserve.engine.errors import UserError
+from trtserve.engine.speculative import SpeculativeConfig
 from trtserve.models.quant_formats import GROUP_SIZES, kv_cache_names, quant_names
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
@@ -54,6 +55,8 @@ class BuildConfig(BaseModel):
     smoothquant_alpha: float | None = Field(None, ge=0.0, le=1.0)  # w8a8_sq migration strength; None = 0.5
     # adapter name -> PEFT LoRA dir, checked against the model and packed into the engine dir (torch, tensorrt, trtllm)
     lora: dict[str, Path] = Field(default_factory=dict)
+    # trtllm: speculative decoding written into the options YAML (`speculative_config`); torch: a run-time option
+    speculative: SpeculativeConfig | None = None
 
     @field_validator("backend")
     @classmethod

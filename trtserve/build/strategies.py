@@ -26,7 +26,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from trtserve.backends.tensorrt_llm import build_plan, capabilities, compat, lora, serve_plan
+from trtserve.backends.tensorrt_llm import build_plan, capabilities, compat, lora, serve_plan, speculative
 from trtserve.build.config import BuildConfig
 from trtserve.build.planner import BuildPlan
 from trtserve.build.reader import CheckpointReader
@@ -78,6 +78,11 @@ class TorchStrategy(_Strategy):
             raise UserError(
                 "--trtllm-version plans a TensorRT-LLM build; add --backend tensorrt or --backend trtllm, or leave it out"
             )
+        if cfg.speculative is not None:
+            raise UserError(
+                "speculative is a run-time option on the torch backend: remove it from the build config and set "
+                "engine.speculative in the run config (or `trtserve run --speculative`)"
+            )
 
     def prepare(self, plan: BuildPlan) -> Job:
         step = tensors_for(plan)
@@ -92,6 +97,7 @@ class TensorrtStrategy(_Strategy):
         build_plan.build_config(plan.limits, plan.quantization)  # refuses what trtllm-build cannot take
         compat.check_workflow(_release(plan), self.name, build=True)
         _lora_options(plan, tensorrt=True)  # refuses adapters TensorRT-LLM cannot apply
+        _speculative(plan, self.name)  # refuses speculation: TensorRT engines cannot run it
 
     def prepare(self, plan: BuildPlan) -> Job:
         from trtserve.backends.tensorrt_llm import install
@@ -179,13 +185,15 @@ class TrtllmStrategy(_Strategy):
 
     def check_plan(self, plan: BuildPlan) -> None:
         build_plan.build_config(plan.limits, plan.quantization)  # validates the quantization section
-        serve_plan.llm_api_options(plan.limits, plan.quantization, _release(plan), _lora_options(plan, tensorrt=False))
+        serve_plan.llm_api_options(
+            plan.limits, plan.quantization, _release(plan), _lora_options(plan, tensorrt=False), _speculative(plan)
+        )
 
     def prepare(self, plan: BuildPlan) -> Job:
         from trtserve.backends.tensorrt_llm import install
 
         options = serve_plan.llm_api_options(
-            plan.limits, plan.quantization, _release(plan), _lora_options(plan, tensorrt=False)
+            plan.limits, plan.quantization, _release(plan), _lora_options(plan, tensorrt=False), _speculative(plan)
         )
 
         def write(tmp: Path, console: Console) -> Written:
@@ -203,10 +211,14 @@ class TrtllmStrategy(_Strategy):
         serve = serve_plan.trtllm_serve_argv(
             caps, "trtllm", str(out / HF_DIR), str(out / TOKENIZER_DIR), opts, plan.config.tp_size
         )
-        options = serve_plan.llm_api_options(plan.limits, plan.quantization, caps, _lora_options(plan, tensorrt=False))
+        options = serve_plan.llm_api_options(
+            plan.limits, plan.quantization, caps, _lora_options(plan, tensorrt=False), _speculative(plan)
+        )
+        spec = plan.config.speculative
         return [
             f"planned for {caps.label}",
             *_options_lines(options),
+            *(speculative.notes(spec, caps.line) if spec is not None else []),
             "equivalent commands:",
             *_lora_note(plan, out),
             "  " + shlex.join(serve),
@@ -232,6 +244,12 @@ def _lora_options(plan: BuildPlan, tensorrt: bool) -> dict | None:
     """The options YAML's `lora_config` for the adapters packed under lora/NAME; None without --lora."""
     specs = _adapters(plan)
     return lora.packed_lora_config(specs, tensorrt) if specs else None
+
+
+def _speculative(plan: BuildPlan, backend: str = "trtllm") -> dict | None:
+    """The options YAML's `speculative_config`; None without `speculative` (UserError where it cannot run)."""
+    spec = plan.config.speculative
+    return None if spec is None else speculative.speculative_options(spec, _release(plan).line, backend)
 
 
 def _lora_note(plan: BuildPlan, out: Path) -> list[str]:

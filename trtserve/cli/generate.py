@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from trtserve.cli.speculative import merged, speculative_options
+
 
 @click.command("generate")
 @click.argument("engine_dir", type=click.Path(path_type=Path))
@@ -17,14 +19,23 @@ import click
 @click.option("--seed", type=int)
 @click.option("--chat/--no-chat", default=True, show_default=True, help="Apply the engine's chat template.")
 @click.option("--kv-cache-memory", help="KV-cache budget, e.g. 1GiB [what the prompts need].")
-def command(engine_dir: Path, prompts: tuple[str, ...], chat: bool, kv_cache_memory: str | None, **params) -> None:
+@speculative_options
+def command(
+    engine_dir: Path,
+    prompts: tuple[str, ...],
+    chat: bool,
+    kv_cache_memory: str | None,
+    speculative: str | None,
+    speculative_tokens: int | None,
+    **params,
+) -> None:
     """Generate a reply to each PROMPT with the torch engine."""
     from trtserve.build.inspect import parse_memory
     from trtserve.engine.sampling import SamplingParams
     from trtserve.llm import LLM
 
     budget = parse_memory(kv_cache_memory, "--kv-cache-memory") if kv_cache_memory else None
-    llm = LLM(engine_dir, kv_cache_memory=budget)
+    llm = LLM(engine_dir, kv_cache_memory=budget, speculative=merged(None, speculative, speculative_tokens))
     for prompt, out in zip(prompts, llm.generate(list(prompts), SamplingParams(**params), chat=chat), strict=True):
         click.echo(
             f">>> {prompt}\n{out.text.strip()}\n[{len(out.token_ids)} tokens, finish_reason={out.finish_reason}]"

@@ -8,6 +8,7 @@ from pathlib import Path
 import click
 
 from trtserve.cli.lora import lora_option
+from trtserve.cli.speculative import speculative_options, with_speculative
 
 
 @click.command("run")
@@ -32,6 +33,7 @@ from trtserve.cli.lora import lora_option
     help="REPO_DIR: load each policy.yaml's versions at start (none), or only when asked (explicit) [none].",
 )
 @lora_option("Also serve the PEFT LoRA adapter in DIR as model NAME (the `lora` engine option; repeatable).")
+@speculative_options
 @click.option("--kv-cache-memory", help="KV-cache budget, e.g. 2GiB [CPU: at most 4GiB; CUDA: half of free memory].")
 @click.option("--max-queued-requests", type=int, help="Waiting requests before 429 [256].")
 @click.option("--request-timeout", type=float, help="Default per-request deadline in seconds [600].")
@@ -51,7 +53,13 @@ from trtserve.cli.lora import lora_option
 @click.option("--min-replicas", type=int, help="With --ray: autoscale down to this many [1].")
 @click.option("--max-replicas", type=int, help="With --ray: autoscale up to this many [1].")
 def command(
-    engine_dir: Path, config_file: Path | None, kv_cache_memory: str | None, lora: dict[str, str] | None, **flags
+    engine_dir: Path,
+    config_file: Path | None,
+    kv_cache_memory: str | None,
+    lora: dict[str, str] | None,
+    speculative: str | None,
+    speculative_tokens: int | None,
+    **flags,
 ) -> None:
     """Serve ENGINE_DIR, or a model repository REPO_DIR/<model>/<version>/ of engine dirs: /v1 (OpenAI),
     /v2 (KServe, Triton generate and repository), /admin (`trtserve repo`), /metrics, /health; gRPC with --grpc-port."""
@@ -67,6 +75,7 @@ def command(
     cfg = load_serve_config(config_file, flags)
     if lora:
         cfg = with_adapters(cfg, lora)
+    cfg = with_speculative(cfg, speculative, speculative_tokens)
     use_ray = ray_flags.pop("use_ray")
     if not use_ray and any(v is not None for v in ray_flags.values()):
         raise click.UsageError("--replicas, --min-replicas and --max-replicas need --ray")

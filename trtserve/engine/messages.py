@@ -52,6 +52,7 @@ class GenerateRequest:
     context_version: int | None = None  # that context's version: prefixes cached under another are not reused
     client_id: str | None = None  # what the client called it (logs only; never a key)
     adapter: AdapterRef | None = None  # the LoRA adapter it runs under (engine/adapters.py); None: the base model
+    speculate: bool = True  # False: never speculate for this request (the `speculative` option's opt-out)
     request_id: RequestId = field(default_factory=RequestId.new)
 
 
@@ -71,6 +72,7 @@ class TokenDelta:
     num_preemptions: int = 0  # times this sequence was preempted (its KV recomputed) so far
     queue_time: float | None = None  # seconds from arrival to first scheduling (first delta only)
     error: str | None = None
+    spec: SpecCounts | None = None  # speculative decoding's counts for this sequence so far (when it speculated)
 
     @property
     def sequence(self) -> SequenceId:
@@ -101,6 +103,7 @@ class EngineStats:
     busy_seconds: float | None = None
     # LoRA adapter cache: adapters loaded into memory (at start, at run time, or again after an
     # eviction), evicted (LRU, over max_cpu_loras), and found in memory when a request wanted one
+    spec: SpecCounts = field(default_factory=lambda: SpecCounts())  # speculative decoding, all sequences
     adapter_loads: int = 0
     adapter_evictions: int = 0
     adapter_hits: int = 0
@@ -114,3 +117,14 @@ class AdapterCounts:
     requests: int = 0  # requests submitted under it
     prompt_tokens: int = 0  # prompt tokens computed (prefix-cache hits excluded)
     generated_tokens: int = 0
+
+
+@dataclass
+class SpecCounts:
+    """Speculative decoding's counts, with vLLM's definitions: acceptance rate = accepted_tokens /
+    draft_tokens; mean acceptance length = 1 + accepted_tokens / drafts."""
+
+    drafts: int = 0  # verification passes that carried proposals
+    draft_tokens: int = 0  # tokens proposed
+    accepted_tokens: int = 0  # proposed tokens the target model kept
+    accepted_per_position: list[int] = field(default_factory=list)  # [i]: drafts whose i-th proposal was kept

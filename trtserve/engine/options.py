@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from trtserve.engine.adapters import LoraConfig
 from trtserve.engine.backends import resolve
 from trtserve.engine.errors import UserError
+from trtserve.engine.speculative import SpeculativeConfig
 
 
 class EngineOptions(BaseModel):
@@ -30,6 +31,8 @@ class EngineOptions(BaseModel):
     int8_activations: bool = False
     # LoRA adapters on the base model, one per request (GenerateRequest.adapter); null: none served
     lora: LoraConfig | None = None
+    # speculative decoding (engine/speculative.py): proposals verified in one pass; null: off
+    speculative: SpeculativeConfig | None = None
 
     def enabled(self) -> dict[str, Any]:
         """The options set away from their defaults, by name."""
@@ -73,6 +76,13 @@ OPTIONS: dict[str, OptionSpec] = {
             "lora",
             "LoRA adapters (PEFT's format) served on the base model, one per request, mixed in a step",
             frozenset({"torch", "tensorrt", "trtllm"}),  # TensorRT-LLM: LoraConfig + LoRARequest
+            in_identity=False,
+        ),
+        # Not in the identity: lossless, so a replay gives the same tokens with or without it.
+        OptionSpec(
+            "speculative",
+            "speculative decoding: n-gram prompt lookup or a draft model proposes, one pass verifies",
+            frozenset({"torch", "trtllm"}),  # TensorRT-LLM: speculative_config, PyTorch backend only
             in_identity=False,
         ),
     )

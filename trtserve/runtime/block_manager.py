@@ -141,6 +141,17 @@ class BlockManager:
         self._num_tokens[seq] = max(num_tokens, self._num_tokens[seq])
         return True
 
+    def truncate(self, seq: Hashable, num_tokens: int) -> None:
+        """Shrink a request's table to `num_tokens` slots (rejected speculative tokens' slots): its tail
+        blocks past them are released. Those blocks were never committed, so no prefix key is lost."""
+        table = self._tables[seq]
+        keep = self.blocks_for(num_tokens)
+        assert len(self._chain[seq]) <= num_tokens // self.block_size, "a committed block would be dropped"
+        for b in reversed(table[keep:]):
+            self._release(b)
+        del table[keep:]
+        self._num_tokens[seq] = num_tokens
+
     def commit(self, seq: Hashable, token_ids: Sequence[int], num_computed: int) -> None:
         """Register the request's blocks that became full (num_computed tokens are in the cache)."""
         if not self.enable_prefix_caching or seq in self._frozen:

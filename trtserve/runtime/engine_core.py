@@ -22,7 +22,7 @@ from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.kv_sizing import KVCacheSize
 from trtserve.engine.layout import LORA_DIR
 from trtserve.engine.manifest import engine_fingerprint as manifest_fingerprint
-from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, TokenDelta
+from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, SpecCounts, TokenDelta
 from trtserve.engine.rules import check_request, finish_reason
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.runtime.adapters import Adapters
@@ -32,7 +32,9 @@ from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.runner import ModelRunner, StepLogits
 from trtserve.runtime.sampler import SampleRow, logprobs_of, sample
-from trtserve.runtime.scheduler import Scheduler, SchedulerConfig, SchedulerOutput
+from trtserve.runtime.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
+from trtserve.runtime.speculative.speculator import Speculator, make_speculator
+from trtserve.runtime.speculative.verify import verify
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,8 @@ class EngineCore:
             size = size_kv_cache(engine, cfg, self.sched_config.max_batch_size)
             log.info("%s", size.describe())
             num_blocks = size.num_blocks
+        # speculative decoding (the `speculative` engine option); None: off
+        self.speculator: Speculator | None = make_speculator(cfg.speculative, engine, cfg) if cfg.speculative else None
         self._make_kv_cache(num_blocks)
         vocab = engine.config.pretrained_config.vocab_size
         self.grammars = Grammars(engine.tokenizer, vocab, sorted(engine.eos_token_ids))  # compiled lazily
@@ -111,7 +115,7 @@ class EngineCore:
         fingerprint = engine_fingerprint(self.engine)
         self.blocks = BlockManager(num_blocks, bs, fingerprint, self.enable_prefix_caching)
         lora = self.adapters.cache if self.adapters is not None else None
-        self.scheduler = Scheduler(self.sched_config, self.blocks, lora)
+        self.scheduler = Scheduler(self.sched_config, self.blocks, lora, self.speculator)
         kv = self.engine.model.new_kv_cache(num_blocks, bs)
         self.runner = ModelRunner(self.engine.model, kv, self.blocks, lora)
 
@@ -188,6 +192,7 @@ class EngineCore:
             context_version=req.context_version,
             adapter=req.adapter,
             prompt_logprobs=[None] * len(req.prompt_token_ids) if req.params.prompt_logprobs is not None else None,
+            speculate=req.speculate,
         )
         r.arrival_time = time.monotonic()
         r.make_generator()
@@ -239,13 +244,25 @@ class EngineCore:
                     computed = max(min(c.end, c.request.num_prompt_tokens) - c.start, 0)
                     self.adapters.count_tokens(c.request.adapter, prompt=computed)
         prompt_lps = self._prompt_logprobs(out, logits)
-        sampling = [(c.request, row) for c, row in zip(out.chunks, logits.sample_row, strict=True) if row is not None]
+        sampling = [
+            (c.request, row)
+            for c, row in zip(out.chunks, logits.sample_row, strict=True)
+            if row is not None and not c.draft
+        ]
+        verifying = [(c, row) for c, row in zip(out.chunks, logits.sample_row, strict=True) if c.draft]
         try:
             tokens, lps = self._sample([r for r, _ in sampling], logits.logits[[row for _, row in sampling]])
         except Exception as err:
             log.exception("sampling failed")
             return failed + [d for r, _ in sampling for d in self._fail(r, err)]
         deltas: list[TokenDelta] = failed
+        for c, row in verifying:
+            try:
+                rows = logits.logits[row : row + 1 + len(c.draft)]
+                deltas.append(self._verify(c, rows, prompt_lps.get(c.request.seq)))
+            except Exception as err:
+                log.exception("verification failed")
+                deltas += self._fail(c.request, err)
         for (r, row), tok, lp in zip(sampling, tokens, lps, strict=True):
             children = self._fork(r, logits.logits[[row]]) if r.params.n > 1 and not r.forked else []
             deltas.append(self._emit(r, tok, lp, prompt_lps.get(r.seq)))
@@ -279,11 +296,26 @@ class EngineCore:
             return [], []
         return sample(rows, [self._row(r) for r in reqs])
 
-    def _row(self, r: Request) -> SampleRow:
+    def _row(self, r: Request, ahead: list[int] | None = None) -> SampleRow:
+        """ahead: proposals being verified, as if output already (its matcher stands after them)."""
         banned = list(r.params.stop_token_ids) + ([] if r.params.ignore_eos else sorted(self.engine.eos_token_ids))
-        if r.guided is not None:
+        if r.guided is not None and ahead is None:
             r.guided.sync(r.output_token_ids)  # a no-op unless a path dropped or replayed tokens
-        return SampleRow(r.params, r.prompt_token_ids, r.output_token_ids, r.generator, banned, r.guided)
+        output = r.output_token_ids + ahead if ahead else r.output_token_ids
+        return SampleRow(r.params, r.prompt_token_ids, output, r.generator, banned, r.guided)
+
+    def _verify(self, c: ScheduledChunk, rows: torch.Tensor, prompt_lps) -> TokenDelta:
+        """A speculating row: keep the proposals the target agrees with, release the rest's KV slots,
+        emit the kept ones and the target's next token. rows: (1 + len(draft), vocab)."""
+        r = c.request
+        if r.guided is not None:
+            r.guided.sync(r.output_token_ids)
+        verdict = verify(rows, c.draft, lambda kept: self._row(r, kept))
+        if r.guided is not None:
+            r.guided.sync(r.output_token_ids)  # back to the output: emitting accepts the kept tokens again
+        self.speculator.record(r, len(c.draft), verdict.accepted)  # type: ignore[union-attr]
+        self.scheduler.settle(r, c.draft[: verdict.accepted])
+        return self._emit_all(r, verdict.tokens, verdict.logprobs, prompt_lps)
 
     def _prompt_logprobs(self, out: SchedulerOutput, logits: StepLogits) -> dict[SequenceId, list]:
         """Record the prompt logprobs each chunk computed; returns the lists completed this step."""
@@ -318,6 +350,7 @@ class EngineCore:
                 cache_namespace=parent.cache_namespace,
                 context_version=parent.context_version,
                 adapter=parent.adapter,
+                speculate=parent.speculate,
             )
             child.make_generator()
             if parent.params.guided is not None:  # the parent has accepted nothing yet: a fresh matcher
@@ -329,19 +362,28 @@ class EngineCore:
         return children
 
     def _emit(self, r: Request, token: int, lp, prompt_lps) -> TokenDelta:
-        r.output_token_ids.append(token)
-        self.generated_tokens += 1
-        if r.adapter is not None:
-            self.adapters.count_tokens(r.adapter, generated=1)  # type: ignore[union-attr]
-        finish, r.stop_reason = finish_reason(
-            token, len(r.output_token_ids), r.num_tokens, r.params, self.engine.eos_token_ids, self.max_seq_len
-        )
-        if r.guided is not None and r.guided.accept(token) and r.guided.is_terminated and not finish:
-            finish = "stop"  # the grammar is complete (its stop token was emitted though ignore_eos is set)
-        if finish:
-            self.scheduler.finish(r, finish)
-            self._drop_if_done(r.seq.request)
-        return self._delta(r, [token], [lp] if lp is not None else None, prompt_lps)
+        return self._emit_all(r, [token], [lp], prompt_lps)
+
+    def _emit_all(self, r: Request, tokens: list[int], lps: list, prompt_lps) -> TokenDelta:
+        """Append tokens to the output until one finishes the sequence (the rest are dropped)."""
+        kept = []
+        for token in tokens:
+            kept.append(token)
+            r.output_token_ids.append(token)
+            self.generated_tokens += 1
+            if r.adapter is not None:
+                self.adapters.count_tokens(r.adapter, generated=1)  # type: ignore[union-attr]
+            finish, r.stop_reason = finish_reason(
+                token, len(r.output_token_ids), r.num_tokens, r.params, self.engine.eos_token_ids, self.max_seq_len
+            )
+            if r.guided is not None and r.guided.accept(token) and r.guided.is_terminated and not finish:
+                finish = "stop"  # the grammar is complete (its stop token was emitted though ignore_eos is set)
+            if finish:
+                self.scheduler.finish(r, finish)
+                self._drop_if_done(r.seq.request)
+                break
+        kept_lps = lps[: len(kept)] if lps and lps[0] is not None else None
+        return self._delta(r, kept, kept_lps, prompt_lps)
 
     def _fail(self, r: Request, err: Exception) -> list[TokenDelta]:
         self.scheduler.finish(r, "error")
@@ -377,6 +419,7 @@ class EngineCore:
             num_cached_tokens=r.num_cached_tokens,
             num_preemptions=r.num_preemptions,
             queue_time=queued,
+            spec=r.spec.snapshot() if r.spec is not None and r.spec.counts.drafts else None,
         )
 
     # ---- stats -----------------------------------------------------------------------------
@@ -400,6 +443,7 @@ class EngineCore:
             cache_invalidations=s.invalidations,
             prefix_version_refusals=s.version_refusals,
             prefix_by_namespace=s.by_namespace,
+            spec=self.speculator.totals_snapshot() if self.speculator is not None else SpecCounts(),
             **self._adapter_stats(),
         )
 

@@ -17,6 +17,7 @@ from trtserve.engine.messages import SequenceId
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 from trtserve.runtime.guided import GuidedState
 from trtserve.runtime.prefix_scope import PrefixScope
+from trtserve.runtime.speculative.state import SpecState
 
 
 class Status(enum.Enum):
@@ -49,6 +50,8 @@ class Request:
     arrival_time: float = 0.0  # time.monotonic() when added
     scheduled_time: float | None = None  # time.monotonic() when first admitted to the batch
     guided: GuidedState | None = None  # grammar matcher of a constrained sequence (engine core writes it)
+    speculate: bool = True  # False: the request opted out of speculative decoding
+    spec: SpecState | None = None  # its speculative-decoding counts and switch-off (the speculator writes it)
 
     @property
     def index(self) -> int:

@@ -20,7 +20,9 @@ from trtserve.runtime.scheduler import SchedulerOutput
 @dataclass
 class StepLogits:
     logits: torch.Tensor  # (N, vocab) float32
-    sample_row: list[int | None]  # per chunk of the step: the row it samples from, if it samples
+    # per chunk of the step: the row it samples from, if it samples; a speculating chunk's rows are
+    # sample_row .. sample_row + len(draft) (its last token's, then each proposal's)
+    sample_row: list[int | None]
     prompt_rows: list[int | None]  # per chunk: the row of its first prompt-logprob position, if any
 
 
@@ -44,12 +46,13 @@ class ModelRunner:
         n_rows = 0
         for c in step.chunks:
             r = c.request
-            seqs.append(SeqChunk(r.all_token_ids[c.start : c.end], c.start, self.blocks.block_table(r.seq)))
+            seqs.append(SeqChunk(c.token_ids, c.start, self.blocks.block_table(r.seq)))
             rows = [p - c.start for p in c.prompt_logprob_positions]
             prompt_rows.append(n_rows if rows else None)
+            first = c.num_new_tokens - 1 - len(c.draft)  # the row of the sequence's last token
             if c.samples:
-                rows.append(c.num_new_tokens - 1)
-            sample_row.append(n_rows + len(rows) - 1 if c.samples else None)
+                rows += range(first, c.num_new_tokens)
+            sample_row.append(n_rows + len(rows) - 1 - len(c.draft) if c.samples else None)
             rows_per_seq.append(rows)
             n_rows += len(rows)
         cfg = self.model.cfg

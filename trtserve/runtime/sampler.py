@@ -87,14 +87,20 @@ def logprobs_of(logprobs: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
     return TokenLogprob(token, lp, rank, top)
 
 
-def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], list[TokenLogprob | None]]:
-    """logits: (B, vocab) float32, one row per SampleRow. Returns token ids and their logprobs."""
+def processed(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
+    """A copy of logits (B, vocab) with each row's penalties, bias and masks applied (before temperature)."""
     logits = logits.clone()
     apply_penalties(logits, rows)
     apply_min_tokens(logits, rows)
     apply_logit_bias(logits, rows)
     apply_bad_words(logits, rows)
     apply_grammar_masks(logits, [r.guided for r in rows])
+    return logits
+
+
+def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], list[TokenLogprob | None]]:
+    """logits: (B, vocab) float32, one row per SampleRow. Returns token ids and their logprobs."""
+    logits = processed(logits, rows)
     tokens = logits.argmax(dim=-1).tolist()  # greedy for every row; sampled rows overwrite below
     sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
     if sampled:
@@ -116,6 +122,23 @@ MIN_TEMPERATURE = 1e-5
 
 def _draw(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[int]:
     """Sample one token per row. logits: (S, vocab)."""
+    probs_sorted, order = _truncated(logits, rows)
+    out = []
+    for i, r in enumerate(rows):
+        pick = torch.multinomial(probs_sorted[i], 1, generator=r.generator)
+        out.append(int(order[i, pick]))
+    return out
+
+
+def distribution(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
+    """The (S, vocab) probabilities a sampled row draws from (temperature, top-k, top-p, min-p applied;
+    not renormalised). logits: (S, vocab), processed."""
+    probs_sorted, order = _truncated(logits, rows)
+    return torch.zeros_like(probs_sorted).scatter_(1, order, probs_sorted)
+
+
+def _truncated(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's probabilities after temperature and truncation, sorted descending, with their token ids."""
     temps = torch.tensor([r.params.temperature for r in rows]).clamp_min(MIN_TEMPERATURE).unsqueeze(1)  # (S, 1)
     probs_sorted, order = torch.sort(torch.softmax(logits / temps, dim=-1), dim=-1, descending=True)  # (S, vocab)
     ranks = torch.arange(logits.shape[1]).unsqueeze(0)  # (1, vocab)
@@ -126,9 +149,4 @@ def _draw(logits: torch.Tensor, rows: Sequence[SampleRow]) -> list[int]:
     drop |= (probs_sorted.cumsum(dim=-1) - probs_sorted) >= top_p  # keeps the smallest set reaching top_p
     drop |= probs_sorted < min_p * probs_sorted[:, :1]
     drop[:, 0] = False  # the most likely token always survives
-    probs_sorted = probs_sorted.masked_fill(drop, 0.0)
-    out = []
-    for i, r in enumerate(rows):
-        pick = torch.multinomial(probs_sorted[i], 1, generator=r.generator)
-        out.append(int(order[i, pick]))
-    return out
+    return probs_sorted.masked_fill(drop, 0.0), order

@@ -24,6 +24,7 @@ from trtserve.engine.run_config import CapacityPolicy
 from trtserve.runtime.adapter_cache import AdapterCache
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.request import Request, Status
+from trtserve.runtime.speculative.speculator import Speculator
 
 
 @dataclass
@@ -39,15 +40,23 @@ class ScheduledChunk:
     request: Request
     start: int  # first token position computed this step (the request's num_computed_tokens)
     num_new_tokens: int  # tokens computed this step: positions [start, start + num_new_tokens)
+    # proposed tokens (speculative decoding) after the sequence's last token; they are the chunk's tail,
+    # counted in num_new_tokens, and each of the last 1 + len(draft) rows picks or verifies a token
+    draft: list[int] = field(default_factory=list)
 
     @property
     def end(self) -> int:
         return self.start + self.num_new_tokens
 
     @property
+    def token_ids(self) -> list[int]:
+        """The tokens this chunk computes (a speculating row's proposals included)."""
+        return self.request.all_token_ids[self.start : self.end] + self.draft
+
+    @property
     def samples(self) -> bool:
         """The chunk reaches the sequence's last token, so its last row's logits pick the next token."""
-        return self.end == self.request.num_tokens
+        return self.end == self.request.num_tokens + len(self.draft)
 
     @property
     def prompt_logprob_positions(self) -> range:
@@ -75,10 +84,17 @@ class SchedulerOutput:
 
 
 class Scheduler:
-    def __init__(self, config: SchedulerConfig, blocks: BlockManager, adapters: AdapterCache | None = None):
+    def __init__(
+        self,
+        config: SchedulerConfig,
+        blocks: BlockManager,
+        adapters: AdapterCache | None = None,
+        speculator: Speculator | None = None,
+    ):
         self.config = config
         self.blocks = blocks
         self.adapters = adapters  # None: no request has an adapter
+        self.speculator = speculator  # None: no speculative decoding
         self.waiting: list[Request] = []  # ordered: higher priority first, then arrival
         self.running: list[Request] = []  # admission order
         self.num_preemptions = 0
@@ -112,6 +128,8 @@ class Scheduler:
         elif request in self.waiting:
             self.waiting.remove(request)
         self.blocks.free(request.seq)
+        if self.speculator is not None:
+            self.speculator.forget(request)
         request.status = Status.FINISHED
         request.finish_reason = request.finish_reason or reason
 
@@ -128,23 +146,39 @@ class Scheduler:
         out = SchedulerOutput(block_copies=self._copies)
         self._copies = []
         budget = self.config.max_num_tokens
+        speculate = self.speculator is not None and self.speculator.active(len(self.running))
         for req in list(self.running):
             if req not in self.running:  # preempted by an earlier request this step
                 continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if n <= 0:
                 continue
+            draft = self._draft(req, budget) if speculate and n == 1 else []
+            if draft and not self.blocks.append_slots(req.seq, req.num_computed_tokens + n + len(draft)):
+                draft = []  # no room for the proposals: a plain row, preempting nobody for them
             while not self.blocks.append_slots(req.seq, req.num_computed_tokens + n):
                 victim = self._newest_running()
                 self._preempt(victim, out)
                 if victim is req:
                     break
             else:
-                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n))
-                budget -= n
+                out.chunks.append(ScheduledChunk(req, req.num_computed_tokens, n + len(draft), draft))
+                budget -= n + len(draft)
         if not out.preempted:
             self._admit(out, budget)
         return out
+
+    def _draft(self, req: Request, budget: int) -> list[int]:
+        """Proposals for a decoding request: within the step's budget, its max_tokens and max_seq_len
+        (the step emits up to 1 + len(draft) tokens)."""
+        if req.params.n > 1 and not req.forked:
+            return []  # its first token forks it (engine core), which a verification step does not do
+        left = min(
+            budget - 1,
+            req.params.max_tokens - len(req.output_token_ids) - 1,
+            self.config.max_seq_len - req.num_tokens - 1,
+        )
+        return self.speculator.draft(req, left)  # type: ignore[union-attr]
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         i = 0
@@ -184,9 +218,16 @@ class Scheduler:
         for c in out.chunks:
             r = c.request
             prompt_tokens += max(min(c.end, r.num_prompt_tokens) - c.start, 0)
-            r.num_computed_tokens = c.end
+            r.num_computed_tokens = c.end - len(c.draft)  # proposals count once verified (`settle`)
             self.blocks.commit(r.seq, r.all_token_ids, r.num_computed_tokens)
         return prompt_tokens
+
+    def settle(self, r: Request, accepted: list[int]) -> None:
+        """After verifying a speculating row: the proposals in `accepted` (a prefix of its draft, not yet
+        in the output) keep their K/V; the rejected ones' slots are released."""
+        r.num_computed_tokens += len(accepted)
+        self.blocks.truncate(r.seq, r.num_computed_tokens)
+        self.blocks.commit(r.seq, r.all_token_ids + accepted, r.num_computed_tokens)
 
     def _acquire_adapter(self, req: Request, out: SchedulerOutput) -> bool:
         """Hold the request's adapter (loading it if evicted); a load that fails finishes the request."""
@@ -228,6 +269,8 @@ class Scheduler:
         self.running.remove(req)
         self._release_adapter(req)
         self.blocks.free(req.seq)
+        if self.speculator is not None:
+            self.speculator.forget(req)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
         self.num_preemptions += 1

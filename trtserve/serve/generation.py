@@ -82,16 +82,19 @@ class GenerationService:
         context_version: int | None = None,
         internal: bool = False,
         adapter: AdapterRef | None = None,
+        speculate: bool = True,
     ) -> GenerationRun:
         """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated.
         client_id is only logged and echoed: the engine names the request itself. `protocol`
         ("http" | "grpc") labels its latency metrics. `context` collects what the access log says of
         it. `internal`: the server's own run (warmup, shadow), which observers do not see. `adapter`:
-        the LoRA adapter it runs under (default: this view's, `under`; None: the base model)."""
+        the LoRA adapter it runs under (default: this view's, `under`; None: the base model).
+        `speculate`: False opts this request out of speculative decoding (GenerateRequest.speculate)."""
         for hook in self.param_hooks:
             params = hook(params)
         req = GenerateRequest(prompt_ids, params, priority, cache_salt, cache_namespace, context_version, client_id)
         req.adapter = adapter if adapter is not None else self.adapter
+        req.speculate = speculate
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
         run = GenerationRun(self, req, ticket, self.deadline(timeout), context, protocol, internal)

@@ -72,6 +72,7 @@ class _EngineCollector:
         yield busy
         yield from _by_namespace(stats)
         yield from _by_adapter(stats)
+        yield from _spec_decode(stats)
 
 
 def _by_namespace(stats):
@@ -112,6 +113,30 @@ def _by_adapter(stats):
             for adapter, counts in s.by_adapter.items():
                 c.add_metric([*key, adapter], getattr(counts, field))
         yield c
+
+
+def _spec_decode(stats):
+    """Speculative decoding, with vLLM's names and definitions (rate(accepted) / rate(draft_tokens)
+    is the acceptance rate; 1 + rate(accepted) / rate(drafts) the mean acceptance length)."""
+    counters = {
+        "trtserve_spec_decode_num_drafts": ("Verification passes that carried proposed tokens.", "drafts"),
+        "trtserve_spec_decode_num_draft_tokens": ("Tokens proposed for verification.", "draft_tokens"),
+        "trtserve_spec_decode_num_accepted_tokens": ("Proposed tokens the target model kept.", "accepted_tokens"),
+    }
+    for name, (doc, field) in counters.items():
+        c = CounterMetricFamily(name, doc, labels=["model", "version"])
+        for key, s in stats:
+            c.add_metric(list(key), getattr(s.spec, field))
+        yield c
+    per = CounterMetricFamily(
+        "trtserve_spec_decode_num_accepted_tokens_per_pos",
+        "Drafts whose proposed token at this position (from 0) was kept.",
+        labels=["model", "version", "position"],
+    )
+    for key, s in stats:
+        for position, n in enumerate(s.spec.accepted_per_position):
+            per.add_metric([*key, str(position)], n)
+    yield per
 
 
 _REQUEST = ["model", "version", "protocol"]  # protocol: "http" | "grpc"

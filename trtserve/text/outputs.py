@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trtserve.engine.messages import RequestId, TokenDelta
+from trtserve.engine.messages import RequestId, SpecCounts, TokenDelta
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 from trtserve.text.detokenizer import IncrementalDetokenizer, StopStringMatcher
 
@@ -19,6 +19,7 @@ class CompletionOutput:
     logprobs: list[TokenLogprob] | None = None
     finish_reason: str | None = None  # "stop" | "length" | "abort" | "error"
     stop_reason: int | str | None = None  # stop token id or stop string
+    spec: SpecCounts | None = None  # speculative decoding's counts for it (None: it never speculated)
 
 
 @dataclass
@@ -86,6 +87,8 @@ class OutputProcessor:
             self.output.prompt_logprobs = d.prompt_logprobs
         if d.error:
             self.output.error = d.error
+        if d.spec is not None:  # the counts so far: the last one seen is the sequence's total
+            out.spec = d.spec
         text = seq.stops.feed(seq.detok.add(d.token_ids)) if d.token_ids else ""
         finish, stop_reason = d.finish_reason, d.stop_reason
         if seq.stops.matched is not None:

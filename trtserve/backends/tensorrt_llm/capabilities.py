@@ -30,6 +30,7 @@ from trtserve.engine.errors import UserError
 TORCH_ARGS = frozenset(
     {"max_batch_size", "max_num_tokens", "max_seq_len", "enable_chunked_prefill", "kv_cache_config"}
     | {"cuda_graph_config", "enable_iter_perf_stats", "model", "tokenizer", "tensor_parallel_size", "lora_config"}
+    | {"speculative_config"}
 )
 TRT_ARGS = frozenset({"max_batch_size", "max_num_tokens", "max_seq_len", "kv_cache_config", "lora_config"})
 TRT_ARGS |= {"model", "tokenizer", "tensor_parallel_size"}

@@ -7,6 +7,8 @@ on TensorRT-LLM (release of the documentation each was taken from):
     LLM.generate_async(prompt_token_ids, sampling_params=SamplingParams(**kw), streaming=True
                        [, lora_request=LoRARequest(name, int_id, path)])
         -> a result that `async for` yields once per step, `.outputs[i]` cumulative  (1.0; 0.20 source)
+    speculative_config=NGramDecodingConfig | DraftTargetDecodingConfig   an LLM argument (speculative.py);
+                                          no per-request switch, so a request's opt-out is refused (400)
     result.abort()                        cancel; the stream then ends with finish_reason 'cancelled'  (0.20 source, 1.0)
     LLM.get_stats(timeout)                iteration-stat dicts drained since the last call  (1.0 docs); on 1.0
                                           it returns [] at once while idle, so the poller waits itself;
@@ -38,6 +40,7 @@ from trtserve.backends.tensorrt_llm.sampling import (
     to_trtllm_sampling,
 )
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
+from trtserve.backends.tensorrt_llm.speculative import SPEC_OPTION, speculative_options
 from trtserve.backends.tensorrt_llm.stats import decode, engine_stats
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
@@ -84,6 +87,9 @@ class TrtllmEngine:
         options = {k: v for k, v in options.items() if k != LORA_OPTION}
         if self._adapters.llm_option is not None:
             options[LORA_OPTION] = self._adapters.llm_option
+        if cfg.speculative is not None:  # the run config's speculative option wins over the engine dir's
+            options[SPEC_OPTION] = speculative_options(cfg.speculative, self.capabilities.line, manifest.backend)
+        self._speculates = SPEC_OPTION in options
         self._lora_request = lora_classes(self._tllm)[1]
         if self._adapters.table is not None and self._lora_request is None:
             self._adapters.close()
@@ -139,6 +145,11 @@ class TrtllmEngine:
             max_batch_size=self.info.max_batch_size,
         )
         check_supported(request, allow_n_greedy=self._allow_n_greedy, guided_backend=self._guided_backend)
+        if not request.speculate and self._speculates:
+            raise UserError(
+                "this TensorRT-LLM engine speculates for every request (TensorRT-LLM has no per-request switch); "
+                "send the request without the speculative-decoding opt-out, or serve it with the torch backend"
+            )
         if request.adapter is not None:
             self._adapters.lookup(request.adapter)  # UserError: not served, or replaced since
 

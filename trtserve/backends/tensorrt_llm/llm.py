@@ -5,6 +5,7 @@ API facts (release each comes from; capabilities.py says which the installed one
   `tensorrt_llm._tensorrt_engine.LLM(...)`                  1.0-1.2: the TensorRT-engine LLM (gone on main)
   `tensorrt_llm.llmapi.KvCacheConfig`, `CudaGraphConfig`    1.0-main (examples/llm_runtime.py)
   `LoraConfig` (llmapi on main; lora_manager in 1.0-1.2)    capabilities.lora_classes
+  `tensorrt_llm.llmapi.NGramDecodingConfig`, ...            1.0-main (speculative.py)
 LLM args are pydantic models with extra="forbid" (llmapi/llm_args.py), so the kwargs are fitted to
 the installed release first (serve_plan.fit_options).
 """
@@ -20,6 +21,7 @@ from trtserve.backends.tensorrt_llm import BACKENDS, install
 from trtserve.backends.tensorrt_llm.capabilities import Capabilities, lora_classes, probe
 from trtserve.backends.tensorrt_llm.compat import check_compatible
 from trtserve.backends.tensorrt_llm.serve_plan import fit_options
+from trtserve.backends.tensorrt_llm.speculative import SPEC_OPTION, decoding_config
 from trtserve.engine.errors import EngineIntegrityError, UserError
 from trtserve.engine.layout import HF_DIR, OPTIONS_FILE, TRT_ENGINE_DIR
 from trtserve.engine.manifest import Manifest, read_manifest
@@ -68,6 +70,8 @@ def llm_kwargs(tllm: ModuleType, options: dict) -> dict:
         if lora_config is None:
             raise UserError(f"TensorRT-LLM {getattr(tllm, '__version__', '')} has no LoraConfig; serve without `lora`")
         kw["lora_config"] = lora_config(**kw["lora_config"])
+    if SPEC_OPTION in kw:
+        kw[SPEC_OPTION] = decoding_config(tllm, kw[SPEC_OPTION])
     return kw
 
 

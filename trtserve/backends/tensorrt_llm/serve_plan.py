@@ -14,6 +14,7 @@ from __future__ import annotations
 from trtserve.backends.tensorrt_llm.capabilities import RELEASE_SPECIFIC_ARGS, SAMPLER_SWITCH, Capabilities
 from trtserve.backends.tensorrt_llm.lora import check_fields
 from trtserve.backends.tensorrt_llm.quant import llmapi_kv_dtype, quant_algos
+from trtserve.backends.tensorrt_llm.speculative import SPEC_OPTION
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import EngineBuildConfig
 
@@ -21,10 +22,15 @@ KV_FRACTION = 0.9  # TensorRT-LLM's default share of free GPU memory for the KV 
 
 
 def llm_api_options(
-    limits: EngineBuildConfig, quantization: dict | None, caps: Capabilities, lora: dict | None = None
+    limits: EngineBuildConfig,
+    quantization: dict | None,
+    caps: Capabilities,
+    lora: dict | None = None,
+    speculative: dict | None = None,
 ) -> dict:
     """The options YAML of a `--backend trtllm` engine dir, for the release `caps` describes.
-    lora: the `lora_config` LLM argument (lora.lora_config_options) when adapters are served."""
+    lora: the `lora_config` LLM argument (lora.lora_config_options) when adapters are served;
+    speculative: `speculative_config` (speculative.speculative_options) when it speculates."""
     _, kv_algo = quant_algos(quantization)
     kv = {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}
     if kv_algo is not None:
@@ -48,6 +54,8 @@ def llm_api_options(
     if lora is not None:
         check_fields(lora, caps.lora_fields, caps.label)
         options["lora_config"] = lora
+    if speculative is not None:
+        options[SPEC_OPTION] = speculative
     return {**options, **sampler_options(caps)}
 
 

@@ -201,6 +201,10 @@ class GenerateInputs(BaseModel):
     # trtserve extensions (parameters): a named context and its version, for the prefix cache
     cache_namespace: str | None = Field(None, min_length=1, max_length=256)
     context_version: int | None = Field(None, ge=0, le=2**63 - 1)
+    # trtserve extensions (parameters): false opts out of speculative decoding; return_spec_decode_stats
+    # adds the request's acceptance counts (`spec_decode`) to the response and the last streamed event
+    speculate: bool = True
+    return_spec_decode_stats: bool = False
 
     # guided decoding, as TensorRT-LLM's Triton backend names it (guided_decoding_guide_type / _guide)
     guided_decoding_guide_type: Literal["json", "json_schema", "regex", "ebnf_grammar"] | None = None

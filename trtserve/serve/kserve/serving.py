@@ -10,6 +10,7 @@ from starlette.requests import Request as HTTPRequest
 
 import trtserve
 from trtserve.engine.errors import UserError
+from trtserve.serve import speculative
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
@@ -73,7 +74,7 @@ class KServeServing:
         """kw: timeout, priority (default: g's), protocol."""
         ids = list(self.tok.encode(prompt))
         kw = {"timeout": g.timeout, "priority": g.priority, **kw}
-        kw |= {"cache_namespace": g.cache_namespace, "context_version": g.context_version}
+        kw |= {"cache_namespace": g.cache_namespace, "context_version": g.context_version, "speculate": g.speculate}
         params = g.sampling_params([list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words])
         return self.svc.start(rid, ids, params, context=context, **kw)
 
@@ -184,6 +185,8 @@ class KServeServing:
             lps = [[lp.logprob for lp in (c.logprobs or [])] for c in out.outputs]
             resp["output_log_probs"] = lps[0] if len(lps) == 1 else lps
             resp["cum_log_probs"] = [sum(x) for x in lps] if len(lps) > 1 else sum(lps[0])
+        if g.return_spec_decode_stats:
+            resp["spec_decode"] = speculative.stats_field(c.spec for c in out.outputs)
         return JSONResponse(resp)
 
     def generate_stream(self, body: dict, context: RequestContext) -> StreamingResponse:
@@ -207,6 +210,8 @@ class KServeServing:
                     if d.finish_reason:
                         ev["finish_reason"] = d.finish_reason
                         ev["receipt"] = run.receipt_id
+                        if g.return_spec_decode_stats:  # this sequence's counts, on its last event
+                            ev["spec_decode"] = speculative.stats_field([run.output.outputs[d.index].spec])
                     if g.return_log_probs and d.logprobs:
                         ev["output_log_probs"] = [lp.logprob for lp in d.logprobs]
                     yield event(ev)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSche
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.sampling import MAX_LOGPROBS, GuidedDecoding, SamplingParams, TokenLogprob
+from trtserve.serve import speculative
 from trtserve.serve.openai import schema_rules as rules
 from trtserve.serve.openai.tools import Tool, ToolCall, ToolChoice, ToolPlan
 from trtserve.serve.unicode import check_unicode
@@ -133,6 +134,10 @@ class SamplingFields(BaseModel):
     cache_namespace: str | None = Field(None, min_length=1, max_length=256)
     context_version: int | None = Field(None, ge=0, le=2**63 - 1)
     lora_request: LoRARequest | None = None  # TensorRT-LLM's adapter selection; `model: NAME` does the same
+    # trtserve extensions: false opts out of speculative decoding (docs/speculative.md); true adds the
+    # request's acceptance counts to `usage.spec_decode` (and to the last streamed chunk)
+    speculate: bool = True
+    return_spec_decode_stats: bool = False
 
     @field_validator("stop")
     @classmethod
@@ -330,16 +335,20 @@ class DetokenizeRequest(BaseModel):
 # ---- responses -----------------------------------------------------------------------------
 
 
-def usage(outputs: list[RequestOutput]) -> dict:
+def usage(outputs: list[RequestOutput], spec_decode: bool = False) -> dict:
+    """OpenAI's usage object; `spec_decode`: with the sequences' speculative-decoding counts."""
     prompt = sum(len(o.prompt_token_ids) for o in outputs)
     completion = sum(len(c.token_ids) for o in outputs for c in o.outputs)
     cached = sum(o.num_cached_tokens for o in outputs)
-    return {
+    body = {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
         "prompt_tokens_details": {"cached_tokens": cached},
     }
+    if spec_decode:
+        body["spec_decode"] = speculative.stats_field(c.spec for o in outputs for c in o.outputs)
+    return body
 
 
 def token_text(tokenizer, token_id: int) -> str:

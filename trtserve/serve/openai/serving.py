@@ -13,6 +13,7 @@ from starlette.requests import Request as HTTPRequest
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.sampling import SamplingParams
+from trtserve.serve import speculative
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.generation import GenerationRun, GenerationService
@@ -77,6 +78,7 @@ class OpenAIServing:
             cache_namespace=body.cache_namespace,
             context_version=body.context_version,
             context=context,
+            speculate=body.speculate,
         )
 
     @staticmethod
@@ -116,7 +118,7 @@ class OpenAIServing:
                     gen = p.completion_logprobs(self.tok, c.logprobs or [], offset=len(texts[i]) if body.echo else 0)
                     lps = {k: lps[k] + gen[k] for k in gen}
                 choices.append(p.completion_choice(i * body.n + c.index, text, c, lps))
-        envelope = p.envelope("text_completion", rid, name, choices, p.usage(outputs))
+        envelope = p.envelope("text_completion", rid, name, choices, p.usage(outputs, body.return_spec_decode_stats))
         return envelope | {"receipt": receipt_field(runs)}
 
     def _prompts(self, prompt) -> tuple[list[str], list[list[int]]]:
@@ -156,9 +158,11 @@ class OpenAIServing:
             choice = {"index": index, "text": d.text, "logprobs": lps, "finish_reason": d.finish_reason}
             if d.finish_reason:
                 choice["stop_reason"] = d.stop_reason
-            yield event(p.envelope("text_completion", rid, name, [choice]))
+            chunk = p.envelope("text_completion", rid, name, [choice])
+            yield event(chunk | _spec_decode(body, runs[i], d))
         if body.stream_options and body.stream_options.include_usage:
-            yield event(p.envelope("text_completion", rid, name, [], p.usage([r.output for r in runs])))
+            usage = p.usage([r.output for r in runs], body.return_spec_decode_stats)
+            yield event(p.envelope("text_completion", rid, name, [], usage))
 
     # ---- /v1/chat/completions ----------------------------------------------------------------
     async def chat(self, body: p.ChatCompletionRequest, http: HTTPRequest | None, context: RequestContext) -> Answer:
@@ -188,7 +192,8 @@ class OpenAIServing:
                     "stop_reason": c.stop_reason,
                 }
             )
-        return p.envelope("chat.completion", rid, name, choices, p.usage([out])) | {"receipt": receipt_field(runs)}
+        usage = p.usage([out], body.return_spec_decode_stats)
+        return p.envelope("chat.completion", rid, name, choices, usage) | {"receipt": receipt_field(runs)}
 
     async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs, plan: tools.ToolPlan):
         kind = "chat.completion.chunk"
@@ -209,7 +214,7 @@ class OpenAIServing:
                 )
             )
         parsers = {j: plan.parser() for j in range(body.n)} if plan.active else {}
-        async for _, d in merged(runs):
+        async for i, d in merged(runs):
             delta = {"content": d.text} if d.text or not d.finish_reason else {}
             finish = d.finish_reason
             if plan.active:
@@ -222,9 +227,12 @@ class OpenAIServing:
                     name,
                     [{"index": d.index, "delta": delta, "logprobs": lps, "finish_reason": finish}],
                 )
+                | _spec_decode(body, runs[i], d)
             )
         if body.stream_options and body.stream_options.include_usage:
-            yield event(p.envelope(kind, rid, name, [], p.usage([r.output for r in runs])))
+            yield event(
+                p.envelope(kind, rid, name, [], p.usage([r.output for r in runs], body.return_spec_decode_stats))
+            )
 
     # ---- models and tokens -------------------------------------------------------------------
     def model_card(self, model_id: str | None = None) -> dict:
@@ -274,6 +282,13 @@ def model_list(repo: Repository) -> dict:
             listed.add(ref.name)
             data.append(OpenAIServing(mv.service.under(ref)).model_card())
     return {"object": "list", "data": data}
+
+
+def _spec_decode(body: p.SamplingFields, run: GenerationRun, d) -> dict:
+    """The `spec_decode` field of a sequence's last streamed chunk, when the client asked for it."""
+    if not (body.return_spec_decode_stats and d.finish_reason):
+        return {}
+    return {"spec_decode": speculative.stats_field([run.output.outputs[d.index].spec])}
 
 
 def _tool_delta(parser: tools.ToolCallStream, text: str, finish: str | None) -> tuple[dict, str | None]:

@@ -235,6 +235,8 @@ class ResponsesRequest(BaseModel):
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
     timeout: float | None = Field(None, gt=0.0)  # seconds
     priority: float = Field(0.0, allow_inf_nan=False)
+    speculate: bool = True  # false: no speculative decoding for it
+    return_spec_decode_stats: bool = False  # true: its acceptance counts in usage.spec_decode
 
     @model_validator(mode="before")
     @classmethod

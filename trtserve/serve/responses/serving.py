@@ -12,6 +12,7 @@ from pydantic import ValidationError
 from starlette.requests import Request as HTTPRequest
 
 from trtserve.engine.errors import UserError
+from trtserve.serve import speculative
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
@@ -64,7 +65,7 @@ class Turn:
             "tools": [t.model_dump(exclude_none=True) for t in r.tools or []],
             "top_p": 1.0 if r.top_p is None else r.top_p,
             "truncation": "disabled",
-            "usage": _usage(out) if out is not None else None,
+            "usage": _usage(out, r.return_spec_decode_stats) if out is not None else None,
             "user": r.user,
             "receipt": self.run.receipt_id,
         }
@@ -144,7 +145,8 @@ class ResponsesServing:
         ids = self.chat.encode_chat(chat.messages, True, plan.template_tools())
         params = chat.sampling_params(self.chat.max_tokens(req.max_output_tokens, len(ids)), None, guided=plan.guided())
         rid = new_id("resp")
-        run = self.chat.svc.start(rid, ids, params, timeout=req.timeout, priority=req.priority, context=context)
+        kw = {"timeout": req.timeout, "priority": req.priority, "speculate": req.speculate}
+        run = self.chat.svc.start(rid, ids, params, context=context, **kw)
         return Turn(rid, req, run, plan, self.chat.served_name, stored)
 
     async def _save(self, turn: Turn, body: dict) -> None:
@@ -228,6 +230,10 @@ def _item_status(finish: str | None) -> str:
     return "incomplete" if finish == "length" else "completed"
 
 
-def _usage(out: RequestOutput) -> dict:
+def _usage(out: RequestOutput, spec_decode: bool = False) -> dict:
+    """`spec_decode`: with the speculative-decoding counts the client asked for."""
     done = sum(len(c.token_ids) for c in out.outputs)
-    return usage(len(out.prompt_token_ids), done, out.num_cached_tokens)
+    body = usage(len(out.prompt_token_ids), done, out.num_cached_tokens)
+    if spec_decode:
+        body["spec_decode"] = speculative.stats_field(c.spec for c in out.outputs)
+    return body

@@ -9,7 +9,9 @@ Each release's llmapi/llm_args.py subclasses these with its own fields.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class StrictBaseModel(BaseModel):
@@ -57,10 +59,22 @@ class BaseLlmArgs(StrictBaseModel):
     kv_cache_config: KvCacheConfig = Field(default_factory=KvCacheConfig)
     enable_lora: bool = False
     lora_config: object | None = None  # the release's LoraConfig (its own class: lora_helper / _torch.peft)
+    speculative_config: object | None = None  # the release's *DecodingConfig (its llm_args.py)
+    spec_backend: ClassVar[str]  # the name the decoding configs' supports_backend is asked about
+
+    @model_validator(mode="after")
+    def _speculation_runs_here(self):
+        # BaseLlmArgs.validate_speculative_config: a decoding config refuses a backend it cannot run on
+        spec = self.speculative_config
+        if spec is not None and not spec.supports_backend(self.spec_backend):
+            raise ValueError(f"{type(spec).__name__} does not support backend {self.spec_backend}")
+        return self
 
 
 class TorchLlmArgsBase(BaseLlmArgs):
     """The PyTorch backend's fields every release from 1.0 has."""
+
+    spec_backend: ClassVar[str] = "pytorch"
 
     cuda_graph_config: CudaGraphConfig | None = Field(default_factory=CudaGraphConfig)
     disable_overlap_scheduler: bool = False
@@ -71,6 +85,8 @@ class TorchLlmArgsBase(BaseLlmArgs):
 
 class TrtLlmArgsBase(BaseLlmArgs):
     """The TensorRT backend's (1.0-1.2: gone on main with PR #15918)."""
+
+    spec_backend: ClassVar[str] = "tensorrt"
 
     build_config: object | None = None
     enable_build_cache: bool = False

@@ -5,3 +5,9 @@ from trtllm_fake_core.executor import RequestError  # noqa: F401
 
 from tensorrt_llm.executor.request import LoRARequest  # noqa: F401
 from tensorrt_llm.llmapi.llm import LLM  # noqa: F401
+from tensorrt_llm.llmapi.llm_args import (  # noqa: F401
+    DraftTargetDecodingConfig,
+    EagleDecodingConfig,
+    MTPDecodingConfig,
+    NGramDecodingConfig,
+)

@@ -1,0 +1,1 @@
+"""Speculative decoding in the torch engine: proposers, per-sequence state, verification."""

@@ -1,0 +1,53 @@
+"""Proposers: guess the next tokens of a running sequence, for one pass of the target to verify.
+
+A proposer's q (the distribution its guesses are drawn from) is a point mass for both methods here
+(ngram lookup, a draft model's greedy tokens), so verification accepts a guess x with probability p(x).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from typing import Protocol
+
+
+class Proposer(Protocol):
+    def propose(self, token_ids: Sequence[int], k: int, seq: Hashable = None) -> list[int]:
+        """Up to k tokens guessed to follow `token_ids` (prompt + output so far) of sequence `seq`; []
+        for no guess."""
+        ...
+
+    def forget(self, seq: Hashable) -> None:
+        """Sequence `seq` finished or was preempted: drop what is kept for it."""
+        ...
+
+
+class NgramProposer:
+    """Prompt lookup: for n from `max_n` down to `min_n`, find the most recent earlier occurrence of
+    the sequence's last n tokens and propose the (up to k) tokens that followed it."""
+
+    def __init__(self, min_n: int, max_n: int):
+        self.min_n, self.max_n = min_n, max_n
+
+    def forget(self, seq: Hashable) -> None:
+        pass  # keeps nothing per sequence
+
+    def propose(self, token_ids: Sequence[int], k: int, seq: Hashable = None) -> list[int]:
+        size = len(token_ids)
+        for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
+            tail = list(token_ids[size - n :])
+            last = tail[-1]
+            # an occurrence at [j, j + n) must end before the tail starts being the tail: j + n < size
+            for end in range(size - 2, n - 2, -1):  # end: index of the occurrence's last token
+                if token_ids[end] == last and list(token_ids[end - n + 1 : end + 1]) == tail:
+                    return _continuation(token_ids, end + 1, k)
+        return []
+
+
+def _continuation(token_ids: Sequence[int], start: int, k: int) -> list[int]:
+    """k tokens from `start` on; one that runs past the end continues with its own proposals (a
+    repeating tail, as in `a b a b`, proposes whole periods rather than the one token left)."""
+    out = list(token_ids[start : start + k])
+    size = len(token_ids)
+    while len(out) < k:
+        out.append(out[start + len(out) - size])
+    return out
