@@ -13,11 +13,11 @@ from pathlib import Path
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from trtserve.engine.errors import UnsupportedError
 from trtserve.serve.admin_key import require_admin
-from trtserve.serve.errors import APIError, error_responses
+from trtserve.serve.errors import APIError, error_responses, parse_body
 from trtserve.serve.openapi import inline_schema
 from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.model import RepoModel
@@ -60,7 +60,7 @@ def _body(model: type[BaseModel]) -> dict:
 @router.post("/v1/load_lora_adapter", responses=_RESPONSES, openapi_extra=_body(LoadLoRAAdapterRequest))
 async def load_lora_adapter(request: Request):
     require_admin(request)
-    body = _parse(LoadLoRAAdapterRequest, await request.body())
+    body = parse_body(LoadLoRAAdapterRequest, await request.body())
     repo: Repository = request.app.state.server.repository
     base = _base(repo, body.base_model)
     lora.check_name(repo.models, body.lora_name, base.name)
@@ -82,7 +82,7 @@ async def load_lora_adapter(request: Request):
 @router.post("/v1/unload_lora_adapter", responses=_RESPONSES, openapi_extra=_body(UnloadLoRAAdapterRequest))
 async def unload_lora_adapter(request: Request):
     require_admin(request)
-    body = _parse(UnloadLoRAAdapterRequest, await request.body())
+    body = parse_body(UnloadLoRAAdapterRequest, await request.body())
     repo: Repository = request.app.state.server.repository
     base = _base(repo, body.base_model) if body.base_model is not None else lora.base_of(repo.models, body.lora_name)
     versions = [] if base is None else [mv for mv in _versions(base) if _serves(mv, body.lora_name)]
@@ -120,12 +120,3 @@ def _versions(m: RepoModel) -> list[ModelVersion]:
 
 def _serves(mv: ModelVersion, name: str) -> bool:
     return any(ref.name == name for ref in mv.engine.adapters())  # type: ignore[union-attr]
-
-
-def _parse(model: type[BaseModel], raw: bytes):
-    try:
-        return model.model_validate_json(raw or b"{}")
-    except ValidationError as err:
-        e = err.errors()[0]
-        where = ".".join(str(x) for x in e["loc"]) or "body"
-        raise APIError(400, f"{where}: {e['msg']}") from None

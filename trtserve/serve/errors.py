@@ -7,7 +7,7 @@ import logging
 from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import ClientDisconnect
 from starlette.routing import Match
@@ -154,3 +154,13 @@ def install_handlers(app) -> None:
         return error_response(
             request.url.path, 500, f"internal error ({type(err).__name__}); this is a bug in trtserve"
         )
+
+
+def parse_body(model: type[BaseModel], raw: bytes):
+    """A JSON body (empty: {}) as `model`; APIError 400 naming the first field that is wrong."""
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as err:
+        e = err.errors()[0]
+        where = ".".join(str(x) for x in e["loc"]) or "body"
+        raise APIError(400, f"{where}: {e['msg']}") from None

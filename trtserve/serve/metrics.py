@@ -39,11 +39,7 @@ class _EngineCollector:
             "trtserve_kv_cache_free_blocks": ("Free KV blocks with no cached prefix.", "kv_blocks_free"),
             "trtserve_kv_cache_total_blocks": ("KV blocks in the pool.", "kv_blocks_total"),
         }
-        for name, (doc, field) in gauges.items():
-            g = GaugeMetricFamily(name, doc, labels=["model", "version"])
-            for key, s in stats:
-                g.add_metric(list(key), getattr(s, field))
-            yield g
+        yield from _per_engine(GaugeMetricFamily, gauges, stats)
         counters = {
             "trtserve_prompt_tokens": ("Prompt tokens computed (prefix-cache hits excluded).", "prompt_tokens"),
             "trtserve_generation_tokens": ("Tokens generated.", "generated_tokens"),
@@ -56,11 +52,7 @@ class _EngineCollector:
                 "prefix_version_refusals",
             ),
         }
-        for name, (doc, field) in counters.items():
-            c = CounterMetricFamily(name, doc, labels=["model", "version"])
-            for key, s in stats:
-                c.add_metric(list(key), getattr(s, field))
-            yield c
+        yield from _per_engine(CounterMetricFamily, counters, stats)
         busy = CounterMetricFamily(
             "trtserve_engine_busy_seconds",
             "Seconds the engine spent executing steps; rate() is the busy fraction.",
@@ -73,6 +65,16 @@ class _EngineCollector:
         yield from _by_namespace(stats)
         yield from _by_adapter(stats)
         yield from _spec_decode(stats)
+
+
+def _per_engine(family, table: dict[str, tuple[str, str]], stats, part=lambda s: s):
+    """One metric family per `name: (doc, field)` of `table`, one sample per engine: its stats' `field`
+    (of `part(stats)`, e.g. the speculative counts)."""
+    for name, (doc, field) in table.items():
+        f = family(name, doc, labels=["model", "version"])
+        for key, s in stats:
+            f.add_metric(list(key), getattr(part(s), field))
+        yield f
 
 
 def _by_namespace(stats):
@@ -97,11 +99,7 @@ def _by_adapter(stats):
         "trtserve_lora_adapter_evictions": ("LoRA adapters evicted from memory (LRU).", "adapter_evictions"),
         "trtserve_lora_adapter_hits": ("Times a request's LoRA adapter was found in memory.", "adapter_hits"),
     }
-    for name, (doc, field) in cache.items():
-        c = CounterMetricFamily(name, doc, labels=["model", "version"])
-        for key, s in stats:
-            c.add_metric(list(key), getattr(s, field))
-        yield c
+    yield from _per_engine(CounterMetricFamily, cache, stats)
     per = {
         "trtserve_lora_requests": ("Requests run under each LoRA adapter.", "requests"),
         "trtserve_lora_prompt_tokens": ("Prompt tokens computed under each LoRA adapter.", "prompt_tokens"),
@@ -123,11 +121,7 @@ def _spec_decode(stats):
         "trtserve_spec_decode_num_draft_tokens": ("Tokens proposed for verification.", "draft_tokens"),
         "trtserve_spec_decode_num_accepted_tokens": ("Proposed tokens the target model kept.", "accepted_tokens"),
     }
-    for name, (doc, field) in counters.items():
-        c = CounterMetricFamily(name, doc, labels=["model", "version"])
-        for key, s in stats:
-            c.add_metric(list(key), getattr(s.spec, field))
-        yield c
+    yield from _per_engine(CounterMetricFamily, counters, stats, lambda s: s.spec)
     per = CounterMetricFamily(
         "trtserve_spec_decode_num_accepted_tokens_per_pos",
         "Drafts whose proposed token at this position (from 0) was kept.",

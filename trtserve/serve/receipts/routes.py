@@ -10,11 +10,11 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Request
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.serve.admin_key import require_admin
-from trtserve.serve.errors import APIError, error_responses
+from trtserve.serve.errors import APIError, error_responses, parse_body
 from trtserve.serve.generation import GenerationService
 from trtserve.serve.openapi import inline_schema
 from trtserve.serve.receipts.book import engine_identity
@@ -88,7 +88,7 @@ async def get_receipt(receipt_id: str, request: Request):
 )
 async def invalidate(request: Request):
     require_admin(request)
-    body = _parse(InvalidateRequest, await request.body())
+    body = parse_body(InvalidateRequest, await request.body())
     dropped = 0
     try:
         for svc in services(request, body.model):
@@ -106,7 +106,7 @@ async def invalidate(request: Request):
 async def replay(request: Request):
     """Run a receipt's request again on this server's engine for that model; the client compares."""
     require_admin(request)
-    body = _parse(ReplayRequest, await request.body())
+    body = parse_body(ReplayRequest, await request.body())
     receipt = body.receipt
     svc = next((s for s in services(request) if s.model_name == receipt.model), None)
     if svc is None:
@@ -131,12 +131,3 @@ async def replay(request: Request):
     outputs = sequences_of(out.outputs)
     result = ReplayResult(engine=identity, outputs=outputs, cached_tokens=out.num_cached_tokens, receipt=run.receipt_id)
     return result.model_dump(mode="json")
-
-
-def _parse(model: type[BaseModel], raw: bytes):
-    try:
-        return model.model_validate_json(raw or b"{}")
-    except ValidationError as err:
-        e = err.errors()[0]
-        where = ".".join(str(x) for x in e["loc"]) or "body"
-        raise APIError(400, f"{where}: {e['msg']}") from None
