@@ -92,6 +92,24 @@ class PagedKVCache:
         shape = (self.num_blocks, self.tokens_per_block, *self.data.shape[-2:])
         return self.data[layer, 0].view(shape), self.data[layer, 1].view(shape)
 
+    def read_blocks(self, block_ids: list[int]) -> torch.Tensor:
+        """Whole blocks as stored (8-bit caches stay 8-bit), for another tier or process to hold:
+        (len(block_ids), layers, 2 [K, V], tokens_per_block, kv_heads, head_dim), a copy."""
+        idx = torch.tensor(block_ids, dtype=torch.long, device=self.data.device)
+        shape = (*self.data.shape[:2], self.num_blocks, self.tokens_per_block, *self.data.shape[-2:])
+        return self.data.view(shape).index_select(2, idx).permute(2, 0, 1, 3, 4, 5).contiguous()
+
+    def write_blocks(self, block_ids: list[int], data: torch.Tensor) -> None:
+        """Put blocks read by read_blocks (same layout and storage dtype) back, bit for bit."""
+        shape = (*self.data.shape[:2], self.num_blocks, self.tokens_per_block, *self.data.shape[-2:])
+        expected = (len(block_ids), *shape[:2], *shape[3:])
+        if tuple(data.shape) != expected or data.dtype != self.data.dtype:
+            raise ValueError(
+                f"KV blocks of shape {tuple(data.shape)} {data.dtype}; this cache stores {expected} {self.data.dtype}"
+            )
+        idx = torch.tensor(block_ids, dtype=torch.long, device=self.data.device)
+        self.data.view(shape).index_copy_(2, idx, data.to(self.data.device).permute(1, 2, 0, 3, 4, 5))
+
     def copy_blocks(self, pairs: list[tuple[int, int]]) -> None:
         """Copy whole blocks src -> dst in every layer (copy-on-write for forked sequences)."""
         if not pairs:

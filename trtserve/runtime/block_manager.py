@@ -9,6 +9,8 @@ Prefix keys form a hash chain rooted at (engine fingerprint, cache_salt, cache_n
 context_version) (prefix_scope.py), so a changed engine, salt, namespace or context version never
 matches an old block. `invalidate` drops a namespace's cached prefixes at once; the requests
 running in it keep their blocks until they finish but register no new prefix.
+
+Listeners (kv_events.py) hear every prefix stored, evicted or invalidated, as it happens.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 
+from trtserve.runtime.kv_events import BlockRemoved, BlockStored, CacheCleared, KVEvent, KVListener
 from trtserve.runtime.prefix_scope import NamespaceCounters, PrefixScope, block_key, chain_root, head_key
 
 __all__ = ["BlockManager", "BlockStats", "PrefixScope", "block_key", "chain_root"]
@@ -64,6 +67,32 @@ class BlockManager:
         self.version_refusals = 0
         self.by_namespace = NamespaceCounters()
         self._cached_free = 0  # free blocks holding a prefix key, kept in step so stats() is O(requests)
+        self._listeners: list[KVListener] = []
+
+    def subscribe(self, listener: KVListener) -> None:
+        """Call `listener` with every KV event from now on (kv_events.py says when and how)."""
+        self._listeners.append(listener)
+
+    def unsubscribe(self, listener: KVListener) -> None:
+        self._listeners.remove(listener)
+
+    def _emit(self, event: KVEvent) -> None:
+        for listener in self._listeners:
+            listener(event)
+
+    def carry_over(self, old: BlockManager) -> None:
+        """Take over a replaced manager's counters and listeners (a resized cache starts empty)."""
+        self.prefix_queries, self.prefix_hits = old.prefix_queries, old.prefix_hits
+        self.by_namespace, self.invalidations = old.by_namespace, old.invalidations
+        self.version_refusals = old.version_refusals
+        self._listeners = old._listeners
+
+    def clear(self) -> None:
+        """Forget every cached prefix of the free blocks (the cache is being replaced or released);
+        blocks held by running requests keep theirs. Listeners hear CacheCleared."""
+        for block in [b for b in self._free if self._key[b] is not None]:
+            self._forget(block, evicted=False, announce=False)
+        self._emit(CacheCleared())
 
     # ---- queries -------------------------------------------------------------------------
     @property
@@ -170,6 +199,9 @@ class BlockManager:
                 if i == 0 and (head := head_key(self.namespace, scope, block_tokens)) is not None:
                     self._head[block] = head
                     self._heads.setdefault(head, set()).add(scope.version)
+                if self._listeners:
+                    parent = chain[-2] if len(chain) > 1 else None
+                    self._emit(BlockStored(key, parent, tuple(block_tokens), block, scope))
 
     def invalidate(self, namespace: str | None, before_version: int | None = None) -> int:
         """Drop the cached prefixes of `namespace` (only those of versions < before_version, when
@@ -183,7 +215,7 @@ class BlockManager:
         for block in list(self._cached.values()):
             scope = self._block_scope[block]
             if scope is not None and scope.matches(namespace, before_version):
-                self._forget(block)
+                self._forget(block, evicted=False)
                 if self._ref[block] == 0:
                     self._free.move_to_end(block, last=False)  # handed out before any cached block
                 dropped += 1
@@ -247,16 +279,20 @@ class BlockManager:
     def _pop_free(self) -> int:
         block, _ = self._free.popitem(last=False)  # least recently used
         if self._key[block] is not None:  # evict its cached prefix
-            self._forget(block)
+            self._forget(block, evicted=True)
         self._ref[block] = 1
         return block
 
-    def _forget(self, block: int) -> None:
-        """The block no longer holds a reusable prefix (evicted or invalidated)."""
+    def _forget(self, block: int, evicted: bool, announce: bool = True) -> None:
+        """The block no longer holds a reusable prefix (evicted: its slots are about to be reused;
+        else invalidated or cleared)."""
         if self._ref[block] == 0:
             self._cached_free -= 1
-        del self._cached[self._key[block]]  # type: ignore[arg-type]
+        key = self._key[block]
+        del self._cached[key]  # type: ignore[arg-type]
         head, scope = self._head[block], self._block_scope[block]
+        if announce and self._listeners:
+            self._emit(BlockRemoved(key, block, evicted, scope))  # type: ignore[arg-type]
         if head is not None and scope is not None:
             versions = self._heads[head]
             versions.discard(scope.version)

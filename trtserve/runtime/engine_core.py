@@ -128,11 +128,10 @@ class EngineCore:
         if self.has_unfinished():
             raise RuntimeError("the KV cache can only be resized while no request is in flight")
         old_blocks, preemptions = self.blocks, self.scheduler.num_preemptions
+        old_blocks.clear()
         del self.runner  # frees the old storage before the new is allocated: one cache at a time
         self._make_kv_cache(num_blocks)
-        self.blocks.prefix_queries, self.blocks.prefix_hits = old_blocks.prefix_queries, old_blocks.prefix_hits
-        self.blocks.by_namespace, self.blocks.invalidations = old_blocks.by_namespace, old_blocks.invalidations
-        self.blocks.version_refusals = old_blocks.version_refusals
+        self.blocks.carry_over(old_blocks)
         self.scheduler.num_preemptions = preemptions
 
     # ---- requests --------------------------------------------------------------------------
