@@ -35,7 +35,7 @@ def spec_server(tiny_llama_engine, tmp_path_factory):
     # min_acceptance 0: no sequence is paused for low acceptance, so every prompt drafts
     cfg.write_text(
         "engine:\n  speculative:\n    method: ngram\n"
-        f"    num_speculative_tokens: {K}\n    prompt_lookup_min: 1\n    prompt_lookup_max: 3\n"
+        f"    num_speculative_tokens: {K}\n    prompt_lookup_min: 1\n    prompt_lookup_max: 3\n    max_batch_size: 8\n"
         "    min_acceptance: 0.0\n"
     )
     s = Server(tiny_llama_engine, "--config", str(cfg), "--kv-cache-memory", "64MiB", log=tmp / "server.log")
@@ -227,7 +227,7 @@ def draft_server(tiny_llama_engine, tmp_path_factory):
     cfg = tmp / "run.yaml"
     cfg.write_text(
         "engine:\n  speculative:\n    method: draft_model\n"
-        f"    num_speculative_tokens: {K}\n    draft_engine_dir: {tiny_llama_engine}\n"
+        f"    num_speculative_tokens: {K}\n    draft_engine_dir: {tiny_llama_engine}\n    max_batch_size: 8\n"
     )
     s = Server(tiny_llama_engine, "--config", str(cfg), "--kv-cache-memory", "64MiB", log=tmp / "server.log")
     yield s

@@ -15,7 +15,7 @@ from trtserve.engine.speculative import SpeculativeConfig
 
 pytestmark = pytest.mark.timeout(300)
 
-NGRAM = {"method": "ngram", "num_speculative_tokens": 4}
+NGRAM = {"method": "ngram", "num_speculative_tokens": 4, "max_batch_size": 8}  # batches of 4 speculate
 KV = 16 << 20
 
 
@@ -99,7 +99,7 @@ def test_guided_output_equals_plain(plain, spec):
 
 
 def test_opt_out_and_batch_limit_switch_off(tiny_llama_engine):
-    llm = LLM(tiny_llama_engine, kv_cache_memory=KV, speculative=SpeculativeConfig(**NGRAM, max_batch_size=2))
+    llm = LLM(tiny_llama_engine, kv_cache_memory=KV, speculative=SpeculativeConfig(**NGRAM | {"max_batch_size": 2}))
     p = SamplingParams(max_tokens=20, temperature=0.0, ignore_eos=True)
     llm.generate(repetitive_prompts(), p)  # four running: above max_batch_size, no step speculates
     assert llm.core.stats().spec.drafts == 0
@@ -176,7 +176,7 @@ def test_sampled_tokens_keep_the_model_distribution(plain, tiny_llama_engine):
     ref = plain.generate([prompt + [first]], SamplingParams(max_tokens=1, temperature=0.0, logprobs=4))[0]
     top = ref.outputs[0].logprobs[0].top  # the model's four likeliest next tokens and their logprobs
     exact = torch.softmax(torch.tensor([lp for _, lp in top]) / 0.7, 0)
-    cfg = SpeculativeConfig(**NGRAM, max_batch_size=256)
+    cfg = SpeculativeConfig(**NGRAM | {"max_batch_size": 256})
     llm = LLM(tiny_llama_engine, kv_cache_memory=64 << 20, speculative=cfg, max_batch_size=256)
     # proposals the model often rejects: its second likeliest token, then its likeliest
     llm.core.speculator.proposer = Always([top[1][0], top[0][0]])
@@ -324,3 +324,31 @@ def test_chunked_prefill_ending_in_a_verification_row_equals_plain(plain, tiny_l
     assert [lp and lp.token_id for lp in got.prompt_logprobs] == [lp and lp.token_id for lp in want.prompt_logprobs]
     _same_logprobs(want.outputs[0].logprobs, got.outputs[0].logprobs, exact=False)
     assert llm.core.stats().spec.drafts > 0
+
+
+class Script:
+    """A proposer that proposes what the plain engine generated next (every proposal is kept)."""
+
+    def __init__(self, prompt: list[int], output: list[int]):
+        self.tokens = prompt + output
+
+    def propose(self, token_ids, k, seq=None):
+        n = len(token_ids)
+        return self.tokens[n : n + k] if self.tokens[:n] == list(token_ids) else []
+
+    def forget(self, seq):
+        pass
+
+
+def test_proposals_after_a_stop_token_are_not_counted_as_accepted(plain, tiny_llama_engine):
+    prompt = repetitive_prompts()[0]
+    ref = plain.generate([prompt], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))[0].token_ids
+    stop = next(i for i in range(2, 4) if ref[i] not in ref[:i])  # inside the first draft, not its last token
+    llm = LLM(tiny_llama_engine, kv_cache_memory=KV, speculative=NGRAM)
+    llm.core.speculator.proposer = Script(prompt, ref)
+    p = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, stop_token_ids=[ref[stop]])
+    out = llm.generate([prompt], p)[0]
+    assert out.token_ids == ref[: stop + 1]  # the stop token is emitted, the proposals after it are not
+    s = llm.core.stats().spec
+    # prefill emits ref[0]; one verification of 4 proposals, all agreed with, emits ref[1..stop] and stops
+    assert (s.drafts, s.draft_tokens, s.accepted_tokens) == (1, 4, stop)

@@ -26,7 +26,7 @@ def test_adapters_with_speculation_equal_peft(tmp_path):
         tmp_path / "engine",
         lora={"adapters": {"qv": str(adapter)}},
         kv_cache_memory=8 << 20,
-        speculative={"method": "ngram", "num_speculative_tokens": 3},
+        speculative={"method": "ngram", "num_speculative_tokens": 3, "max_batch_size": 8},
     )
     p = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
     got = llm.generate(PROMPTS * 2, p, adapter=["qv", "qv", None, None])

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+AUTO_MAX_BATCH_SIZE = 8  # the largest batch that speculates when max_batch_size is unset
+
 
 class SpeculativeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -27,8 +29,15 @@ class SpeculativeConfig(BaseModel):
     draft_engine_dir: Path | None = None  # draft_model: its engine dir (same tokenizer as the target)
     # Speculation pauses for a step whose running batch is larger than this (verification then costs
     # more than it saves), and for a sequence whose rolling acceptance rate falls below min_acceptance.
-    max_batch_size: int = Field(8, ge=1)
+    # None: up to AUTO_MAX_BATCH_SIZE, each step speculates when that has measured faster at its batch
+    # size (runtime/speculative/switch.py), since where it stops paying depends on device and workload.
+    max_batch_size: int | None = Field(None, ge=1)
     min_acceptance: float = Field(0.1, ge=0.0, le=1.0)
+
+    @property
+    def batch_limit(self) -> int:
+        """The largest running batch that speculates (TensorRT-LLM's max_concurrency)."""
+        return self.max_batch_size or AUTO_MAX_BATCH_SIZE
 
     @model_validator(mode="after")
     def _consistent(self) -> SpeculativeConfig:

@@ -108,6 +108,7 @@ class EngineCore:
         self._compiling: list[tuple[Request, Future]] = []  # constrained requests waiting for their grammar
         self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
+        self._decode_only: tuple[int, bool] | None = None  # this step's (batch, speculated) if it ran decodes only
         self.steps = self.prompt_tokens = self.generated_tokens = 0
 
     def _make_kv_cache(self, num_blocks: int) -> None:
@@ -223,10 +224,24 @@ class EngineCore:
 
     # ---- the step --------------------------------------------------------------------------
     def step(self) -> list[TokenDelta]:
+        start, self._decode_only = time.perf_counter(), None
+        deltas = self._step()
+        if self._decode_only is not None:  # the speculation switch learns what a decode step yields
+            tokens = sum(len(d.token_ids) for d in deltas)
+            self.speculator.switch.observe(*self._decode_only, tokens, time.perf_counter() - start)  # type: ignore[union-attr]
+        return deltas
+
+    def _step(self) -> list[TokenDelta]:
         failed = self._admit_compiled()
         if failed:
             return failed
         out = self.scheduler.schedule()
+        if (
+            self.speculator is not None
+            and out.chunks
+            and all(c.start >= c.request.num_prompt_tokens for c in out.chunks)
+        ):
+            self._decode_only = (len(out.chunks), any(c.draft for c in out.chunks))  # (batch, speculated)
         failed = [d for r, err in out.failed for d in self._failed(r, err)]  # adapters that would not load
         if not out.chunks:
             return failed
@@ -312,9 +327,8 @@ class EngineCore:
         verdict = verify(rows, c.draft, lambda kept: self._row(r, kept))
         if r.guided is not None:
             r.guided.sync(r.output_token_ids)  # back to the output: emitting accepts the kept tokens again
-        self.speculator.record(r, len(c.draft), verdict.accepted)  # type: ignore[union-attr]
         self.scheduler.settle(r, c.draft[: verdict.accepted])
-        return self._emit_all(r, verdict.tokens, verdict.logprobs, prompt_lps)
+        return self._emit_all(r, verdict.tokens, verdict.logprobs, prompt_lps, (len(c.draft), verdict.accepted))
 
     def _prompt_logprobs(self, out: SchedulerOutput, logits: StepLogits) -> dict[SequenceId, list]:
         """Record the prompt logprobs each chunk computed; returns the lists completed this step."""
@@ -363,8 +377,9 @@ class EngineCore:
     def _emit(self, r: Request, token: int, lp, prompt_lps) -> TokenDelta:
         return self._emit_all(r, [token], [lp], prompt_lps)
 
-    def _emit_all(self, r: Request, tokens: list[int], lps: list, prompt_lps) -> TokenDelta:
-        """Append tokens to the output until one finishes the sequence (the rest are dropped)."""
+    def _emit_all(self, r: Request, tokens: list[int], lps: list, prompt_lps, verified=None) -> TokenDelta:
+        """Append tokens to the output until one finishes the sequence (the rest are dropped).
+        verified: (proposed, accepted) when the tokens come from a verification (counted as emitted)."""
         kept = []
         for token in tokens:
             kept.append(token)
@@ -381,6 +396,8 @@ class EngineCore:
                 self.scheduler.finish(r, finish)
                 self._drop_if_done(r.seq.request)
                 break
+        if verified is not None:  # proposals after a token that finished the sequence were not used
+            self.speculator.record(r, verified[0], min(verified[1], len(kept)))  # type: ignore[union-attr]
         kept_lps = lps[: len(kept)] if lps and lps[0] is not None else None
         return self._delta(r, kept, kept_lps, prompt_lps)
 

@@ -68,7 +68,7 @@ def speculative_options(spec: SpeculativeConfig, line: str, backend: str) -> dic
     else:
         out = {"decoding_type": "DraftTarget", **out, draft_field: str(draft_checkpoint(spec.draft_engine_dir))}
     if has_concurrency:
-        out["max_concurrency"] = spec.max_batch_size
+        out["max_concurrency"] = spec.batch_limit
     return out
 
 
@@ -93,7 +93,7 @@ def notes(spec: SpeculativeConfig, line: str) -> list[str]:
     ]
     if not DRAFT_FIELDS[line][1]:
         out.append(
-            f"  # speculative.max_batch_size {spec.max_batch_size} is not applied: TensorRT-LLM {line} has no "
+            f"  # speculative.max_batch_size {spec.batch_limit} is not applied: TensorRT-LLM {line} has no "
             "max_concurrency and speculates at every batch size"
         )
     return out

@@ -9,17 +9,19 @@ from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.speculative.proposer import NgramProposer, Proposer
 from trtserve.runtime.speculative.state import SpecState, add_counts
+from trtserve.runtime.speculative.switch import SpeculationSwitch
 
 
 class Speculator:
     def __init__(self, config: SpeculativeConfig, proposer: Proposer | None = None):
         self.config = config
+        self.switch = SpeculationSwitch(config.batch_limit, adaptive=config.max_batch_size is None)
         self.proposer = proposer or NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
         self.totals = SpecCounts()
 
     def active(self, batch_size: int) -> bool:
         """Whether a step with this many running sequences speculates at all."""
-        return batch_size <= self.config.max_batch_size
+        return self.switch.decide(batch_size)
 
     def draft(self, r: Request, limit: int) -> list[int]:
         """Proposals for a decoding sequence's next step, at most `limit` of them; [] for a plain row."""
@@ -49,5 +51,5 @@ def make_speculator(config: SpeculativeConfig, target: LoadedEngine, options: En
         return Speculator(config)
     from trtserve.runtime.speculative.draft import DraftProposer
 
-    draft = DraftProposer.open(config.draft_engine_dir, target, options, config.max_batch_size)  # type: ignore[arg-type]
+    draft = DraftProposer.open(config.draft_engine_dir, target, options, config.batch_limit)  # type: ignore[arg-type]
     return Speculator(config, draft)
