@@ -16,8 +16,9 @@ from trtserve.engine.kv_sizing import blocks_for_requests
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import SamplingParams
-from trtserve.runtime.engine_core import EngineCore, size_kv_cache
+from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
+from trtserve.runtime.sizing import size_kv_cache
 from trtserve.text.outputs import OutputProcessor, RequestOutput
 
 log = logging.getLogger(__name__)

@@ -27,7 +27,7 @@ class RuntimeConfig(EngineOptions):
     capacity_policy: CapacityPolicy = "guaranteed_no_evict"
     enable_prefix_caching: bool = True  # reuse the KV blocks of prompts that share a prefix
     max_batch_size: int | None = Field(None, ge=1)  # None: the engine's build limit
-    # None: the engine's build limit; on a CPU at most 512 (runtime/engine_core.py: default_step_tokens)
+    # None: the engine's build limit; on a CPU at most 512 (runtime/sizing.py: default_step_tokens)
     max_num_tokens: int | None = Field(None, ge=1)
     device: str | None = None  # None: cuda if available, else cpu
 
