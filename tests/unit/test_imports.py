@@ -29,6 +29,7 @@ ALLOWED = {
     "llm": {"engine", "text", "runtime"},
     "check": {"engine", "models", "build", "quant", "runtime", "llm"},  # `trtserve check`: above the build
     "deploy": {"engine", "serve"},  # Ray Serve replicas around serve/'s app (trtserve[ray]); no torch of its own
+    "dynamo": {"engine"},  # `trtserve dynamo`: a Dynamo worker over open_engine's Engine (trtserve[dynamo])
     "cli": None,  # anything
 }
 # The root package (trtserve/__init__.py: __version__, and LLM / SamplingParams as lazy attributes)

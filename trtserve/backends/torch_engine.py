@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,6 +20,8 @@ from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import EngineDeadError
 from trtserve.engine.info import Capabilities, EngineInfo
+from trtserve.engine.kv_cache_events import KVCacheListener
+from trtserve.engine.kv_transfer import KVHandle, KVPayload
 from trtserve.engine.manifest import engine_fingerprint
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
 from trtserve.engine.run_config import RuntimeConfig
@@ -39,8 +41,14 @@ CAPABILITIES = Capabilities(
     guided_decoding=True,
     cache_invalidation=True,
     lora=True,
+    kv_transfer=True,
+    kv_events=True,
 )
 ADAPTER_TIMEOUT_S = 60.0  # loading one adapter (read, check, convert) between two steps
+
+
+def _ignore(result, err: BaseException | None) -> None:
+    """The reply of an engine-thread call nobody waits for."""
 
 
 @dataclass
@@ -187,6 +195,29 @@ class TorchEngine:
         self._wake.set()
         return await asyncio.wait_for(done, timeout)
 
+    async def export_kv(self, handle: KVHandle) -> KVPayload:
+        """Copy the held prompt KV out in the engine thread, between two steps."""
+        return await self._call(self.core.export_kv, handle, timeout=INVALIDATE_TIMEOUT_S)
+
+    def release_kv(self, handle: KVHandle) -> None:
+        self._inbox.put(("call", self.core.release_kv, (handle,), lambda result, err: None))
+        self._wake.set()
+
+    def subscribe_kv_events(self, listener: KVCacheListener) -> Callable[[], None]:
+        """The engine thread subscribes it before its next step; the returned function unsubscribes it."""
+        subscribed: list = []
+
+        def subscribe() -> None:
+            subscribed.append(self.core.subscribe_kv_events(listener))
+
+        def unsubscribe() -> None:
+            self._inbox.put(("call", lambda: [self.core.blocks.unsubscribe(s) for s in subscribed], (), _ignore))
+            self._wake.set()
+
+        self._inbox.put(("call", subscribe, (), _ignore))
+        self._wake.set()
+        return unsubscribe
+
     def stats(self) -> EngineStats:
         # a snapshot taken by the engine thread after each step; busy time is read live, so it moves during a step
         return replace(self._stats, busy_seconds=self._busy.seconds())
@@ -225,6 +256,8 @@ class TorchEngine:
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()
+                if self.core.holds and self.core.holds.expire():  # disaggregated prefills nobody pulled in time
+                    self._stats = self.core.stats()
                 self._beat = time.monotonic()
         except BaseException as err:  # a bug outside a step: the loop is dead, say so everywhere
             log.exception("engine loop died")

@@ -37,9 +37,23 @@ def main(verbose: bool) -> None:
 
 
 def _register() -> None:
-    from trtserve.cli import batch, bench, build, check, doctor, eval, generate, inspect, receipt, replay, repo, run
+    from trtserve.cli import (
+        batch,
+        bench,
+        build,
+        check,
+        doctor,
+        dynamo,
+        eval,
+        generate,
+        inspect,
+        receipt,
+        replay,
+        repo,
+        run,
+    )
 
-    for module in (bench, build, check, doctor, eval, generate, inspect, run, repo, receipt, replay, batch):
+    for module in (bench, build, check, doctor, eval, generate, inspect, run, repo, receipt, replay, batch, dynamo):
         main.add_command(module.command)
 
 

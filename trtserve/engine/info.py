@@ -17,6 +17,8 @@ class Capabilities:
     guided_decoding: bool  # SamplingParams.guided (structured outputs)
     cache_invalidation: bool  # Engine.invalidate_cache works
     lora: bool = False  # LoRA adapters per request: Engine.load_adapter / unload_adapter work
+    kv_transfer: bool = False  # GenerateRequest.kv_transfer, Engine.export_kv / release_kv work (disaggregation)
+    kv_events: bool = False  # Engine.subscribe_kv_events works
 
 
 @dataclass(frozen=True)

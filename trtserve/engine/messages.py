@@ -12,6 +12,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from trtserve.engine.adapters import AdapterRef
+from trtserve.engine.kv_transfer import KVHandle, KVTransfer
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 
 _next_id = itertools.count(1)
@@ -53,6 +54,8 @@ class GenerateRequest:
     client_id: str | None = None  # what the client called it (logs only; never a key)
     adapter: AdapterRef | None = None  # the LoRA adapter it runs under (engine/adapters.py); None: the base model
     speculate: bool = True  # False: never speculate for this request (the `speculative` option's opt-out)
+    # disaggregation (engine/kv_transfer.py): KVHold keeps a prefill's prompt KV; KVImport starts from one
+    kv_transfer: KVTransfer | None = None
     request_id: RequestId = field(default_factory=RequestId.new)
 
 
@@ -73,6 +76,7 @@ class TokenDelta:
     queue_time: float | None = None  # seconds from arrival to first scheduling (first delta only)
     error: str | None = None
     spec: SpecCounts | None = None  # speculative decoding's counts for this sequence so far (when it speculated)
+    kv_handle: KVHandle | None = None  # the held prompt KV of a finished KVHold request (its last delta)
 
     @property
     def sequence(self) -> SequenceId:

@@ -3,6 +3,7 @@
     Engine: generate(request) -> async iterator of TokenDelta
             abort(request[, sequence]); invalidate_cache(namespace[, before_version]);
             load_adapter(name, path); unload_adapter(name); adapters();
+            export_kv(handle); release_kv(handle); subscribe_kv_events(listener); sleep(); wake_up();
             stats(); health(); heartbeat(); tokenizer; shutdown(); info (identity, limits, capabilities)
 
 Tokenizing, chat templates, detokenization, stop strings, admission, timeouts, metrics, HTTP are
@@ -11,12 +12,14 @@ the same code for the torch and TensorRT-LLM backends. `open_engine` (open.py) p
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.info import EngineInfo
+from trtserve.engine.kv_cache_events import KVCacheListener
+from trtserve.engine.kv_transfer import KVHandle, KVPayload
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
 
 
@@ -54,6 +57,19 @@ class Engine(Protocol):
 
     def adapters(self) -> list[AdapterRef]:
         """The adapters served now (GenerateRequest.adapter takes one of them); [] without LoRA."""
+
+    async def export_kv(self, handle: KVHandle) -> KVPayload:
+        """Copy out the prompt KV a finished KVHold request holds (engine/kv_transfer.py). UserError
+        when it is no longer held (released or expired); UnsupportedError without kv_transfer."""
+
+    def release_kv(self, handle: KVHandle) -> None:
+        """Free the blocks a finished KVHold request holds, by the engine's next step. Unknown or
+        already released handles are ignored."""
+
+    def subscribe_kv_events(self, listener: KVCacheListener) -> Callable[[], None]:
+        """Call `listener` on the engine's thread with every prefix-cache event from now on
+        (engine/kv_cache_events.py); returns the function that unsubscribes it. UnsupportedError
+        without kv_events."""
 
     def stats(self) -> EngineStats: ...
 

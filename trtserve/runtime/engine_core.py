@@ -17,6 +17,8 @@ import torch
 
 from trtserve.engine.adapters import AdapterRef, LoraConfig
 from trtserve.engine.errors import UnsupportedError, UserError
+from trtserve.engine.kv_cache_events import KVCacheListener
+from trtserve.engine.kv_transfer import KVHandle, KVHold, KVImport, KVPayload
 from trtserve.engine.layout import LORA_DIR
 from trtserve.engine.manifest import engine_fingerprint as manifest_fingerprint
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, SpecCounts, TokenDelta
@@ -25,6 +27,7 @@ from trtserve.engine.run_config import RuntimeConfig
 from trtserve.runtime.adapters import Adapters
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.guided import Grammars
+from trtserve.runtime.kv_export import KVHolds, check_import, contract_listener, import_blocks
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.runner import ModelRunner, StepLogits
@@ -80,6 +83,7 @@ class EngineCore:
         bs = self.engine.config.build_config.plugin_config.tokens_per_block
         fingerprint = engine_fingerprint(self.engine)
         self.blocks = BlockManager(num_blocks, bs, fingerprint, self.enable_prefix_caching)
+        self.holds = KVHolds(self.blocks)  # finished prefills' prompt KV, kept for export (disaggregation)
         lora = self.adapters.cache if self.adapters is not None else None
         self.scheduler = Scheduler(self.sched_config, self.blocks, lora, self.speculator)
         kv = self.engine.model.new_kv_cache(num_blocks, bs)
@@ -94,6 +98,7 @@ class EngineCore:
         if self.has_unfinished():
             raise RuntimeError("the KV cache can only be resized while no request is in flight")
         old_blocks, preemptions = self.blocks, self.scheduler.num_preemptions
+        self.holds.release_all()
         old_blocks.clear()
         del self.runner  # frees the old storage before the new is allocated: one cache at a time
         self._make_kv_cache(num_blocks)
@@ -116,6 +121,8 @@ class EngineCore:
             )
         if req.params.guided is not None:
             self.grammars.validate(req.params.guided)  # UserError for a spec that does not parse
+        if req.kv_transfer is not None:
+            self._check_kv_transfer(req)
         if req.adapter is not None:
             if self.adapters is None:
                 raise UserError(
@@ -159,6 +166,10 @@ class EngineCore:
             prompt_logprobs=[None] * len(req.prompt_token_ids) if req.params.prompt_logprobs is not None else None,
             speculate=req.speculate,
         )
+        if isinstance(req.kv_transfer, KVHold):
+            r.kv_hold = req.kv_transfer.hold_s
+        elif isinstance(req.kv_transfer, KVImport):  # the prefill's first token is this request's first output
+            r.kv_import, r.output_token_ids = req.kv_transfer, [req.kv_transfer.first_token]
         r.arrival_time = time.monotonic()
         r.make_generator()
         self.groups[req.request_id] = [r]
@@ -183,6 +194,25 @@ class EngineCore:
     def invalidate_cache(self, namespace: str | None, before_version: int | None = None) -> int:
         """Drop the namespace's cached prefixes (block_manager.py: invalidate); running requests keep theirs."""
         return self.blocks.invalidate(namespace, before_version)
+
+    def _check_kv_transfer(self, req: GenerateRequest) -> None:
+        if req.params.n != 1 or req.params.prompt_logprobs is not None:
+            raise UserError("a disaggregated request (prefill or decode) takes n=1 and no prompt_logprobs")
+        if isinstance(req.kv_transfer, KVImport):
+            check_import(self.runner.kv, req.kv_transfer, len(req.prompt_token_ids), engine_fingerprint(self.engine))
+
+    def export_kv(self, handle: KVHandle) -> KVPayload:
+        """A copy of the prompt KV a finished KVHold request holds (UserError once released or expired)."""
+        return self.holds.export(self.runner.kv, handle, engine_fingerprint(self.engine))
+
+    def release_kv(self, handle: KVHandle) -> None:
+        self.holds.release(handle.request_id)
+
+    def subscribe_kv_events(self, listener: KVCacheListener):
+        """Hand `listener` the contract's prefix-cache events; returns the block manager's listener."""
+        converted = contract_listener(listener)
+        self.blocks.subscribe(converted)
+        return converted
 
     def has_unfinished(self) -> bool:
         return self.scheduler.num_unfinished > 0 or bool(self._compiling)
@@ -210,6 +240,9 @@ class EngineCore:
         failed = [d for r, err in out.failed for d in self._failed(r, err)]  # adapters that would not load
         if not out.chunks:
             return failed
+        for r in out.kv_imports:  # disaggregated decodes: their prompt's KV, before the step reads it
+            import_blocks(self.runner.kv, self.blocks.block_table(r.seq), r.kv_import.payload)  # type: ignore[union-attr]
+            r.kv_import = None
         self.steps += 1
         try:
             logits = self.runner.execute(out)
@@ -358,13 +391,17 @@ class EngineCore:
             if r.guided is not None and r.guided.accept(token) and r.guided.is_terminated and not finish:
                 finish = "stop"  # the grammar is complete (its stop token was emitted though ignore_eos is set)
             if finish:
-                self.scheduler.finish(r, finish)
+                self.scheduler.finish(r, finish, keep_blocks=r.kv_hold is not None)
                 self._drop_if_done(r.seq.request)
                 break
         if verified is not None:  # proposals after a token that finished the sequence were not used
             self.speculator.record(r, verified[0], min(verified[1], len(kept)))  # type: ignore[union-attr]
         kept_lps = lps[: len(kept)] if lps and lps[0] is not None else None
-        return self._delta(r, kept, kept_lps, prompt_lps)
+        delta = self._delta(r, kept, kept_lps, prompt_lps)
+        if r.kv_hold is not None and r.is_finished:  # a disaggregated prefill: its prompt's KV waits for export
+            self.holds.hold(r.seq, r.num_prompt_tokens, r.kv_hold)
+            delta.kv_handle = KVHandle(r.seq.request, r.num_prompt_tokens, r.output_token_ids[0])
+        return delta
 
     def _fail(self, r: Request, err: Exception) -> list[TokenDelta]:
         self.scheduler.finish(r, "error")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from trtserve.engine.adapters import AdapterRef
+from trtserve.engine.kv_transfer import KVImport
 from trtserve.engine.messages import SequenceId
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 from trtserve.runtime.guided import GuidedState
@@ -52,6 +53,8 @@ class Request:
     guided: GuidedState | None = None  # grammar matcher of a constrained sequence (engine core writes it)
     speculate: bool = True  # False: the request opted out of speculative decoding
     spec: SpecState | None = None  # its speculative-decoding counts and switch-off (the speculator writes it)
+    kv_hold: float | None = None  # seconds to hold its prompt's KV once finished (a disaggregated prefill)
+    kv_import: KVImport | None = None  # its prompt's KV, written at admission (a disaggregated decode)
 
     @property
     def index(self) -> int:

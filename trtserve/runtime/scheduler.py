@@ -77,6 +77,7 @@ class SchedulerOutput:
     preempted: list[Request] = field(default_factory=list)
     block_copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) KV blocks to copy first
     failed: list[tuple[Request, Exception]] = field(default_factory=list)  # finished: their adapter would not load
+    kv_imports: list[Request] = field(default_factory=list)  # admitted with their prompt's KV to write first
 
     @property
     def num_tokens(self) -> int:
@@ -120,14 +121,15 @@ class Scheduler:
         child.status = Status.RUNNING
         self.running.append(child)
 
-    def finish(self, request: Request, reason: str) -> None:
-        """Remove a request wherever it is and free its blocks."""
+    def finish(self, request: Request, reason: str, keep_blocks: bool = False) -> None:
+        """Remove a request wherever it is and free its blocks (keep_blocks: a held prefill's, kv_export.py)."""
         if request in self.running:
             self.running.remove(request)
             self._release_adapter(request)
         elif request in self.waiting:
             self.waiting.remove(request)
-        self.blocks.free(request.seq)
+        if not keep_blocks:
+            self.blocks.free(request.seq)
         if self.speculator is not None:
             self.speculator.forget(request)
         request.status = Status.FINISHED
@@ -190,8 +192,11 @@ class Scheduler:
                 i += 1  # max_loras other adapters are active: it waits, the requests behind it may run
                 continue
             # Prompt logprobs need every prompt position computed, so they bypass the prefix cache.
-            cached = [] if req.wants_prompt_logprobs else self.blocks.lookup_prefix(req.all_token_ids, req.prefix_scope)
+            skip_cache = req.wants_prompt_logprobs or req.kv_import is not None
+            cached = [] if skip_cache else self.blocks.lookup_prefix(req.all_token_ids, req.prefix_scope)
             num_cached = len(cached) * self.blocks.block_size
+            if req.kv_import is not None:  # a disaggregated decode: its prompt's KV comes with it
+                num_cached = req.kv_import.payload.num_tokens
             n = min(req.num_tokens - num_cached, budget)
             no_evict = self.config.policy == "guaranteed_no_evict"
             if no_evict and self._worst_case(req) - len(cached) > self.blocks.num_free_blocks - self._reserved():
@@ -209,6 +214,8 @@ class Scheduler:
             req.status = Status.RUNNING
             self.running.append(req)
             out.chunks.append(ScheduledChunk(req, num_cached, n))
+            if req.kv_import is not None:
+                out.kv_imports.append(req)
             budget -= n
 
     def update(self, out: SchedulerOutput) -> int:

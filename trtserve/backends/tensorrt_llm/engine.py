@@ -60,6 +60,12 @@ STATS_POLL_S = 1.0  # between stats polls while TensorRT-LLM reports nothing (id
 # short; between non-empty polls the poller waits as long again, so it never calls more than ~10/s.
 STATS_WAIT_S = 0.1
 
+# Under Dynamo an engine dir of this backend runs in Dynamo's own TensorRT-LLM worker (docs/dynamo.md).
+_NO_KV_TRANSFER = (
+    "the TensorRT-LLM backend moves no KV or prefix events through trtserve; run it under "
+    "`python -m dynamo.trtllm` (trtserve dynamo --dry-run prints the command)"
+)
+
 
 class TrtllmEngine:
     def __init__(self, engine_dir: str | Path, config: RuntimeConfig | None = None):
@@ -228,6 +234,15 @@ class TrtllmEngine:
 
     def adapters(self) -> list[AdapterRef]:
         return self._adapters.refs()
+
+    async def export_kv(self, handle):
+        raise UnsupportedError(_NO_KV_TRANSFER)
+
+    def release_kv(self, handle) -> None:
+        raise UnsupportedError(_NO_KV_TRANSFER)
+
+    def subscribe_kv_events(self, listener):
+        raise UnsupportedError(_NO_KV_TRANSFER)
 
     def stats(self) -> EngineStats:
         stats = engine_stats(self._latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)
