@@ -204,9 +204,67 @@ SERVICE_MONITOR = _resource(
     },
 )
 
+HTTP_SCALED_OBJECT = _resource(  # KEDA HTTP add-on v0.10 HTTPScaledObjectSpec
+    "http.keda.sh/v1alpha1",
+    "HTTPScaledObject",
+    {
+        "type": "object",
+        "required": ["scaleTargetRef"],
+        "additionalProperties": False,
+        "properties": {
+            "hosts": {"type": "array", "items": STR},
+            "pathPrefixes": {"type": "array", "items": STR},
+            "scaleTargetRef": {
+                "type": "object",
+                "required": ["name", "service", "port"],
+                "additionalProperties": False,
+                "properties": {
+                    "name": STR,
+                    "kind": STR,
+                    "apiVersion": STR,
+                    "service": STR,
+                    "port": INT,
+                    "portName": STR,
+                },
+            },
+            "replicas": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"min": {"type": "integer", "minimum": 0}, "max": INT},
+            },
+            "scaledownPeriod": INT,
+            "initialCooldownPeriod": INT,
+            "targetPendingRequests": INT,
+            "scalingMetric": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {
+                    "concurrency": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"targetValue": INT},
+                    },
+                    "requestRate": {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {"targetValue": INT, "granularity": STR, "window": STR},
+                    },
+                },
+            },
+            "timeouts": {
+                "type": "object",
+                "additionalProperties": False,
+                "properties": {"conditionWait": STR, "responseHeader": STR},
+            },
+            "coldStartTimeoutFailoverRef": OBJ,
+        },
+    },
+)
+
 CUSTOM = {
     ("serving.kserve.io/v1alpha1", "ClusterServingRuntime"): CLUSTER_SERVING_RUNTIME,
     ("serving.kserve.io/v1beta1", "InferenceService"): INFERENCE_SERVICE,
     ("keda.sh/v1alpha1", "ScaledObject"): SCALED_OBJECT,
+    ("http.keda.sh/v1alpha1", "HTTPScaledObject"): HTTP_SCALED_OBJECT,
     ("monitoring.coreos.com/v1", "ServiceMonitor"): SERVICE_MONITOR,
 }

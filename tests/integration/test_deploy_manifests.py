@@ -32,8 +32,8 @@ def documents() -> list[tuple[str, dict]]:
     return out
 
 
-def find(kind: str) -> dict:
-    [doc] = [d for _, d in documents() if d["kind"] == kind]
+def find(kind: str, name: str | None = None) -> dict:
+    [doc] = [d for _, d in documents() if d["kind"] == kind and name in (None, d["metadata"]["name"])]
     return doc
 
 
@@ -184,7 +184,7 @@ def test_kserve_runtime_matches_the_server(run_config, routes):
 def test_keda_queries_name_metrics_the_server_exposes(exposed_metrics):
     from trtserve.serve.load import LOAD_METRICS
 
-    so, sm, svc = find("ScaledObject"), find("ServiceMonitor"), find("Service")
+    so, sm, svc = find("ScaledObject", "trtserve"), find("ServiceMonitor"), find("Service")
     assert so["spec"]["scaleTargetRef"]["name"] == find("Deployment")["metadata"]["name"]
     queried = set()
     for t in so["spec"]["triggers"]:
@@ -202,6 +202,23 @@ def test_keda_queries_name_metrics_the_server_exposes(exposed_metrics):
     [ep] = sm["spec"]["endpoints"]
     assert ep["port"] in {p["name"] for p in svc["spec"]["ports"]}
     assert sm["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+
+
+def test_scale_to_zero_activates_on_queued_requests(exposed_metrics):
+    """deploy/keda/scale-to-zero.yaml: down to 0 replicas, woken by requests queued at the HTTP add-on's
+    interceptor (the only signal while no pod runs), routed to the Service and port the server serves."""
+    so, http = find("ScaledObject", "trtserve-scale-to-zero"), find("HTTPScaledObject")
+    dep, svc = find("Deployment"), find("Service")
+    assert so["spec"]["minReplicaCount"] == 0 == http["spec"]["replicas"]["min"]
+    assert so["spec"]["scaleTargetRef"]["name"] == http["spec"]["scaleTargetRef"]["name"] == dep["metadata"]["name"]
+    [push] = [t for t in so["spec"]["triggers"] if t["type"] == "external-push"]
+    assert push["metadata"]["httpScaledObject"] == http["metadata"]["name"]
+    assert http["metadata"]["annotations"]["httpscaledobject.keda.sh/skip-scaledobject-creation"] == "true"
+    ref = http["spec"]["scaleTargetRef"]
+    assert ref["service"] == svc["metadata"]["name"] and ref["port"] in {p["port"] for p in svc["spec"]["ports"]}
+    for t in so["spec"]["triggers"]:
+        for name in re.findall(r"(trtserve_\w+)\{", t["metadata"].get("query", "")):
+            assert re.search(rf"^{name}\{{", exposed_metrics, re.M), f"{name} is not on /metrics"
 
 
 def dockerfile(name: str) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 import trtserve
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
-from trtserve.engine.errors import EngineDeadError
+from trtserve.engine.errors import EngineAsleepError, EngineDeadError
 from trtserve.engine.info import Capabilities, EngineInfo
 from trtserve.engine.kv_cache_events import KVCacheListener
 from trtserve.engine.kv_transfer import KVHandle, KVPayload
@@ -45,6 +45,8 @@ CAPABILITIES = Capabilities(
     kv_events=True,
 )
 ADAPTER_TIMEOUT_S = 60.0  # loading one adapter (read, check, convert) between two steps
+SLEEP_TIMEOUT_S = 120.0  # releasing or remaking the KV cache (and moving weights) between two steps
+ASLEEP = "the engine is asleep (POST /admin/wake_up wakes it); retry later"
 
 
 def _ignore(result, err: BaseException | None) -> None:
@@ -113,6 +115,8 @@ class TorchEngine:
 
     def _load(self, engine_dir: str | Path, cfg: RuntimeConfig) -> None:
         self.loaded = load_engine(engine_dir, cfg.device, cfg.options)
+        self._startup = {"weights": self.loaded.weights_seconds}  # start-up phases (serve/startup.py)
+        start = time.perf_counter()
         self.tokenizer = self.loaded.tokenizer
         self.core = EngineCore(self.loaded, cfg)
         manifest, limits = self.loaded.manifest, self.core.sched_config
@@ -127,8 +131,10 @@ class TorchEngine:
             options=cfg.options,
             capabilities=replace(CAPABILITIES, lora=self.core.adapters is not None),
         )
+        self._startup["kv_cache"] = time.perf_counter() - start
         self._stats = self.core.stats()
         self._adapters = self._adapter_refs()
+        self._asleep = False  # sleep() was called: new requests are refused until wake_up()
 
     # ---- the Engine interface ---------------------------------------------------------------
     def check(self, request: GenerateRequest) -> None:
@@ -138,6 +144,8 @@ class TorchEngine:
         """Stream the request's deltas; leaving early (cancel, disconnect) aborts it."""
         if not self.health():
             raise EngineDeadError(f"the engine loop is not running ({self._dead_reason()})")
+        if self._asleep:
+            raise EngineAsleepError(ASLEEP)
         self.core.check(request)  # raises UserError before anything is queued
         sink = _Sink(asyncio.get_running_loop(), asyncio.Queue(), request.params.n)
         self._inbox.put(("add", request, sink))
@@ -218,9 +226,31 @@ class TorchEngine:
         self._wake.set()
         return unsubscribe
 
+    async def sleep(self) -> None:
+        """Refuse new requests, let those in flight finish, then release the KV cache between two steps."""
+        self._asleep = True
+        while True:
+            while self._sinks:  # requests in flight (a request added as sleep began shows up here too)
+                await asyncio.sleep(0.02)
+            if await self._call(self._sleep_if_idle, timeout=SLEEP_TIMEOUT_S):
+                return
+
+    def _sleep_if_idle(self) -> bool:
+        """In the engine thread: sleep unless a request slipped in (False: wait for it and try again)."""
+        if self.core.asleep:
+            return True
+        if self.core.has_unfinished():
+            return False
+        self.core.sleep()
+        return True
+
+    async def wake_up(self) -> None:
+        await self._call(self.core.wake_up, timeout=SLEEP_TIMEOUT_S)
+        self._asleep = False
+
     def stats(self) -> EngineStats:
         # a snapshot taken by the engine thread after each step; busy time is read live, so it moves during a step
-        return replace(self._stats, busy_seconds=self._busy.seconds())
+        return replace(self._stats, busy_seconds=self._busy.seconds(), startup_seconds=self._startup)
 
     def health(self) -> bool:
         return self._thread.is_alive() and self._dead is None and not self._stop.is_set()
@@ -256,9 +286,12 @@ class TorchEngine:
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()
+                    if self.core.kv_tier is not None:
+                        self.core.kv_tier.tick()  # an idle engine writes the second tier's index too
                 if self.core.holds and self.core.holds.expire():  # disaggregated prefills nobody pulled in time
                     self._stats = self.core.stats()
                 self._beat = time.monotonic()
+            self.core.close()  # a clean stop: the second KV tier keeps the cached prefixes for the next start
         except BaseException as err:  # a bug outside a step: the loop is dead, say so everywhere
             log.exception("engine loop died")
             self._dead = err

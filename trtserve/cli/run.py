@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from trtserve.cli.kv_offload import kv_offload_option, with_kv_offload
 from trtserve.cli.lora import lora_option
 from trtserve.cli.speculative import speculative_options, with_speculative
 
@@ -35,6 +36,7 @@ from trtserve.cli.speculative import speculative_options, with_speculative
 @lora_option("Also serve the PEFT LoRA adapter in DIR as model NAME (the `lora` engine option; repeatable).")
 @speculative_options
 @click.option("--kv-cache-memory", help="KV-cache budget, e.g. 2GiB [CPU: at most 4GiB; CUDA: half of free memory].")
+@kv_offload_option
 @click.option("--max-queued-requests", type=int, help="Waiting requests before 429 [256].")
 @click.option("--request-timeout", type=float, help="Default per-request deadline in seconds [600].")
 @click.option(
@@ -59,12 +61,15 @@ def command(
     lora: dict[str, str] | None,
     speculative: str | None,
     speculative_tokens: int | None,
+    kv_offload: str | None,
     **flags,
 ) -> None:
     """Serve ENGINE_DIR, or a model repository REPO_DIR/<model>/<version>/ of engine dirs: /v1 (OpenAI),
     /v2 (KServe, Triton generate and repository), /admin (`trtserve repo`), /metrics, /health; gRPC with --grpc-port."""
+    from trtserve.cli.preflight import Preflight
+
+    check = Preflight(engine_dir)  # hashes the engine files while the imports below run
     from trtserve.serve.config import load_serve_config
-    from trtserve.serve.repository.scan import is_engine_dir, preflight_dir
     from trtserve.serve.server import serve
 
     flags["api_key"] = flags.get("api_key") or os.environ.get("TRTSERVE_API_KEY")
@@ -76,6 +81,7 @@ def command(
     if lora:
         cfg = with_adapters(cfg, lora)
     cfg = with_speculative(cfg, speculative, speculative_tokens)
+    cfg = with_kv_offload(cfg, kv_offload)
     use_ray = ray_flags.pop("use_ray")
     if not use_ray and any(v is not None for v in ray_flags.values()):
         raise click.UsageError("--replicas, --min-replicas and --max-replicas need --ray")
@@ -83,8 +89,7 @@ def command(
         raise click.UsageError("give either --replicas N (fixed) or --min-replicas/--max-replicas (autoscaling)")
     # A missing, foreign or damaged engine, or a backend that cannot run here, fails now, before serving.
     # In a repository each version is checked when it loads: a bad one is UNAVAILABLE, the rest serve.
-    if is_engine_dir(engine_dir) or not engine_dir.is_dir():
-        preflight_dir(engine_dir)
+    check.check()
     if use_ray:
         return _run_ray(engine_dir, cfg, ray_flags)
     serve(engine_dir, cfg)

@@ -21,3 +21,7 @@ class UnsupportedError(UserError):
 class EngineDeadError(RuntimeError):
     """The engine's loop stopped (a bug, or an injected fault in tests): its requests fail with HTTP
     503, readiness is false, and the server exits so that its supervisor restarts it."""
+
+
+class EngineAsleepError(RuntimeError):
+    """The engine was put to sleep (Engine.sleep) and is not serving until woken (HTTP 503)."""

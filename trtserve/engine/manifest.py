@@ -10,7 +10,7 @@ from pathlib import Path
 from pydantic import BaseModel, ValidationError
 
 from trtserve.engine.errors import EngineIntegrityError, UserError
-from trtserve.engine.hashing import sha256_file
+from trtserve.engine.hashing import sha256_file, sha256_file_once
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -111,6 +111,6 @@ def verify_engine_dir(engine_dir: Path) -> Manifest:
             raise EngineIntegrityError(
                 f"engine file {rel} is {what} ({size} bytes, manifest says {entry.size}); {rebuild}"
             )
-        if sha256_file(p) != entry.sha256:
+        if sha256_file_once(p) != entry.sha256:
             raise EngineIntegrityError(f"engine file {rel} was modified (sha256 differs from the manifest); {rebuild}")
     return manifest

@@ -112,6 +112,18 @@ class EngineStats:
     adapter_evictions: int = 0
     adapter_hits: int = 0
     by_adapter: dict[str, AdapterCounts] = field(default_factory=dict)  # adapter name -> its requests' counts
+    # The second KV tier (the `kv_offload` option): prompt tokens its restores served (part of
+    # prefix_hits), blocks spilled into it, restored from it and refused (a failed checksum), and the
+    # bytes of blocks it holds and may hold
+    kv_offload_hit_tokens: int = 0
+    kv_offload_spills: int = 0
+    kv_offload_restores: int = 0
+    kv_offload_refusals: int = 0
+    kv_offload_bytes: int = 0
+    kv_offload_capacity_bytes: int = 0
+    kv_block_bytes: int = 0  # bytes of one KV block (K and V, every layer); 0 where unknown
+    # seconds each start-up phase took (e.g. "weights", "kv_cache"), measured by the engine
+    startup_seconds: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

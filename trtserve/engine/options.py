@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from trtserve.engine.adapters import LoraConfig
 from trtserve.engine.backends import resolve
 from trtserve.engine.errors import UserError
+from trtserve.engine.kv_offload import KVOffloadConfig
 from trtserve.engine.speculative import SpeculativeConfig
 
 
@@ -33,6 +34,8 @@ class EngineOptions(BaseModel):
     lora: LoraConfig | None = None
     # speculative decoding (engine/speculative.py): proposals verified in one pass; null: off
     speculative: SpeculativeConfig | None = None
+    # the prefix cache's second tier (engine/kv_offload.py): evicted full blocks spill there; null: none
+    kv_offload: KVOffloadConfig | None = None
 
     def enabled(self) -> dict[str, Any]:
         """The options set away from their defaults, by name."""
@@ -83,6 +86,13 @@ OPTIONS: dict[str, OptionSpec] = {
             "speculative",
             "speculative decoding: n-gram prompt lookup or a draft model proposes, one pass verifies",
             frozenset({"torch", "trtllm"}),  # TensorRT-LLM: speculative_config, PyTorch backend only
+            in_identity=False,
+        ),
+        # Not in the identity: a restored block is bit-identical to a recompute.
+        OptionSpec(
+            "kv_offload",
+            "a second KV tier: evicted prefix blocks spill to host memory or a file and come back by copy",
+            frozenset({"torch", "tensorrt", "trtllm"}),  # TensorRT-LLM: kv_cache_config.host_cache_size
             in_identity=False,
         ),
     )

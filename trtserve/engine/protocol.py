@@ -71,6 +71,14 @@ class Engine(Protocol):
         (engine/kv_cache_events.py); returns the function that unsubscribes it. UnsupportedError
         without kv_events."""
 
+    async def sleep(self) -> None:
+        """Let the requests in flight finish, then release the KV cache (on a GPU the weights too, to host
+        memory); requests submitted meanwhile are refused with EngineAsleepError until wake_up().
+        UnsupportedError where the backend cannot release its memory."""
+
+    async def wake_up(self) -> None:
+        """Restore what sleep() released; serving resumes (a no-op when awake)."""
+
     def stats(self) -> EngineStats: ...
 
     def health(self) -> bool:

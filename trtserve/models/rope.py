@@ -12,11 +12,15 @@ from trtserve.engine.model_config import ModelConfig
 
 
 def inv_freq_and_scale(cfg: ModelConfig) -> tuple[torch.Tensor, float]:
+    scaling = dict(cfg.rotary_scaling or {})
+    rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
+    if rope_type == "default":  # transformers' formula, without importing it (a second of a cold start)
+        dim = cfg.head_size
+        inv = 1.0 / (cfg.rotary_base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        return inv, 1.0
     from transformers import LlamaConfig
     from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 
-    scaling = dict(cfg.rotary_scaling or {})
-    rope_type = scaling.pop("rope_type", scaling.pop("type", "default"))
     params = {"rope_type": rope_type, "rope_theta": cfg.rotary_base, **scaling}
     hf = LlamaConfig(
         hidden_size=cfg.hidden_size,
@@ -25,10 +29,6 @@ def inv_freq_and_scale(cfg: ModelConfig) -> tuple[torch.Tensor, float]:
         max_position_embeddings=cfg.max_position_embeddings,
         rope_parameters=params,
     )
-    if rope_type == "default":
-        dim = cfg.head_size
-        inv = 1.0 / (cfg.rotary_base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
-        return inv, 1.0
     inv, scale = ROPE_INIT_FUNCTIONS[rope_type](hf, torch.device("cpu"))
     return inv.float(), float(scale)
 

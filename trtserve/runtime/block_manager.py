@@ -11,6 +11,8 @@ matches an old block. `invalidate` drops a namespace's cached prefixes at once; 
 running in it keep their blocks until they finish but register no new prefix.
 
 Listeners (kv_events.py) hear every prefix stored, evicted or invalidated, as it happens.
+With a second tier (kv_tier.py: the `kv_offload` option), a lookup that runs past the blocks this
+cache holds restores the next ones the tier holds into free blocks, which then count as cached.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from trtserve.runtime.kv_events import BlockRemoved, BlockStored, CacheCleared, KVEvent, KVListener
 from trtserve.runtime.prefix_scope import NamespaceCounters, PrefixScope, block_key, chain_root, head_key
@@ -38,6 +41,15 @@ class BlockStats:
     invalidations: int = 0  # invalidate() calls
     version_refusals: int = 0  # lookups whose first block was cached only under another context_version
     by_namespace: dict[str, tuple[int, int]] = field(default_factory=dict)  # label -> (hit, missed) tokens
+
+
+class SecondTier(Protocol):
+    """Where evicted prefixes went (runtime/kv_tier.py): asked past the last block this cache holds."""
+
+    def holds(self, key: bytes) -> bool: ...
+
+    def restore(self, key: bytes, block: int) -> bool:
+        """Copy prefix `key`'s K and V into `block`; False if it cannot (the block is untouched then)."""
 
 
 class BlockManager:
@@ -68,6 +80,7 @@ class BlockManager:
         self.by_namespace = NamespaceCounters()
         self._cached_free = 0  # free blocks holding a prefix key, kept in step so stats() is O(requests)
         self._listeners: list[KVListener] = []
+        self.second_tier: SecondTier | None = None  # runtime/kv_tier.py: prefixes past this cache's own
 
     def subscribe(self, listener: KVListener) -> None:
         """Call `listener` with every KV event from now on (kv_events.py says when and how)."""
@@ -129,6 +142,8 @@ class BlockManager:
             if block is None:
                 break
             hits.append(block)
+        if self.second_tier is not None and len(hits) < usable:
+            hits += self._restore(token_ids, hits, key, scope, usable)
         if usable and not hits and self._refused_by_version(scope, token_ids[: self.block_size]):
             self.version_refusals += 1
         self.prefix_hits += len(hits) * self.block_size
@@ -193,15 +208,52 @@ class BlockManager:
             chain.append(key)
             block = table[i]
             if key not in self._cached and self._key[block] is None:
-                self._cached[key] = block
-                self._key[block] = key
-                self._block_scope[block] = scope
-                if i == 0 and (head := head_key(self.namespace, scope, block_tokens)) is not None:
-                    self._head[block] = head
-                    self._heads.setdefault(head, set()).add(scope.version)
-                if self._listeners:
-                    parent = chain[-2] if len(chain) > 1 else None
-                    self._emit(BlockStored(key, parent, tuple(block_tokens), block, scope))
+                self._register(block, key, chain[-2] if len(chain) > 1 else None, block_tokens, scope, i == 0)
+
+    def _register(
+        self, block: int, key: bytes, parent: bytes | None, block_tokens: Sequence[int], scope: PrefixScope, first: bool
+    ) -> None:
+        """The block now holds the prefix `key` (computed, or restored from the second tier)."""
+        self._cached[key] = block
+        self._key[block] = key
+        self._block_scope[block] = scope
+        if first and (head := head_key(self.namespace, scope, block_tokens)) is not None:
+            self._head[block] = head
+            self._heads.setdefault(head, set()).add(scope.version)
+        if self._listeners:
+            self._emit(BlockStored(key, parent, tuple(block_tokens), block, scope))
+
+    def _restore(
+        self, token_ids: Sequence[int], hits: list[int], key: bytes, scope: PrefixScope, usable: int
+    ) -> list[int]:
+        """The blocks after `hits` (key: the next one's) that the second tier holds, copied into free blocks
+        that join the cache as if computed: cached and free, so allocate takes them like any hit. The hits
+        are never evicted for them, and one free block is left for the prompt's tail."""
+        tier, bs = self.second_tier, self.block_size
+        if tier is None or not tier.holds(key):
+            return []
+        for b in reversed(hits):  # most recently used: the pops below take other blocks
+            if self._ref[b] == 0:
+                self._free.move_to_end(b)
+        spare = len(self._free) - sum(1 for b in hits if self._ref[b] == 0) - 1
+        restored, parent, i = [], self._key[hits[-1]] if hits else None, len(hits)
+        while i < usable and len(restored) < spare and tier.holds(key):
+            block = self._pop_free()
+            if not tier.restore(key, block):  # refused (a damaged block): it is recomputed
+                self._release(block)
+                self._free.move_to_end(block, last=False)
+                break
+            self._register(block, key, parent, token_ids[i * bs : (i + 1) * bs], scope, i == 0)
+            self._release(block)
+            restored.append(block)
+            parent, i = key, i + 1
+            if i < usable:
+                key = block_key(key, token_ids[i * bs : (i + 1) * bs])
+        return restored
+
+    def cached_prefixes(self) -> list[tuple[bytes, int, PrefixScope]]:
+        """Every prefix the cache holds: (key, block, scope)."""
+        return [(k, b, self._block_scope[b]) for k, b in self._cached.items()]  # type: ignore[misc]
 
     def invalidate(self, namespace: str | None, before_version: int | None = None) -> int:
         """Drop the cached prefixes of `namespace` (only those of versions < before_version, when

@@ -24,10 +24,12 @@ from trtserve.engine.manifest import engine_fingerprint as manifest_fingerprint
 from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, SpecCounts, TokenDelta
 from trtserve.engine.rules import check_request, finish_reason
 from trtserve.engine.run_config import RuntimeConfig
+from trtserve.runtime import weights
 from trtserve.runtime.adapters import Adapters
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.guided import Grammars
 from trtserve.runtime.kv_export import KVHolds, check_import, contract_listener, import_blocks
+from trtserve.runtime.kv_tier import KVTier
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.runner import ModelRunner, StepLogits
@@ -70,6 +72,9 @@ class EngineCore:
             num_blocks = size.num_blocks
         # speculative decoding (the `speculative` engine option); None: off
         self.speculator: Speculator | None = make_speculator(cfg.speculative, engine, cfg) if cfg.speculative else None
+        # the prefix cache's second tier (the `kv_offload` option), attached to each cache made; None: none
+        self.kv_tier = KVTier(cfg.kv_offload, engine_fingerprint(engine)) if cfg.kv_offload else None
+        self.asleep = False  # sleep() released the KV cache
         self._make_kv_cache(num_blocks)
         vocab = engine.config.pretrained_config.vocab_size
         self.grammars = Grammars(engine.tokenizer, vocab, sorted(engine.eos_token_ids))  # compiled lazily
@@ -87,6 +92,9 @@ class EngineCore:
         lora = self.adapters.cache if self.adapters is not None else None
         self.scheduler = Scheduler(self.sched_config, self.blocks, lora, self.speculator)
         kv = self.engine.model.new_kv_cache(num_blocks, bs)
+        self.kv_block_bytes = kv.data.nbytes // num_blocks
+        if self.kv_tier is not None:
+            self.kv_tier.attach(self.blocks, kv)
         self.runner = ModelRunner(self.engine.model, kv, self.blocks, lora)
 
     def resize_kv_cache(self, num_blocks: int) -> None:
@@ -98,12 +106,45 @@ class EngineCore:
         if self.has_unfinished():
             raise RuntimeError("the KV cache can only be resized while no request is in flight")
         old_blocks, preemptions = self.blocks, self.scheduler.num_preemptions
-        self.holds.release_all()
-        old_blocks.clear()
-        del self.runner  # frees the old storage before the new is allocated: one cache at a time
+        self._release_kv_cache()
         self._make_kv_cache(num_blocks)
         self.blocks.carry_over(old_blocks)
         self.scheduler.num_preemptions = preemptions
+
+    def sleep(self) -> None:
+        """Release the KV cache (and on CUDA move the weights to host memory) between requests; its
+        cached prefixes go to the second tier first, if there is one. wake_up() undoes it."""
+        if self.has_unfinished():
+            raise RuntimeError("the engine can only sleep while no request is in flight")
+        self._release_kv_cache()
+        weights.to_host(self.engine.model)
+        self.asleep = True
+
+    def _release_kv_cache(self) -> None:
+        """Drop the KV cache's storage (on CPU its pages go back to the system), its cached prefixes saved
+        in the second tier first, if there is one; running requests must be none."""
+        if self.kv_tier is not None:
+            self.kv_tier.save(self.blocks)
+            self.kv_tier.detach()  # it holds no reference to the old storage
+        self.holds.release_all()
+        self.blocks.clear()
+        del self.runner  # frees the old storage before a new one is allocated: one cache at a time
+
+    def wake_up(self) -> None:
+        """A new, empty KV cache of the same size (the weights back on their device); counters carry on."""
+        if not self.asleep:
+            return
+        weights.to_device(self.engine.model)
+        old_blocks, preemptions = self.blocks, self.scheduler.num_preemptions
+        self._make_kv_cache(old_blocks.num_blocks)
+        self.blocks.carry_over(old_blocks)
+        self.scheduler.num_preemptions = preemptions
+        self.asleep = False
+
+    def close(self) -> None:
+        """A clean stop: the second tier saves the cached prefixes and writes its index."""
+        if self.kv_tier is not None:
+            self.kv_tier.close(None if self.asleep else self.blocks)
 
     # ---- requests --------------------------------------------------------------------------
     def check(self, req: GenerateRequest) -> None:
@@ -193,6 +234,8 @@ class EngineCore:
 
     def invalidate_cache(self, namespace: str | None, before_version: int | None = None) -> int:
         """Drop the namespace's cached prefixes (block_manager.py: invalidate); running requests keep theirs."""
+        if self.kv_tier is not None:
+            self.kv_tier.invalidate(namespace, before_version)
         return self.blocks.invalidate(namespace, before_version)
 
     def _check_kv_transfer(self, req: GenerateRequest) -> None:
@@ -219,6 +262,8 @@ class EngineCore:
 
     # ---- the step --------------------------------------------------------------------------
     def step(self) -> list[TokenDelta]:
+        if self.kv_tier is not None:
+            self.kv_tier.tick()  # the second tier's index, every persist_interval_s
         start, self._decode_only = time.perf_counter(), None
         deltas = self._step()
         if self._decode_only is not None:  # the speculation switch learns what a decode step yields
@@ -463,6 +508,8 @@ class EngineCore:
             prefix_by_namespace=s.by_namespace,
             spec=self.speculator.totals_snapshot() if self.speculator is not None else SpecCounts(),
             **self._adapter_stats(),
+            **(self.kv_tier.stats() if self.kv_tier is not None else {}),
+            kv_block_bytes=self.kv_block_bytes,
         )
 
     def _adapter_stats(self) -> dict:

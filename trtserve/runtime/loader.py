@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,7 @@ class LoadedEngine:
     model: DecoderModel
     tokenizer: object  # transformers tokenizer
     eos_token_ids: frozenset[int]
+    weights_seconds: float = 0.0  # reading (memory-mapping) the weights and building the model from them
 
 
 def default_device(device: str | None = None) -> torch.device:
@@ -52,6 +54,7 @@ def load_engine(
     # The manifest is unsigned: a file edited together with its manifest entry passes verification,
     # so what cannot be a working engine is refused here, naming the file (tests/unit/test_build_robustness.py).
     rebuild = "rebuild the engine with `trtserve build ... --force`"
+    start = time.perf_counter()
     try:
         model = DecoderModel.load(
             path / ENGINE_WEIGHTS,
@@ -68,5 +71,6 @@ def load_engine(
             f"config.json says vocab {cfg.vocab_size} x hidden {cfg.hidden_size} but {ENGINE_WEIGHTS} holds an "
             f"embedding of {tuple(model.embed.shape)}; {rebuild}"
         )
+    weights_seconds = time.perf_counter() - start
     tokenizer, eos = load_tokenizer(path / TOKENIZER_DIR)
-    return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos))
+    return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos), weights_seconds)

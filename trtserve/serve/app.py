@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import functools
 import logging
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -29,6 +30,7 @@ from trtserve.serve.errors import install_handlers
 from trtserve.serve.generation import GenerationService
 from trtserve.serve.idempotency import IdempotencyMiddleware
 from trtserve.serve.kserve.routes import router as kserve_router
+from trtserve.serve.kv_offload import tier_root
 from trtserve.serve.load import LoadTracker
 from trtserve.serve.metrics import Metrics
 from trtserve.serve.middleware import ServerMiddleware
@@ -42,6 +44,8 @@ from trtserve.serve.repository.repository import EngineFactory, Repository
 from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.repository.watch import install_watchers
 from trtserve.serve.responses.routes import install_responses
+from trtserve.serve.sleep import router as sleep_router
+from trtserve.serve.startup import StartupClock
 from trtserve.serve.state import ServerState
 
 log = logging.getLogger(__name__)
@@ -57,6 +61,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     server = ServerState(config, repository.default_name, repository=repository, metrics=metrics)
     install_watchers(repository)
     server.store = durable.open_store(config, server.model_name)  # before serving: a busy --state-dir fails here
+    repository.kv_tier_root = tier_root(server.store)  # the kv_offload tiers' default home
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -86,6 +91,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     app.include_router(embeddings_router)  # /v1/embeddings over tensor models
     app.include_router(adapters_router)  # /v1/load_lora_adapter, /v1/unload_lora_adapter
     app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
+    app.include_router(sleep_router)  # /admin/sleep, /admin/wake_up
     app.include_router(kserve_router)
     app.include_router(batch_router)
     install_responses(app, server)  # /v1/responses over the state store
@@ -117,6 +123,8 @@ class VersionServices:
     ):
         self.repository, self.config, self.metrics, self.features = repository, config, metrics, features
         self.load_watched = False  # serve/load.py's autoscaling gauges follow the first version loaded
+        self.startup = StartupClock()  # start-to-ready, once the first LLM version is (serve/startup.py)
+        metrics.add_collector(self.startup)
 
     async def ready(self, mv: ModelVersion) -> None:
         if mv.tensor is not None:  # a tensor model is served by serve/tensors/, over no GenerationService
@@ -132,10 +140,12 @@ class VersionServices:
         if not self.load_watched:
             self.load_watched = True
             self.metrics.watch_load(LoadTracker(engine.stats, service.admission, engine.info.max_batch_size))
-        if self.config.warmup:
-            ids = list(engine.tokenizer.encode("Hello")) or [0]
-            warmup = SamplingParams(max_tokens=2, temperature=0.0, ignore_eos=True)
+        start = time.perf_counter()
+        if self.config.warmup:  # one step of one token: it runs (and loads) the decode path too
+            ids = list(engine.tokenizer.encode("Hello"))[:1] or [0]
+            warmup = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
             await service.start("warmup", ids, warmup, internal=True).collect()
+        self.startup.ready(engine.stats().startup_seconds, mv.open_seconds, time.perf_counter() - start)
 
     @staticmethod
     def released(mv: ModelVersion) -> None:

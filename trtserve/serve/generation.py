@@ -15,7 +15,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 
 from trtserve.engine.adapters import AdapterRef
-from trtserve.engine.errors import EngineDeadError
+from trtserve.engine.errors import EngineAsleepError, EngineDeadError
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.protocol import Engine
 from trtserve.engine.sampling import SamplingParams
@@ -178,6 +178,8 @@ class GenerationRun:
             ) from None
         except EngineDeadError as err:  # the watchdog (serve/watchdog.py) is about to exit the process
             raise APIError(503, f"{err}; this server is restarting, retry on another replica") from None
+        except EngineAsleepError as err:  # put to sleep (POST /admin/sleep) after this request was admitted
+            raise APIError(503, str(err), headers={"Retry-After": "5"}) from None
         finally:
             await gen.aclose()  # aborts the request in the engine if it is still running
             self.ticket.release()

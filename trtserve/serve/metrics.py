@@ -14,6 +14,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessColl
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from trtserve.engine.messages import EngineStats
+from trtserve.serve.kv_tier_metrics import kv_tier_families
 from trtserve.serve.load import LoadCollector, LoadTracker
 from trtserve.serve.tensor_metrics import TensorCollector
 from trtserve.serve.utilisation import UtilisationCollector, snapshot
@@ -65,6 +66,7 @@ class _EngineCollector:
         yield from _by_namespace(stats)
         yield from _by_adapter(stats)
         yield from _spec_decode(stats)
+        yield from kv_tier_families(stats)  # prefix hits by tier, the second tier's traffic and bytes
 
 
 def _per_engine(family, table: dict[str, tuple[str, str]], stats, part=lambda s: s):

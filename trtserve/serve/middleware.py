@@ -80,6 +80,8 @@ class ServerMiddleware:
             )
         if self.server.draining:
             return 503, "the server is shutting down; retry on another replica", {"Retry-After": "5"}
+        if self.server.asleep and not is_admin_path(path) and path != "/metrics":
+            return 503, "the server is asleep (POST /admin/wake_up wakes it); retry later", {"Retry-After": "5"}
         if not self.server.loaded and path not in ("/metrics", "/openapi.json"):
             return 503, "the model is still loading; retry when /v2/health/ready returns 200", {"Retry-After": "2"}
         length = headers.get("content-length")

@@ -28,6 +28,7 @@ class ServerState:
     repository: Repository | None = None  # set by create_app
     metrics: Metrics | None = None
     draining: bool = False  # SIGTERM seen: readiness false, new requests 503
+    asleep: bool = False  # POST /admin/sleep (serve/sleep.py): readiness false, requests 503 until /admin/wake_up
     stalled: bool = False  # serve/watchdog.py: an engine made no progress while work waited
     load_error: str | None = None  # why loading failed when no version at all could load, for /health
     store: StateStore | None = None  # the durable state store (trtserve/state); None with --state-dir none
@@ -65,7 +66,7 @@ class ServerState:
         """Readiness (/health/ready, /v2/health/ready, gRPC ServerReady): False, too, when nothing at all
         could load at start-up (until a version loads), so a probe does not send traffic to a server
         that can only refuse it."""
-        if not self.ready or self.draining or self.stalled or not self.alive:
+        if not self.ready or self.draining or self.asleep or self.stalled or not self.alive:
             return False
         return self.load_error is None or any(mv.ready for mv in self.repository.versions())
 

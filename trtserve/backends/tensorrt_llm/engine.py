@@ -244,6 +244,12 @@ class TrtllmEngine:
     def subscribe_kv_events(self, listener):
         raise UnsupportedError(_NO_KV_TRANSFER)
 
+    async def sleep(self) -> None:
+        raise UnsupportedError("sleep and wake-up are not mapped to TensorRT-LLM yet; serve with the torch backend")
+
+    async def wake_up(self) -> None:
+        raise UnsupportedError("sleep and wake-up are not mapped to TensorRT-LLM yet; serve with the torch backend")
+
     def stats(self) -> EngineStats:
         stats = engine_stats(self._latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)
         # TensorRT-LLM's adapter cache reports no hits or evictions: only our loads are counted

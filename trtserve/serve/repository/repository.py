@@ -16,6 +16,7 @@ import contextlib
 import ctypes
 import gc
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +27,7 @@ from trtserve.engine.protocol import Engine
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import APIError
+from trtserve.serve.kv_offload import with_tier_path
 from trtserve.serve.metrics import Metrics
 from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.budget import KVBudget
@@ -71,6 +73,7 @@ class Repository:
         self.started = False  # the start-up loads have finished (successfully or not)
         self._opening = asyncio.Lock()
         self.shadow = None  # watch.py's ShadowMirror and GuardWatch, set by install_watchers
+        self.kv_tier_root: Path | None = None  # where kv_offload tiers without a path live (the app sets it)
         self.guard = None
 
     # ---- lookup and routing ----------------------------------------------------------------------
@@ -215,7 +218,7 @@ class Repository:
         if mv.is_tensor:
             return await self._open_tensor(mv)
         try:
-            run = self.budget.reserve(mv)
+            run = with_tier_path(self.budget.reserve(mv), self.kv_tier_root, mv.model, mv.version)
         except UserError as err:
             mv.state, mv.reason = State.UNAVAILABLE, str(err)
             raise APIError(400, str(err)) from None
@@ -223,7 +226,9 @@ class Repository:
         log.info("loading %s from %s", mv.name, mv.path)
         try:
             async with self._opening:  # one engine opens at a time (imports are not thread-safe)
+                start = time.perf_counter()
                 engine = await asyncio.to_thread(self.factory, mv.path, run)
+                mv.open_seconds = time.perf_counter() - start
             mv.engine = engine
             self.metrics.add_engine(mv.model, str(mv.version), engine.stats)
             for ready in self.on_ready:

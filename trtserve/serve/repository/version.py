@@ -46,6 +46,7 @@ class ModelVersion:
     config_dir: Path | None = None  # a tensor model's: the dir of its config.pbtxt and labels; None: an LLM
     service: GenerationService | None = None  # over the engine, set by the app's ready listener (serve/app.py)
     kv_bytes: int = 0  # KV budget it holds while loaded
+    open_seconds: float = 0.0  # how long opening its engine took (serve/startup.py)
     recent: deque[Outcome] = field(default_factory=lambda: deque(maxlen=WINDOW))
     served: int = 0  # requests finished since load
     tensor_in_flight: int = 0  # a tensor model's requests being answered (serve/tensors/serving.py counts them)
