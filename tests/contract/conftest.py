@@ -1,7 +1,7 @@
 """The per-release TensorRT-LLM fakes (tests/contract/fake_trtllm) and a `--backend trtllm` engine dir.
 
 `fake_trtllm` is parametrized over RELEASES, so every test that uses it runs against the fakes of
-1.0, 1.2 and main; a test parametrizes `release` itself to narrow that (e.g. TENSORRT_RELEASES).
+1.0, 1.1, 1.2 and main; a test parametrizes `release` itself to narrow that (e.g. TENSORRT_RELEASES).
 """
 
 from __future__ import annotations
@@ -80,6 +80,7 @@ def fake_gpu(monkeypatch, fake_trtllm, release):
 
     bin_dir = release_root(release) / "bin"
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_TRTLLM_SM", "9.0")  # the fake trtllm-build's get_sm_version()
     target = install.Target(
         tensorrt_llm=fake_trtllm.__version__, tensorrt="10.9.0.34", cuda="12.8", gpu_name="NVIDIA H100", sm="9.0"
     )

@@ -114,14 +114,29 @@ def test_engine_error_finishes_the_request_with_error(engine, fake_trtllm):
     assert "RequestError: fake executor error" in deltas[-1].error
 
 
-def test_n_sequences_and_logprobs(engine):
-    deltas = collect(engine, req(max_tokens=4, n=2, temperature=0.8, seed=7, logprobs=2))
+def test_n_sequences_and_logprobs(engine, release):
+    """Sampled tokens' logprobs where the release returns them with the sampled token (test_trtllm_logprobs.py
+    has the refusals), equal to the fake's toy distribution: rank (t - greedy) mod vocab + 1, logprob -rank/2."""
+    from trtllm_fake import load_toy_model
+
+    if release == "1.1":  # its top-k may leave the sampled token out: refused
+        with pytest.raises(UserError, match="may leave the sampled token out"):
+            collect(engine, req(max_tokens=4, n=2, temperature=0.8, seed=7, logprobs=2))
+        return
+    k = 0 if release == "1.0" else 2  # 1.0: the sampled token's logprob only
+    deltas = collect(engine, req(max_tokens=4, n=2, temperature=0.8, seed=7, logprobs=k))
+    toy = load_toy_model()
     for i in (0, 1):
         mine = [d for d in deltas if d.index == i]
         assert sum(len(d.token_ids) for d in mine) == 4 and mine[-1].finish_reason == "length"
-        for d in mine:
-            assert [lp.token_id for lp in d.logprobs] == d.token_ids
-            assert all(len(lp.top) == 2 and lp.rank == 1 and lp.top[0][0] == lp.token_id for lp in d.logprobs)
+        seq = list(PROMPT)
+        for lp in [lp for d in mine for lp in d.logprobs]:
+            greedy = toy.next_greedy(seq, VOCAB)
+            rank = (lp.token_id - greedy) % VOCAB + 1
+            assert (lp.logprob, lp.rank) == (-0.5 * rank, rank)
+            assert lp.top == [((greedy + j) % VOCAB, -0.5 * (j + 1)) for j in range(k)]
+            seq.append(lp.token_id)
+        assert seq[len(PROMPT) :] == [t for d in mine for t in d.token_ids]
 
 
 def test_seed_reproduces(engine):
@@ -130,10 +145,11 @@ def test_seed_reproduces(engine):
     assert [d.token_ids for d in a] == [d.token_ids for d in b]
 
 
-def test_every_sampling_mapping_is_accepted_by_trtllm(engine, fake_trtllm):
+def test_every_sampling_mapping_is_accepted_by_trtllm(engine, fake_trtllm, release):
     params = dict(
         n=2, max_tokens=5, min_tokens=2, temperature=0.7, top_k=40, top_p=0.9, min_p=0.05, repetition_penalty=1.1,
-        presence_penalty=0.5, frequency_penalty=-0.5, seed=1, stop_token_ids=[7], bad_words_ids=[[5]], logprobs=3,
+        presence_penalty=0.5, frequency_penalty=-0.5, seed=1, stop_token_ids=[7], bad_words_ids=[[5]],
+        logprobs={"1.0": 0, "1.1": None}.get(release, 3),  # what each release returns (logprobs.py)
     )  # fmt: skip
     deltas = collect(engine, req(**params))
     assert {d.index for d in deltas if d.finish_reason} == {0, 1}
@@ -207,7 +223,7 @@ def test_the_torch_backends_options_are_refused(fake_trtllm, trtllm_engine_dir, 
     assert not fake_trtllm.INSTANCES  # refused before TensorRT-LLM was started
 
 
-def test_info_declares_identity_limits_and_what_the_backend_cannot_do(engine, fake_trtllm, trtllm_engine_dir):
+def test_info_declares_identity_limits_and_what_the_backend_cannot_do(engine, fake_trtllm, trtllm_engine_dir, release):
     from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
     from trtserve.engine.manifest import engine_fingerprint, read_manifest
     from trtserve.engine.run_config import RuntimeConfig
@@ -222,7 +238,7 @@ def test_info_declares_identity_limits_and_what_the_backend_cannot_do(engine, fa
     )
     caps = info.capabilities
     assert (caps.priorities, caps.prompt_logprobs, caps.cache_invalidation) == (False, False, False)
-    assert caps.logprobs and caps.max_top_logprobs > 0
+    assert caps.logprobs and (caps.max_top_logprobs > 0) is (release != "1.0")  # 1.0: the sampled token's only
     assert not caps.guided_decoding  # the built options name no guided_decoding_backend
     with pytest.raises(UserError, match="priority"):
         engine.check(GenerateRequest(list(PROMPT), SamplingParams(), priority=1.0))

@@ -14,6 +14,7 @@ from trtserve.backends.tensorrt_llm.capabilities import SAMPLER_SWITCH, probe
 
 EXPECTED = {  # release -> (line, TensorRT backend, trtllm-serve --backend values)
     "1.0": ("1.0", True, ("pytorch", "trt", "_autodeploy")),
+    "1.1": ("1.1", True, ("pytorch", "tensorrt", "_autodeploy")),
     "1.2": ("1.2", True, ("pytorch", "tensorrt", "_autodeploy", "trt")),
     "main": ("main", False, ("pytorch", "_autodeploy")),
 }
@@ -31,7 +32,7 @@ def test_probe_introspects_the_release(fake_trtllm, release):
     )
     assert caps.introspected and "attn_backend" in caps.torch_args  # read from the args model, not the table
     assert (SAMPLER_SWITCH in caps.torch_args) is (release == "1.0")
-    assert ("sampler_type" in caps.torch_args) is (release == "1.2")
+    assert ("sampler_type" in caps.torch_args) is (release in ("1.1", "1.2"))
 
 
 def test_llm_args_forbid_unknown_keys(fake_trtllm, trtllm_engine_dir):
@@ -124,6 +125,7 @@ def test_the_gpu_scripts_checks_pass_on_every_fake(engine, monkeypatch):
     spec.loader.exec_module(script)
     real_sleep = time.sleep
     monkeypatch.setattr(time, "sleep", lambda s: real_sleep(0.5 if s >= 3 else s))  # a shorter idle wait
-    for check in (script.check_sampling, script.check_n, script.check_abort, script.check_stats):
+    checks = (script.check_sampling, script.check_n, script.check_abort, script.check_stats)
+    for check in (*checks, script.check_stats_under_load, script.check_logprobs, script.check_long_prompt):
         assert check(engine)
     assert script.check_serve_line(engine, "trtllm").startswith("trtllm-serve M --backend pytorch")

@@ -163,13 +163,14 @@ def test_eagle3_and_mtp_from_a_hand_written_yaml(fake_trtllm, release):
 
     mtp = decoding_config(fake_trtllm, {"decoding_type": "MTP", "num_nextn_predict_layers": 2})
     assert type(mtp) is fake_trtllm.llmapi.MTPDecodingConfig and mtp.num_nextn_predict_layers == 2
-    eagle3 = {"decoding_type": "Eagle3", "max_draft_len": 3, "speculative_model": "/models/eagle3"}
+    eagle3 = {"decoding_type": "Eagle3", "max_draft_len": 3, DRAFT_FIELD[release]: "/models/eagle3"}
     if release == "1.0":  # 1.0 has no Eagle3DecodingConfig: EAGLE-3 is EagleDecodingConfig there
         with pytest.raises(UserError, match="has decoding_type 'Eagle3', which TensorRT-LLM 1.0.0 has no decoding"):
             decoding_config(fake_trtllm, eagle3)
         return
     spec = decoding_config(fake_trtllm, eagle3)
-    assert type(spec) is fake_trtllm.llmapi.Eagle3DecodingConfig and spec.speculative_model == "/models/eagle3"
+    assert type(spec) is fake_trtllm.llmapi.Eagle3DecodingConfig
+    assert getattr(spec, DRAFT_FIELD[release]) == "/models/eagle3"
     with pytest.raises(UserError, match="refused speculative_config") as err:
         decoding_config(fake_trtllm, {"decoding_type": "NGram", "max_draft_len": 0})  # upstream: must be > 0
     assert "\n" not in str(err.value)
@@ -187,6 +188,10 @@ def test_the_fakes_decoding_configs_refuse_what_upstream_refuses(fake_trtllm, re
             llmapi.DraftTargetDecodingConfig(max_draft_len=2, **{new: "/d"})
     elif release == "1.2":  # the old name is an alias
         assert llmapi.DraftTargetDecodingConfig(max_draft_len=2, **{old: "/d"}).speculative_model == "/d"
+    elif release == "1.1":  # decoding_type a field already, the draft field still the old name only
+        assert llmapi.DraftTargetDecodingConfig(max_draft_len=2, decoding_type="Draft_Target", **{old: "/d"})
+        with pytest.raises(ValueError, match=new):
+            llmapi.DraftTargetDecodingConfig(max_draft_len=2, **{new: "/d"})
     else:
         with pytest.raises(ValueError, match=old):
             llmapi.DraftTargetDecodingConfig(max_draft_len=2, **{old: "/d"})

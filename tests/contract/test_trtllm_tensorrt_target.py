@@ -51,7 +51,8 @@ def test_serves_through_the_tensorrt_engine_llm(trt_dir, fake_trtllm):
     try:
         [llm] = fake_trtllm.INSTANCES
         assert llm.model == str(trt_dir / "engine")
-        assert set(llm.kwargs) == {"kv_cache_config"}  # the limits are baked into the engine
+        assert set(llm.kwargs) == {"kv_cache_config", "enable_chunked_prefill", "gather_generation_logits"}
+        assert llm.kwargs["enable_chunked_prefill"] and llm.kwargs["kv_cache_config"].enable_block_reuse
         assert llm.tensor_parallel_size == 2
 
         async def run():
@@ -69,7 +70,7 @@ def test_serves_through_the_tensorrt_engine_llm(trt_dir, fake_trtllm):
     [
         ({"sm": "8.0"}, "was built for GPU compute capability (SM) 9.0 but this host has 8.0"),
         ({"tensorrt": "10.10.0"}, "was built for TensorRT 10.9.0.34 but this host has 10.10.0"),
-        ({"tensorrt_llm": "1.1.0"}, "was built for TensorRT-LLM {built} but this host has 1.1.0"),
+        ({"tensorrt_llm": "1.0.9"}, "was built for TensorRT-LLM {built} but this host has 1.0.9"),
     ],
 )
 def test_mismatch_is_refused_by_trtserve_run(trt_dir, fake_gpu, monkeypatch, change, message):

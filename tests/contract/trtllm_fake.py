@@ -12,8 +12,8 @@ import sys
 from pathlib import Path
 
 FAKE_PATH = Path(__file__).parent / "fake_trtllm"
-RELEASES = ("1.0", "1.2", "main")  # every contract test runs against each
-TENSORRT_RELEASES = ("1.0", "1.2")  # the ones with the TensorRT backend (trtllm-build, _tensorrt_engine)
+RELEASES = ("1.0", "1.1", "1.2", "main")  # every contract test runs against each
+TENSORRT_RELEASES = ("1.0", "1.1", "1.2")  # the ones with the TensorRT backend (trtllm-build, _tensorrt_engine)
 
 
 def release_root(release: str) -> Path:

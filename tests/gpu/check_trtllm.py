@@ -12,7 +12,11 @@ random models (no downloads), so it takes minutes, not hours. For each workflow 
     the same seed reproduces; greedy with n > 1 is a clean 400; n > 1 sampling returns n sequences;
     abort ends a stream; iteration stats arrive and the idle stats poller does not spin;
     the trtllm-serve line parses with the installed trtllm-serve; Qwen2 builds with trtllm-build;
-    `trtserve run` answers the openai client.
+    `trtserve run` answers the openai client;
+and what issue 39 found: logprobs come back (the TensorRT path with gather_generation_logits, each
+release's top-N on the PyTorch path); a prompt longer than max_num_tokens runs (chunked context);
+iteration stats move while a long request decodes; an INT8-KV and an FP8 TensorRT build record the
+plugin flags trtllm-build left, as planned.
 
 Every check prints PASS / FAIL / SKIP with a reason; the summary and the doctor report go to --out as
 JSON. Exit status 1 if any check failed, 2 if nothing could be checked here. Please attach that JSON (and the printed summary) when you
@@ -35,6 +39,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path[:0] = [str(REPO), str(REPO / "tests")]  # trtserve from this checkout, tests/helpers.py
 
 MAX_NEW = 12
+MAX_NUM_TOKENS = 64  # below the tiny models' 256-token context, so a longer prompt needs chunked context
 
 
 class Skip(Exception):
@@ -77,11 +82,13 @@ def tiny_model(dest: Path, arch: str) -> Path:
     return make_hf_model(dest, arch, dtype=torch.float16, **shape)
 
 
-def build(src: Path, out: Path, backend: str) -> Path:
+def build(src: Path, out: Path, backend: str, **quant) -> Path:
     from trtserve.build.builder import build_engine
     from trtserve.build.config import BuildConfig
 
-    cfg = BuildConfig(model=str(src), backend=backend, dtype="float16", max_batch_size=8, max_num_tokens=1024)
+    cfg = BuildConfig(
+        model=str(src), backend=backend, dtype="float16", max_batch_size=8, max_num_tokens=MAX_NUM_TOKENS, **quant
+    )
     return build_engine(cfg, out, force=True, quiet=True).engine_dir
 
 
@@ -160,12 +167,99 @@ def check_stats(engine) -> str:
     s = engine.stats()
     assert s.kv_blocks_total > 0 and s.steps > 0, f"no iteration stats after 10 s: {s}"
     calls = []
-    real = engine.llm.get_stats
-    engine.llm.get_stats = lambda *a, **k: calls.append(1) or real(*a, **k)  # count the poller's calls
+    real = engine.llm.get_stats_async
+    engine.llm.get_stats_async = lambda *a, **k: calls.append(1) or real(*a, **k)  # count the poller's rounds
     time.sleep(3)  # idle
-    engine.llm.get_stats = real
-    assert len(calls) <= 10, f"the idle stats poller called get_stats {len(calls)} times in 3 s"
-    return f"{s.kv_blocks_total} KV blocks, {s.steps} steps; {len(calls)} get_stats calls in 3 idle seconds"
+    engine.llm.get_stats_async = real
+    assert len(calls) <= 10, f"the idle stats poller called get_stats_async {len(calls)} times in 3 s"
+    return f"{s.kv_blocks_total} KV blocks, {s.steps} steps; {len(calls)} stats rounds in 3 idle seconds"
+
+
+def check_stats_under_load(engine) -> str:
+    """Iteration stats (what /metrics shows) move while one long request decodes."""
+    from trtserve.engine.messages import GenerateRequest
+    from trtserve.engine.sampling import SamplingParams
+
+    async def run():
+        seen = []
+        req = GenerateRequest([5, 6, 7], SamplingParams(max_tokens=180, temperature=0.0, ignore_eos=True))
+        async for d in engine.generate(req):
+            seen.append(engine.stats().steps)
+            if d.finish_reason:
+                break
+        return seen
+
+    seen = asyncio.run(run())
+    during = sorted(set(seen[: len(seen) // 2]))
+    assert len(during) > 3, f"iteration stats froze while the request decoded: steps seen {during}"
+    return f"{len(set(seen))} distinct step counts over {len(seen)} deltas"
+
+
+def check_logprobs(engine) -> str:
+    """Greedy logprobs with the top alternatives this engine declares (0 on 1.0's PyTorch backend)."""
+    import math
+
+    from trtserve.engine.messages import GenerateRequest
+    from trtserve.engine.sampling import SamplingParams
+
+    k = min(2, engine.info.capabilities.max_top_logprobs)
+    assert engine.info.capabilities.logprobs, "the engine declares no logprobs"
+
+    async def run():
+        req = GenerateRequest([5, 17, 42], SamplingParams(max_tokens=4, temperature=0.0, logprobs=k, ignore_eos=True))
+        return [lp for d in [d async for d in engine.generate(req)] for lp in d.logprobs]
+
+    lps = asyncio.run(run())
+    assert len(lps) == 4 and all(math.isfinite(lp.logprob) and lp.logprob <= 0 for lp in lps), lps
+    assert all(len(lp.top) == k and (not k or lp.top[0][0] == lp.token_id) for lp in lps), lps
+    return f"4 tokens with logprobs, top {k} each (the greedy token first)"
+
+
+def check_sleep(engine) -> str:
+    """sleep() releases the executor's memory and wake_up() restores it: the same greedy tokens after."""
+    import torch
+
+    from trtserve.engine.errors import UnsupportedError
+
+    before = collect(engine, [5, 6, 7], max_tokens=8, temperature=0.0, ignore_eos=True)[0]
+    used = torch.cuda.mem_get_info()[1] - torch.cuda.mem_get_info()[0]
+    try:
+        asyncio.run(engine.sleep())
+    except UnsupportedError as err:  # this release or backend has none (the sentence says which)
+        raise Skip(str(err)) from None
+    asleep = torch.cuda.mem_get_info()[1] - torch.cuda.mem_get_info()[0]
+    asyncio.run(engine.wake_up())
+    after = collect(engine, [5, 6, 7], max_tokens=8, temperature=0.0, ignore_eos=True)[0]
+    assert before == after, f"greedy tokens changed across sleep: {before} vs {after}"
+    return f"GPU memory in use {used / 2**30:.2f} GiB awake, {asleep / 2**30:.2f} GiB asleep; same tokens after"
+
+
+def check_long_prompt(engine) -> str:
+    prompt = [(7 * i + 3) % 300 for i in range(3 * MAX_NUM_TOKENS)]
+    got = collect(engine, prompt, max_tokens=4, temperature=0.0, ignore_eos=True)[0]
+    assert len(got) == 4, got
+    return f"a {len(prompt)}-token prompt with max_num_tokens {MAX_NUM_TOKENS}"
+
+
+def check_fmha_build(src: Path, work: Path, quant: str, kv: str | None) -> str:
+    """A quantized TensorRT build: the engine's plugin flags (what trtllm-build left) are the planned ones."""
+    from trtserve.backends.tensorrt_llm import build_plan, install
+    from trtserve.build.builder import plan_build
+    from trtserve.build.config import BuildConfig
+
+    sm = install.installed_target().sm
+    if quant == "fp8" and tuple(int(x) for x in sm.split(".")) < (8, 9):
+        raise Skip(f"FP8 needs SM 8.9 or newer; this GPU is SM {sm}")
+    out = build(src, work / f"tensorrt-{quant}-{kv}", "tensorrt", quant=quant, kv_cache_quant=kv)
+    cfg = BuildConfig(model=str(src), backend="tensorrt", dtype="float16", max_batch_size=8, quant=quant)
+    plan = plan_build(cfg.model_copy(update={"kv_cache_quant": kv, "max_num_tokens": MAX_NUM_TOKENS}))
+    planned = build_plan.plugin_config(plan.limits, plan.quantization, sm=sm)
+    built = json.loads((out / "engine" / "config.json").read_text())["build_config"]["plugin_config"]
+    ours = json.loads((out / "config.json").read_text())["build_config"]["plugin_config"]
+    keys = ("context_fmha", "use_paged_context_fmha", "use_fp8_context_fmha")
+    assert {k: built[k] for k in keys} == {k: planned[k] for k in keys}, (built, planned)
+    assert ours["use_paged_context_fmha"] == built["use_paged_context_fmha"], (ours, built)
+    return ", ".join(f"{k}={built[k]}" for k in keys)
 
 
 def check_serve_line(engine, backend: str) -> str:
@@ -221,9 +315,16 @@ def run_workflow(checks: Checks, backend: str, arch: str, work: Path, serve: boo
             checks.run(f"{tag}: n > 1", check_n, engine)
             checks.run(f"{tag}: abort", check_abort, engine)
             checks.run(f"{tag}: iteration stats, idle poller", check_stats, engine)
+            checks.run(f"{tag}: iteration stats move under load", check_stats_under_load, engine)
+            checks.run(f"{tag}: logprobs", check_logprobs, engine)
+            checks.run(f"{tag}: a prompt longer than max_num_tokens", check_long_prompt, engine)
+            checks.run(f"{tag}: sleep and wake up", check_sleep, engine)
             checks.run(f"{tag}: trtllm-serve line parses", check_serve_line, engine, backend)
     finally:
         engine.shutdown()
+    if backend == "tensorrt" and arch == "llama":
+        for quant, kv in (("w8a16", "int8"), ("fp8", None)):
+            checks.run(f"{tag}: {quant} + {kv} KV build flags as planned", check_fmha_build, src, work, quant, kv)
     if serve:
         checks.run(f"{tag}: trtserve run + openai client", check_server, out, work)
 

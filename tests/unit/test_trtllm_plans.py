@@ -56,7 +56,9 @@ def test_build_config_golden(quant):
 def test_fused_mlp_and_fp8_fmha_follow_trtllm_build_rules():
     pc = {k: build_plan.plugin_config(LIMITS, q) for k, q in QUANTS.items()}
     assert [pc[k]["use_fused_mlp"] for k in QUANTS] == [True, True, False, False]  # None/FP8/MIXED only
-    assert [pc[k]["use_fp8_context_fmha"] for k in QUANTS] == [False, True, False, True]
+    # builder.py: FP8 context FMHA follows the FP8 KV cache where paged context FMHA is on (NVFP4 has none here)
+    assert [pc[k]["use_fp8_context_fmha"] for k in QUANTS] == [False, True, False, False]
+    assert [pc[k]["use_paged_context_fmha"] for k in QUANTS] == [True, True, False, True]  # INT8 KV: off
     assert [pc[k]["gemm_plugin"] for k in QUANTS] == ["auto", "fp8", "auto", "nvfp4"]
 
 

@@ -59,6 +59,12 @@ class Strategy(Protocol):
     def check_plan(self, plan: BuildPlan) -> None:
         """Validate the backend's part of the plan (no side effects; run for --dry-run too)."""
 
+    def built_limits(self, limits: EngineBuildConfig, quantization: dict | None) -> EngineBuildConfig:
+        """The limits as the built engine will have them (trtllm-build rewrites some plugin flags)."""
+
+    def check_gpu(self, quantization: dict | None, sm: str) -> None:
+        """Refuse (UserError) what this backend cannot build for a GPU of compute capability `sm`."""
+
     def prepare(self, plan: BuildPlan) -> Job:
         """Every check that can fail before anything is written (host, tensors); the job that writes."""
 
@@ -80,8 +86,8 @@ def resolve(cfg: BuildConfig, strategy: Strategy) -> BuildPlan:
     model = model.model_copy(update={"mapping": Mapping(world_size=cfg.tp_size, tp_size=cfg.tp_size)})
     check_tp(model, cfg.tp_size)
     check_quant(model, cfg)
-    limits = resolve_limits(cfg, model)
     quantization = requested_quantization(cfg) if cfg.quant else strategy.source_quantization(reader)
+    limits = strategy.built_limits(resolve_limits(cfg, model), quantization)
     resolved = cfg.model_copy(update={"dtype": dtype, "max_seq_len": limits.max_seq_len, "model": str(reader.path)})
     plan = BuildPlan(resolved, reader, model, limits, quantization)
     strategy.check_plan(plan)

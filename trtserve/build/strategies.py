@@ -27,13 +27,23 @@ import yaml
 from rich.console import Console
 
 from trtserve.backends.tensorrt_llm import build_plan, capabilities, compat, lora, serve_plan, speculative
+from trtserve.backends.tensorrt_llm.builder_rules import blackwell_problem
+from trtserve.backends.tensorrt_llm.quant import quant_algos
 from trtserve.build.config import BuildConfig
 from trtserve.build.planner import BuildPlan
 from trtserve.build.reader import CheckpointReader
 from trtserve.build.tensors import Written, tensors_for
 from trtserve.engine.backends import BACKENDS
 from trtserve.engine.errors import UserError
-from trtserve.engine.layout import CHECKPOINT_DIR, ENGINE_WEIGHTS, HF_DIR, OPTIONS_FILE, TOKENIZER_DIR, TRT_ENGINE_DIR
+from trtserve.engine.layout import (
+    CHECKPOINT_DIR,
+    ENGINE_WEIGHTS,
+    HF_DIR,
+    OPTIONS_FILE,
+    TOKENIZER_DIR,
+    TRT_ENGINE_DIR,
+    EngineBuildConfig,
+)
 
 HF_QUANT_CONFIG = "hf_quant_config.json"  # written by ModelOpt's unified HF export
 _HF_FILES = ("config.json", "generation_config.json", HF_QUANT_CONFIG, "model.safetensors.index.json")
@@ -61,6 +71,12 @@ class _Strategy:
 
     def check_plan(self, plan: BuildPlan) -> None:
         pass
+
+    def built_limits(self, limits: EngineBuildConfig, quantization: dict | None) -> EngineBuildConfig:
+        return limits
+
+    def check_gpu(self, quantization: dict | None, sm: str) -> None:
+        """Refuse (UserError) what this backend cannot build for a GPU of compute capability `sm`."""
 
     def describe(self, plan: BuildPlan, out: Path) -> list[str] | None:
         return None
@@ -95,9 +111,21 @@ class TensorrtStrategy(_Strategy):
 
     def check_plan(self, plan: BuildPlan) -> None:
         build_plan.build_config(plan.limits, plan.quantization)  # refuses what trtllm-build cannot take
+        _check_build_gpu(plan.quantization, _build_sm())
         compat.check_workflow(_release(plan), self.name, build=True)
         _lora_options(plan, tensorrt=True)  # refuses adapters TensorRT-LLM cannot apply
         _speculative(plan, self.name)  # refuses speculation: TensorRT engines cannot run it
+
+    def check_gpu(self, quantization: dict | None, sm: str) -> None:
+        _check_build_gpu(quantization, sm)
+
+    def built_limits(self, limits: EngineBuildConfig, quantization: dict | None) -> EngineBuildConfig:
+        """The limits with the FMHA flags builder.py will leave (so the engine dir's config.json says so)."""
+        fmha = build_plan.fmha_flags(quantization, _build_sm())
+        plugin = limits.plugin_config.model_copy(
+            update={"context_fmha": fmha.context_fmha, "use_paged_context_fmha": fmha.use_paged_context_fmha}
+        )
+        return limits.model_copy(update={"plugin_config": plugin})
 
     def prepare(self, plan: BuildPlan) -> Job:
         from trtserve.backends.tensorrt_llm import install
@@ -113,18 +141,18 @@ class TensorrtStrategy(_Strategy):
         target = install.installed_target(tllm)
         if target.sm is None:
             raise UserError("--backend tensorrt builds on the GPU it will run on, and no CUDA GPU is visible")
+        _check_build_gpu(plan.quantization, target.sm)
         step = tensors_for(plan)
 
         def write(tmp: Path, console: Console) -> Written:
-            written = step.write(tmp, console, engine_weights=False)
-            ckpt_config = tmp / CHECKPOINT_DIR / "config.json"
-            extended = build_plan.trtllm_checkpoint_config(json.loads(ckpt_config.read_text()))
-            ckpt_config.write_text(json.dumps(extended, indent=2, sort_keys=True) + "\n")
-            argv = self._argv(plan, tmp)
+            written = step.write(tmp, console, engine_weights=False)  # checkpoint/ as trtllm-build takes it
+            argv = self._argv(plan, tmp, target.sm)
             result = subprocess.run(argv, stdout=subprocess.DEVNULL if console.quiet else None)
             if result.returncode != 0:
                 raise UserError(f"trtllm-build failed with exit code {result.returncode} (its output is above)")
-            _write_options(tmp, serve_plan.tensorrt_runtime_options(plan.limits, _lora_options(plan, tensorrt=True)))
+            built = json.loads((tmp / TRT_ENGINE_DIR / "config.json").read_text())["build_config"]["plugin_config"]
+            options = serve_plan.tensorrt_runtime_options(plan.limits, _lora_options(plan, tensorrt=True), built)
+            _write_options(tmp, options)  # chunked context and KV reuse as the engine trtllm-build wrote allows
             return written
 
         return Job(write, target.to_dict())
@@ -132,15 +160,17 @@ class TensorrtStrategy(_Strategy):
     def is_weights(self, rel: str) -> bool:
         return rel.startswith(TRT_ENGINE_DIR + "/") and rel.endswith(".engine")  # the TensorRT plans
 
-    def _argv(self, plan: BuildPlan, out: Path) -> list[str]:
+    def _argv(self, plan: BuildPlan, out: Path, sm: str | None = None) -> list[str]:
         ckpt, engine = str(out / CHECKPOINT_DIR), str(out / TRT_ENGINE_DIR)
         flags = lora.build_flags(_adapters(plan), plan.model.dtype)
-        return build_plan.trtllm_build_argv(plan.limits, plan.quantization, ckpt, engine, plan.config.tp_size, flags)
+        tp = plan.config.tp_size
+        return build_plan.trtllm_build_argv(plan.limits, plan.quantization, ckpt, engine, tp, flags, sm or _build_sm())
 
     def describe(self, plan: BuildPlan, out: Path) -> list[str]:
         caps, specs = _release(plan), _adapters(plan)
         packed = {"lora_plugin": plan.model.dtype, "lora": lora.build_lora_config(specs)} if specs else {}
-        bc = json.dumps(build_plan.build_config(plan.limits, plan.quantization, **packed), indent=2, sort_keys=True)
+        bc = build_plan.build_config(plan.limits, plan.quantization, **packed, sm=_build_sm())
+        bc = json.dumps(bc, indent=2, sort_keys=True)
         options = serve_plan.tensorrt_runtime_options(plan.limits, _lora_options(plan, tensorrt=True))
         tok, engine, tp = str(out / TOKENIZER_DIR), str(out / TRT_ENGINE_DIR), plan.config.tp_size
         serve = serve_plan.trtllm_serve_argv(caps, "tensorrt", engine, tok, str(out / OPTIONS_FILE), tp)
@@ -256,6 +286,21 @@ def _lora_note(plan: BuildPlan, out: Path) -> list[str]:
     if not plan.config.lora:
         return []
     return [f"  # lora_config.lora_dir is relative to {out} (trtserve run resolves it there; run trtllm-serve from it)"]
+
+
+def _build_sm() -> str | None:
+    """The SM a --backend tensorrt build is for: this host's GPU 0 (trtllm-build builds on the GPU it runs on);
+    None without one (the plan then assumes SM 8.9 or newer, short of Blackwell)."""
+    from trtserve.backends.tensorrt_llm import install
+
+    return install.installed_target().sm
+
+
+def _check_build_gpu(quantization: dict | None, sm: str | None) -> None:
+    algo, kv = quant_algos(quantization)
+    problem = blackwell_problem(algo, kv, sm)
+    if problem is not None:
+        raise UserError(problem)
 
 
 def _check_planned_is_installed(version: str | None, caps: capabilities.Capabilities) -> None:

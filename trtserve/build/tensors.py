@@ -18,6 +18,7 @@ from typing import Protocol
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from trtserve.backends.tensorrt_llm.build_plan import trtllm_checkpoint_config
 from trtserve.build.convert import (
     assert_each_source_used_once,
     check_source,
@@ -92,8 +93,10 @@ class QuantizedTensors:
 
 
 def write_checkpoint_config(tmp: Path, model: ModelConfig) -> None:
+    """checkpoint/config.json as `trtllm-build` accepts it as is, whichever backend the engine dir is for."""
     (tmp / CHECKPOINT_DIR).mkdir(exist_ok=True)
-    (tmp / CHECKPOINT_DIR / "config.json").write_text(json.dumps(model.to_trtllm(), indent=2, sort_keys=True) + "\n")
+    config = trtllm_checkpoint_config(model.to_trtllm())
+    (tmp / CHECKPOINT_DIR / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
 
 
 def as_specs(tensors: dict) -> list[TensorSpec]:

@@ -3,8 +3,9 @@
 `support` asks the tables a build reads, through the functions the build planner calls
 (build/planner.py `resolve`), nothing copied: the family registry (architecture, layer features,
 RoPE, activation), the backend's strategy (what it accepts: source format, quantization), the
-tensor-parallel rule, the quant-format registry (block sizes, KV-cache formats, tp 1) and the
-backend table's target device against the target's. `plan` then resolves the whole plan: limits,
+tensor-parallel rule, the quant-format registry (block sizes, KV-cache formats, tp 1), the
+backend table's target device against the target's, and what the backend's builder refuses on the
+target's GPU (trtllm-build on Blackwell). `plan` then resolves the whole plan: limits,
 and for TensorRT-LLM backends the BuildConfig and the `trtllm-build` / `trtllm-serve` lines.
 """
 
@@ -15,7 +16,7 @@ from pathlib import Path
 from trtserve.build.builder import dry_run, plan_build
 from trtserve.build.config import BuildConfig
 from trtserve.build.convert import check_tp
-from trtserve.build.planner import BuildPlan, resolve_dtype
+from trtserve.build.planner import BuildPlan, requested_quantization, resolve_dtype
 from trtserve.build.source import open_checkpoint
 from trtserve.build.strategies import STRATEGIES
 from trtserve.check.result import CheckFailed, Outcome
@@ -41,6 +42,8 @@ def check_support(cfg: BuildConfig, target: Target | None) -> Outcome:
             f"backend {backend.name} runs on CUDA GPUs, but target {target.name} is a CPU; "
             "use backend torch or a GPU target"
         )
+    if target is not None and target.sm is not None:  # what trtllm-build refuses on that GPU (Blackwell)
+        STRATEGIES[cfg.backend].check_gpu(requested_quantization(cfg) if cfg.quant else None, target.sm)
     features = ", ".join(sorted(reader.family.features_of(model)))
     quant = cfg.quant or "unquantized"
     kv = f"{cfg.kv_cache_quant} KV cache" if cfg.kv_cache_quant else f"{dtype} KV cache"

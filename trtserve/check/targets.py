@@ -25,25 +25,27 @@ class Target:
     memory: int  # bytes one device has
     device: str | None  # "cuda" or "cpu" (engine/backends.py's target_device); None: not said
     share: float = USABLE_SHARE  # of memory the engine may use
+    sm: str | None = None  # a GPU's compute capability ("9.0"): trtllm-build's rules depend on it
 
     @property
     def usable(self) -> int:
         return int(self.memory * self.share)
 
     def to_dict(self) -> dict:
-        return {"name": self.name, "memory": self.memory, "usable": self.usable, "device": self.device}
+        return {"name": self.name, "memory": self.memory, "usable": self.usable, "device": self.device, "sm": self.sm}
 
 
 TARGETS: dict[str, Target] = {
     t.name: t
     for t in (
-        Target("h100-80gb", 81559 * MiB, "cuda"),
-        Target("h200-141gb", 143771 * MiB, "cuda"),
-        Target("a100-80gb", 81920 * MiB, "cuda"),
-        Target("a100-40gb", 40960 * MiB, "cuda"),
-        Target("l40s-48gb", 46068 * MiB, "cuda"),
-        Target("l4-24gb", 23034 * MiB, "cuda"),
-        Target("a10g-24gb", 23028 * MiB, "cuda"),
+        Target("h100-80gb", 81559 * MiB, "cuda", sm="9.0"),
+        Target("h200-141gb", 143771 * MiB, "cuda", sm="9.0"),
+        Target("b200-180gb", 183359 * MiB, "cuda", sm="10.0"),  # Blackwell: trtllm-build refuses some formats
+        Target("a100-80gb", 81920 * MiB, "cuda", sm="8.0"),
+        Target("a100-40gb", 40960 * MiB, "cuda", sm="8.0"),
+        Target("l40s-48gb", 46068 * MiB, "cuda", sm="8.9"),
+        Target("l4-24gb", 23034 * MiB, "cuda", sm="8.9"),
+        Target("a10g-24gb", 23028 * MiB, "cuda", sm="8.6"),
         Target("cpu-16gb", 16 * GiB, "cpu"),
         Target("cpu-32gb", 32 * GiB, "cpu"),
         Target("cpu-64gb", 64 * GiB, "cpu"),

@@ -8,7 +8,12 @@ here except `engine.TrtllmEngine` runs on a CPU machine without it. The modules:
                  every release-dependent decision below reads it
     quant        the unified checkpoint's `quantization` section, checked
     build_plan   our build limits -> TensorRT-LLM BuildConfig / PluginConfig and `trtllm-build` argv
+    builder_rules what trtllm-build's builder.py rewrites (FMHA flags) and refuses (Blackwell), by SM
     serve_plan   -> LLM-API options (the `--extra_llm_api_options` YAML) and `trtllm-serve` argv
+    logprobs     which logprobs each backend and release returns, and the 400s for the rest
+    kv_offload   the `kv_offload` option -> kv_cache_config's host pool
+    sleep        sleep / wake-up over the PyTorch executor's virtual memory (main)
+    stats_poller iteration stats one at a time on a thread of their own
     sampling     our SamplingParams -> TensorRT-LLM SamplingParams keyword arguments
     lora         PEFT adapters -> LoraConfig fields, LoRARequest ids, trtllm-build's LoRA flags
     adapters     the adapters one engine serves (packed, from the run config, loaded at run time)

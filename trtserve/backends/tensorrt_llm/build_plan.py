@@ -8,31 +8,45 @@ Pure functions: nothing here imports tensorrt_llm.
 
 from __future__ import annotations
 
+from trtserve.backends.tensorrt_llm.builder_rules import FmhaFlags, built_flags
 from trtserve.backends.tensorrt_llm.quant import plan_flags, quant_algos
 from trtserve.engine.layout import EngineBuildConfig
 
 
-def plugin_config(limits: EngineBuildConfig, quantization: dict | None, lora_plugin: str | None = None) -> dict:
+def fmha_flags(quantization: dict | None, sm: str | None = None) -> FmhaFlags:
+    """The context-FMHA flags the engine will have: what trtserve asks for, as builder.py rewrites them."""
+    algo, kv = quant_algos(quantization)
+    return built_flags(FmhaFlags(use_fp8_context_fmha=plan_flags(algo).fp8_context_fmha), algo, kv, sm)
+
+
+def plugin_config(
+    limits: EngineBuildConfig, quantization: dict | None, lora_plugin: str | None = None, sm: str | None = None
+) -> dict:
     """BuildConfig.plugin_config as `trtllm-build` writes it into the engine's config.json.
-    lora_plugin: the LoRA plugin's dtype when adapters are built in (None: no LoRA)."""
+    lora_plugin: the LoRA plugin's dtype when adapters are built in (None: no LoRA);
+    sm: the build GPU's compute capability (None: 8.9 or newer assumed)."""
     algo, _ = quant_algos(quantization)
-    flags = plan_flags(algo)
+    flags, fmha = plan_flags(algo), fmha_flags(quantization, sm)
     lora = {"lora_plugin": lora_plugin} if lora_plugin is not None else {}
     return lora | {
         "gpt_attention_plugin": "auto",  # the model dtype
         "gemm_plugin": flags.gemm_plugin,  # FP8 / NVFP4 have their own; otherwise the model dtype ("auto")
-        "context_fmha": True,
+        "context_fmha": fmha.context_fmha,
         "paged_kv_cache": True,
         "remove_input_padding": True,
         "tokens_per_block": limits.plugin_config.tokens_per_block,
-        "use_paged_context_fmha": True,  # needed for KV-cache reuse and chunked context
-        "use_fp8_context_fmha": flags.fp8_context_fmha,
+        "use_paged_context_fmha": fmha.use_paged_context_fmha,  # needed for KV-cache reuse and chunked context
+        "use_fp8_context_fmha": fmha.use_fp8_context_fmha,
         "use_fused_mlp": flags.fused_mlp,
     }
 
 
 def build_config(
-    limits: EngineBuildConfig, quantization: dict | None, lora_plugin: str | None = None, lora: dict | None = None
+    limits: EngineBuildConfig,
+    quantization: dict | None,
+    lora_plugin: str | None = None,
+    lora: dict | None = None,
+    sm: str | None = None,
 ) -> dict:
     """The dict `tensorrt_llm.BuildConfig.from_dict` takes (and `trtllm-build --build_config` reads);
     lora: BuildConfig.lora_config (lora.build_lora_config) with `lora_plugin` its dtype."""
@@ -44,7 +58,7 @@ def build_config(
         "max_num_tokens": limits.max_num_tokens,
         "max_beam_width": limits.max_beam_width,
         "kv_cache_type": "PAGED",
-        "plugin_config": plugin_config(limits, quantization, lora_plugin),
+        "plugin_config": plugin_config(limits, quantization, lora_plugin, sm),
     }
 
 
@@ -59,14 +73,15 @@ def trtllm_build_argv(
     output_dir: str,
     tp_size: int = 1,
     lora_flags: list[str] | None = None,
+    sm: str | None = None,
 ) -> list[str]:
     """The `trtllm-build` command line that builds one rank{r}.engine per TP rank from our checkpoint.
 
     Quantization needs no flag: trtllm-build reads it from the checkpoint's config.json.
     lora_flags: lora.build_flags (the LoRA plugin and the adapters packed as task ids 0..n-1).
     """
-    bc = build_config(limits, quantization)
-    pc = bc["plugin_config"]
+    bc = build_config(limits, quantization, sm=sm)
+    pc = bc["plugin_config"]  # the flags builder.py will leave, asked for as such
     argv = ["trtllm-build", "--checkpoint_dir", checkpoint_dir, "--output_dir", output_dir]
     for key in ("max_batch_size", "max_input_len", "max_seq_len", "max_num_tokens", "max_beam_width"):
         argv += [f"--{key}", str(bc[key])]

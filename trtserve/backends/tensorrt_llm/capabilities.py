@@ -33,11 +33,19 @@ TORCH_ARGS = frozenset(
     | {"speculative_config"}
 )
 TRT_ARGS = frozenset({"max_batch_size", "max_num_tokens", "max_seq_len", "kv_cache_config", "lora_config"})
-TRT_ARGS |= {"model", "tokenizer", "tensor_parallel_size"}
+TRT_ARGS |= {"model", "tokenizer", "tensor_parallel_size", "enable_chunked_prefill", "gather_generation_logits"}
 # TorchLlmArgs' sampler switch of 1.0: without it the PyTorch backend samples greedily
 # (tensorrt_llm/_torch/pyexecutor/_util.py, instantiate_sampler). Gone in 1.1 (unknown keys raise).
 SAMPLER_SWITCH = "enable_trtllm_sampler"
-RELEASE_SPECIFIC_ARGS = frozenset({SAMPLER_SWITCH, "enable_mixed_sampler", "sampler_type"})
+# What turns sleep / wake-up on (the executor's memory under a virtual-memory allocator), by release:
+# `enable_sleep: true` (1.1-1.2), then `sleep_config: {}` (SleepConfig, main). Placed by upstream's
+# tests/unittest/llmapi/test_llm_sleep*.py at their dates, not read in each release's llm_args.py.
+SLEEP_ARGS = {"enable_sleep": True, "sleep_config": {}}
+RELEASE_SPECIFIC_ARGS = frozenset({SAMPLER_SWITCH, "enable_mixed_sampler", "sampler_type", *SLEEP_ARGS})
+# What the PyTorch backend returns for SamplingParams.logprobs=k (PRs #6097, #7756, #9374):
+SAMPLED_ONLY = "sampled"  # 1.0: the sampled token's logprob only, whatever k
+TOPK_MAY_MISS = "topk"  # 1.1: the top k, which may leave the sampled token out
+TOPK_WITH_SAMPLED = "topk+sampled"  # 1.2 on: the top k and the sampled token
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class ReleaseLine:
     serve_backends: tuple[str, ...]  # `trtllm-serve --backend` values it accepts, aliases included
     torch_args: frozenset[str]  # the release-specific TorchLlmArgs fields trtserve cares about
     evidence: str  # where that was read
+    torch_logprobs: str = TOPK_WITH_SAMPLED  # SAMPLED_ONLY | TOPK_MAY_MISS | TOPK_WITH_SAMPLED
 
 
 RELEASES: dict[str, ReleaseLine] = {
@@ -60,26 +69,28 @@ RELEASES: dict[str, ReleaseLine] = {
             ("pytorch", "trt", "_autodeploy"),  # PR #7829 renamed trt -> tensorrt after 1.0 was cut
             frozenset({SAMPLER_SWITCH, "enable_mixed_sampler"}),
             "v1.0 source: llmapi/llm_args.py, commands/serve.py, _torch/pyexecutor/_util.py",
+            SAMPLED_ONLY,  # PR #6097: top-k logprobs on the TensorRT path only
         ),
         ReleaseLine(
             "1.1",
             True,
             ("pytorch", "tensorrt", "_autodeploy"),  # not read in 1.1's source: PR #7829 (2025-09-18) predates it
-            frozenset({"sampler_type"}),
+            frozenset({"sampler_type", "enable_sleep"}),
             "v1.1 source: llmapi/llm_args.py (--backend inferred from PR #7829's date, not read)",
+            TOPK_MAY_MISS,  # PR #7756 (top-k on PyTorch) is in, PR #9374 (sampled token always) is not
         ),
         ReleaseLine(
             "1.2",
             True,
             ("pytorch", "tensorrt", "_autodeploy", "trt"),  # ChoiceWithAlias, trt -> tensorrt
-            frozenset({"sampler_type"}),
+            frozenset({"sampler_type", "enable_sleep"}),
             "v1.2.0/v1.2.1 source: llmapi/llm_args.py, commands/serve.py",
         ),
         ReleaseLine(
             "main",
             False,  # PR #15918 (July 2026) removed trtllm-build, _tensorrt_engine, TrtLlmArgs
             ("pytorch", "_autodeploy"),
-            frozenset(),  # sampler_type removed too (PR #18232)
+            frozenset({"sleep_config"}),  # sampler_type removed too (PR #18232)
             "main after PR #15918 (1.3.0rc22 and later, 1.4.0rc*)",
         ),
     )
@@ -101,6 +112,12 @@ class Capabilities:
     trt_args: frozenset[str]  # TrtLlmArgs fields (empty without the TensorRT backend)
     introspected: bool = False  # the *_args sets are complete: any other key would be refused
     lora_fields: frozenset[str] = LORA_FIELDS  # LoraConfig's fields (introspected, else those of every release)
+    torch_logprobs: str = TOPK_WITH_SAMPLED  # what the PyTorch backend returns for logprobs=k (the table's)
+
+    @property
+    def sleep_arg(self) -> str | None:
+        """The LLM argument that makes sleep / wake-up available on the PyTorch backend; None: no such thing."""
+        return next((a for a in SLEEP_ARGS if a in self.torch_args), None)
 
     @property
     def label(self) -> str:
@@ -141,6 +158,7 @@ def from_table(line: str, version: str | None, how: str) -> Capabilities:
         serve_backends=r.serve_backends,
         torch_args=TORCH_ARGS | r.torch_args,
         trt_args=TRT_ARGS if r.tensorrt_backend else frozenset(),
+        torch_logprobs=r.torch_logprobs,
     )
 
 

@@ -10,9 +10,10 @@ on TensorRT-LLM (release of the documentation each was taken from):
     speculative_config=NGramDecodingConfig | DraftTargetDecodingConfig   an LLM argument (speculative.py);
                                           no per-request switch, so a request's opt-out is refused (400)
     result.abort()                        cancel; the stream then ends with finish_reason 'cancelled'  (0.20 source, 1.0)
-    LLM.get_stats(timeout)                iteration-stat dicts drained since the last call  (1.0 docs); on 1.0
-                                          it returns [] at once while idle, so the poller waits itself;
-                                          each has `iter` and `iterLatencyMS` (IterationStats.to_json_str)
+    LLM.get_stats_async(timeout)          iteration-stat dicts one by one as they come (stats_poller.py: the
+                                          drain of get_stats blocks while requests decode); each has `iter`
+                                          and `iterLatencyMS` (IterationStats.to_json_str)
+    LLM._collective_rpc("sleep"|"wakeup", (tags,))   the executor's memory released / restored (sleep.py)
     LLM.shutdown()                        (1.0 docs)
 What differs between releases (the sampler switch, the TensorRT-engine LLM) comes from the
 installed TensorRT-LLM's capabilities (capabilities.py), read when the engine opens.
@@ -21,9 +22,9 @@ installed TensorRT-LLM's capabilities (capabilities.py), read when the engine op
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import os
-import threading
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -32,6 +33,7 @@ from pathlib import Path
 from trtserve.backends.tensorrt_llm.adapters import LORA_OPTION, EngineAdapters
 from trtserve.backends.tensorrt_llm.capabilities import lora_classes
 from trtserve.backends.tensorrt_llm.llm import create_llm, open_tensorrt_llm, read_options
+from trtserve.backends.tensorrt_llm.logprobs import check_logprobs, support
 from trtserve.backends.tensorrt_llm.outputs import DeltaTracker
 from trtserve.backends.tensorrt_llm.sampling import (
     ALLOW_N_GREEDY_ENV,
@@ -39,26 +41,24 @@ from trtserve.backends.tensorrt_llm.sampling import (
     check_supported,
     to_trtllm_sampling,
 )
-from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime
+from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime, max_input_tokens, paged_context_fmha
+from trtserve.backends.tensorrt_llm.sleep import Sleeper
 from trtserve.backends.tensorrt_llm.speculative import SPEC_OPTION, speculative_options
-from trtserve.backends.tensorrt_llm.stats import decode, engine_stats
+from trtserve.backends.tensorrt_llm.stats import engine_stats
+from trtserve.backends.tensorrt_llm.stats_poller import IterationBusy, StatsPoller  # noqa: F401 - re-exported
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.info import Capabilities, EngineInfo
-from trtserve.engine.layout import TOKENIZER_DIR, read_engine_config
+from trtserve.engine.layout import TOKENIZER_DIR, TRT_ENGINE_DIR, read_engine_config
 from trtserve.engine.manifest import engine_fingerprint, verify_engine_dir
 from trtserve.engine.messages import AdapterCounts, EngineStats, GenerateRequest, RequestId, TokenDelta
 from trtserve.engine.options import check_backend
 from trtserve.engine.rules import check_request, load_tokenizer
 from trtserve.engine.run_config import RuntimeConfig
-from trtserve.engine.sampling import MAX_LOGPROBS
 
 log = logging.getLogger(__name__)
-STATS_POLL_S = 1.0  # between stats polls while TensorRT-LLM reports nothing (idle)
-# get_stats' timeout. On 1.0 a drain ends only after a quiet gap this long while stats flow, so it is
-# short; between non-empty polls the poller waits as long again, so it never calls more than ~10/s.
-STATS_WAIT_S = 0.1
+STATS_POLL_S = 1.0  # between stats rounds while TensorRT-LLM reports nothing (idle)
 
 # Under Dynamo an engine dir of this backend runs in Dynamo's own TensorRT-LLM worker (docs/dynamo.md).
 _NO_KV_TRANSFER = (
@@ -87,6 +87,7 @@ class TrtllmEngine:
             enable_prefix_caching=cfg.enable_prefix_caching,
             max_batch_size=cfg.max_batch_size,
             max_num_tokens=cfg.max_num_tokens,
+            kv_offload=cfg.kv_offload,
         )
         # the LoRA adapters it serves (UserError for one that does not fit) and the LLM's lora_config
         self._adapters = EngineAdapters(path, manifest.backend, options, cfg.lora)
@@ -103,6 +104,11 @@ class TrtllmEngine:
         self._by_adapter: dict[str, AdapterCounts] = {}  # adapter name -> its requests' counts
         log.info("starting %s for a %s engine dir: %s", self.capabilities.label, manifest.backend, path)
         self._guided_backend = options.get(GUIDED_BACKEND_KEY)  # None: guided requests are refused (400)
+        self._logprobs = support(self.capabilities, manifest.backend, options)
+        # the longest prompt TensorRT-LLM takes (None: max_seq_len's rule); the TensorRT path without
+        # chunked context stops at max_num_tokens
+        self._max_input = max_input_len(path, manifest.backend, ecfg, options)
+        self._sleeper = Sleeper(self._tllm, self.capabilities, manifest.backend, options)
         self.info = EngineInfo(
             backend=manifest.backend,
             backend_version=manifest.toolchain.get("tensorrt_llm", "unknown"),  # the release that built it
@@ -112,12 +118,12 @@ class TrtllmEngine:
             max_batch_size=ecfg.build_config.batch_limit(cfg.max_batch_size),
             max_num_tokens=options.get("max_num_tokens") or ecfg.build_config.max_num_tokens,
             options=cfg.options,
-            # check_supported refuses priorities and prompt logprobs; TensorRT-LLM returns top-N logprobs
-            # (outputs.map_logprob); guided decoding needs the LLM's guided backend; its KV cache has no namespaces
+            # check_supported refuses priorities and prompt logprobs; logprobs as the backend and release
+            # return them (logprobs.py); guided decoding needs the LLM's guided backend; no KV namespaces
             capabilities=Capabilities(
                 priorities=False,
-                logprobs=True,
-                max_top_logprobs=MAX_LOGPROBS,
+                logprobs=self._logprobs.logprobs,
+                max_top_logprobs=self._logprobs.max_top,
                 prompt_logprobs=False,
                 guided_decoding=self._guided_backend is not None,
                 cache_invalidation=False,
@@ -132,15 +138,13 @@ class TrtllmEngine:
         except BaseException:
             self._adapters.close()  # the adapter copies made for it
             raise
+        self._sleeper.llm = self.llm
         self._results: dict[RequestId, tuple[object, int, set[int]]] = {}  # request id -> (result, n, stopped indices)
         self._prompt_tokens = self._generated_tokens = 0
-        self._latest: dict | None = None
-        self._busy = IterationBusy()
         # when TensorRT-LLM last showed it moves: an iteration's stats, a streamed output, or an idle poll
         self._beat = time.monotonic()
-        self._closed = threading.Event()
-        self._poller = threading.Thread(target=self._poll_stats, name="trtserve-trtllm-stats", daemon=True)
-        self._poller.start()
+        self._closed = False
+        self._poller = StatsPoller(self.llm, self._touch, lambda: not self._results, STATS_POLL_S)
 
     # ---- the Engine interface ---------------------------------------------------------------
     def check(self, request: GenerateRequest) -> None:
@@ -151,6 +155,14 @@ class TrtllmEngine:
             max_batch_size=self.info.max_batch_size,
         )
         check_supported(request, allow_n_greedy=self._allow_n_greedy, guided_backend=self._guided_backend)
+        check_logprobs(request.params, self._logprobs)
+        if self._max_input is not None and len(request.prompt_token_ids) > self._max_input:
+            raise UserError(
+                f"the prompt has {len(request.prompt_token_ids)} tokens, more than the {self._max_input} this "
+                "TensorRT engine takes (max_num_tokens: it was built without paged context FMHA, so TensorRT-LLM "
+                "cannot chunk the context); shorten the prompt, or rebuild with a larger --max-num-tokens"
+            )
+        self._sleeper.check_awake()
         if not request.speculate and self._speculates:
             raise UserError(
                 "this TensorRT-LLM engine speculates for every request (TensorRT-LLM has no per-request switch); "
@@ -245,17 +257,20 @@ class TrtllmEngine:
         raise UnsupportedError(_NO_KV_TRANSFER)
 
     async def sleep(self) -> None:
-        raise UnsupportedError("sleep and wake-up are not mapped to TensorRT-LLM yet; serve with the torch backend")
+        """Let the requests in flight finish, then release the executor's GPU memory (weights, KV cache, ...);
+        UnsupportedError where this engine cannot (sleep.py)."""
+        await self._sleeper.sleep(running=lambda: len(self._results))
 
     async def wake_up(self) -> None:
-        raise UnsupportedError("sleep and wake-up are not mapped to TensorRT-LLM yet; serve with the torch backend")
+        await self._sleeper.wake_up()
 
     def stats(self) -> EngineStats:
-        stats = engine_stats(self._latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)
+        latest = self._poller.latest
+        stats = engine_stats(latest, prompt_tokens=self._prompt_tokens, generated_tokens=self._generated_tokens)
         # TensorRT-LLM's adapter cache reports no hits or evictions: only our loads are counted
         return replace(
             stats,
-            busy_seconds=self._busy.seconds(),
+            busy_seconds=self._poller.busy.seconds(),
             adapter_loads=self._adapters.loads,
             by_adapter=dict(self._by_adapter),
         )
@@ -267,60 +282,31 @@ class TrtllmEngine:
         self._by_adapter[adapter] = replace(c, **{k: getattr(c, k) + v for k, v in add.items()})
 
     def health(self) -> bool:
-        return not self._closed.is_set()
+        return not self._closed
 
     def heartbeat(self) -> float:
         return self._beat
 
+    def _touch(self) -> None:
+        self._beat = time.monotonic()
+
     def shutdown(self) -> None:
-        self._closed.set()
-        self._poller.join(timeout=STATS_POLL_S + 4 * STATS_WAIT_S + 1)
+        self._closed = True
+        self._poller.close()
         self.llm.shutdown()
         self._adapters.close()
 
-    # ---- iteration stats --------------------------------------------------------------------
-    def _poll_stats(self) -> None:
-        while not self._closed.is_set():
-            try:
-                drained = decode(self.llm.get_stats(timeout=STATS_WAIT_S))
-            except Exception as err:  # stats are best-effort; serving goes on
-                log.debug("get_stats failed: %s", err)
-                drained = []
-            self._busy.add(drained)
-            newest = drained[-1] if drained else None
-            if newest is not None:
-                self._latest = newest
-            if newest is not None or not self._results:  # it iterated, or it has nothing to do
-                self._beat = time.monotonic()
-            # 1.0 returns [] at once while idle: without a wait of our own the loop would spin
-            self._closed.wait(STATS_POLL_S if newest is None else STATS_WAIT_S)
 
-
-class IterationBusy:
-    """The executor's busy seconds: the sum of each iteration's iterLatencyMS since the first one seen.
-
-    Only a sum over every iteration is the truth: once one is missed (TensorRT-LLM's bounded stats
-    queue overflowed between polls) or comes without its latency, `seconds()` is None from then on.
-    """
-
-    def __init__(self):
-        self._ms = 0.0
-        self._last: int | None = None  # the last iteration number seen
-        self.lost = False
-
-    def add(self, iterations: list[dict]) -> None:
-        for it in iterations:
-            number, ms = it.get("iter"), it.get("iterLatencyMS")
-            if number is None or ms is None or (self._last is not None and int(number) != self._last + 1):
-                if not self.lost:
-                    log.warning("TensorRT-LLM iteration stats have a gap: engine busy time is no longer reported")
-                self.lost = True
-                return
-            self._last = int(number)
-            self._ms += float(ms)
-
-    def seconds(self) -> float | None:
-        return None if self.lost else self._ms / 1000.0
+def max_input_len(path: Path, backend: str, ecfg, options: dict) -> int | None:
+    """The TensorRT path's prompt limit below max_seq_len's, from the engine's own config.json (what
+    trtllm-build left): without chunked context, max_num_tokens; None where max_seq_len's rule is all."""
+    if backend != "tensorrt":
+        return None
+    built = json.loads((path / TRT_ENGINE_DIR / "config.json").read_text())["build_config"]
+    if options.get("enable_chunked_prefill") and paged_context_fmha(built["plugin_config"]):
+        return None
+    max_num_tokens = options.get("max_num_tokens") or ecfg.build_config.max_num_tokens
+    return max_input_tokens(ecfg.build_config.max_seq_len, max_num_tokens, chunked=False)
 
 
 def _abort(result) -> None:

@@ -12,10 +12,15 @@ import subprocess
 from dataclasses import asdict, dataclass
 
 from trtserve.backends.tensorrt_llm import capabilities, install
+from trtserve.backends.tensorrt_llm.builder_rules import blackwell_problem
 from trtserve.backends.tensorrt_llm.capabilities import Capabilities
 from trtserve.backends.tensorrt_llm.compat import workflow_problem
 
 MIN_SM = (8, 0)  # Ampere: the oldest architecture on TensorRT-LLM's supported-hardware page (1.x docs)
+BLACKWELL_WORKFLOW = "build --backend tensorrt --quant w8a16|w4a16*|w8a8_sq|fp8_pcpt, --kv-cache-quant int8"
+BLACKWELL_WHY = (
+    "trtllm-build refuses INT8/INT4 weight-only, SmoothQuant, per-token FP8 and the INT8 KV cache on SM>=100"
+)
 
 
 @dataclass
@@ -133,6 +138,8 @@ def verdicts(r: HostReport) -> list[Verdict]:
             out.append(Verdict(name, True, why))
         else:
             out.append(Verdict(name, False, why))
+    if out[-2].ok and blackwell_problem("W8A16", None, r.sm) is not None:  # it builds, but not every format
+        out.append(Verdict(BLACKWELL_WORKFLOW, False, f"GPU 0 ({r.gpu_name}) is SM {r.sm}: {BLACKWELL_WHY}"))
     lines = ", ".join(capabilities.RELEASES)
     out.append(Verdict("build --dry-run (tensorrt, trtllm)", True, f"any release: --trtllm-version {lines}"))
     return out

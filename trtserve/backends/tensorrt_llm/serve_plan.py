@@ -11,14 +11,25 @@ the capabilities: 1.0's PyTorch backend samples greedily unless `enable_trtllm_s
 
 from __future__ import annotations
 
-from trtserve.backends.tensorrt_llm.capabilities import RELEASE_SPECIFIC_ARGS, SAMPLER_SWITCH, Capabilities
+from trtserve.backends.tensorrt_llm.capabilities import (
+    RELEASE_SPECIFIC_ARGS,
+    SAMPLER_SWITCH,
+    SLEEP_ARGS,
+    Capabilities,
+)
+from trtserve.backends.tensorrt_llm.kv_offload import host_tier
+from trtserve.backends.tensorrt_llm.logprobs import GATHER_KEY
 from trtserve.backends.tensorrt_llm.lora import check_fields
 from trtserve.backends.tensorrt_llm.quant import llmapi_kv_dtype, quant_algos
 from trtserve.backends.tensorrt_llm.speculative import SPEC_OPTION
 from trtserve.engine.errors import UserError
+from trtserve.engine.kv_offload import KVOffloadConfig
 from trtserve.engine.layout import EngineBuildConfig
 
 KV_FRACTION = 0.9  # TensorRT-LLM's default share of free GPU memory for the KV cache (must be < 1)
+# the sleep switches trtserve sets: main's sleep_config; not 1.1-1.2's enable_sleep, which upstream runs
+# only without CUDA graphs
+SLEEP_BY_DEFAULT = frozenset({"sleep_config"})
 
 
 def llm_api_options(
@@ -56,6 +67,8 @@ def llm_api_options(
         options["lora_config"] = lora
     if speculative is not None:
         options[SPEC_OPTION] = speculative
+    if caps.sleep_arg in SLEEP_BY_DEFAULT:  # sleep / wake-up (sleep.py) at no cost to CUDA graphs
+        options[caps.sleep_arg] = SLEEP_ARGS[caps.sleep_arg]
     return {**options, **sampler_options(caps)}
 
 
@@ -64,11 +77,30 @@ def sampler_options(caps: Capabilities) -> dict:
     return {SAMPLER_SWITCH: True} if SAMPLER_SWITCH in caps.torch_args else {}
 
 
-def tensorrt_runtime_options(limits: EngineBuildConfig, lora: dict | None = None) -> dict:
+def tensorrt_runtime_options(limits: EngineBuildConfig, lora: dict | None = None, plugin: dict | None = None) -> dict:
     """LLM-API options for a TensorRT engine (the limits are baked into the engine; the KV cache is not).
-    lora: `lora_config` for an engine built with the LoRA plugin (it sizes TensorRT-LLM's adapter cache)."""
-    options = {"kv_cache_config": {"enable_block_reuse": True, "free_gpu_memory_fraction": KV_FRACTION}}
+    lora: `lora_config` for an engine built with the LoRA plugin (it sizes TensorRT-LLM's adapter cache);
+    plugin: the engine's plugin_config as built (None: the limits' own).
+
+    With paged context FMHA the engine takes chunked context, so prompts up to max_seq_len - 1 run (without
+    it TensorRT-LLM caps them at min(max_seq_len - 1, max_num_tokens)); without it neither chunked
+    context nor KV block reuse works (trtGptModelInflightBatching.cpp), so both are off.
+    gather_generation_logits is on so that logprobs work (logprobs.py says what it costs)."""
+    paged = paged_context_fmha(plugin if plugin is not None else limits.plugin_config.model_dump())
+    kv = {"enable_block_reuse": paged, "free_gpu_memory_fraction": KV_FRACTION}
+    # logprobs on the TensorRT path need it (logprobs.py): a batch x vocab logits buffer, copied out only
+    # for the requests that ask for logprobs
+    options = {"kv_cache_config": kv, "enable_chunked_prefill": paged, GATHER_KEY: True}
     return options if lora is None else {**options, "lora_config": lora}
+
+
+def paged_context_fmha(plugin: dict) -> bool:
+    return bool(plugin.get("context_fmha", True) and plugin.get("use_paged_context_fmha", True))
+
+
+def max_input_tokens(max_seq_len: int, max_num_tokens: int, chunked: bool) -> int:
+    """The longest prompt TensorRT-LLM's TensorRT path takes (cpp/.../trtGptModel.h)."""
+    return max_seq_len - 1 if chunked else min(max_seq_len - 1, max_num_tokens)
 
 
 def fit_options(options: dict, backend: str, caps: Capabilities, options_file: str) -> dict:
@@ -82,6 +114,10 @@ def fit_options(options: dict, backend: str, caps: Capabilities, options_file: s
     out = {k: v for k, v in options.items() if k not in RELEASE_SPECIFIC_ARGS}
     if backend == "trtllm":
         out.update(sampler_options(caps))
+        asked = any(options.get(a) not in (None, False) for a in SLEEP_ARGS)
+        # sleep kept only where this release has it at no cost (planned for one that has it)
+        if asked and caps.sleep_arg in SLEEP_BY_DEFAULT:
+            out[caps.sleep_arg] = SLEEP_ARGS[caps.sleep_arg]
     allowed = caps.llm_args(backend)
     unknown = sorted(set(out) - allowed) if caps.introspected else []
     if unknown:
@@ -101,11 +137,17 @@ def apply_runtime(
     enable_prefix_caching: bool,
     max_batch_size: int | None = None,
     max_num_tokens: int | None = None,
+    kv_offload: KVOffloadConfig | None = None,
 ) -> dict:
-    """Our `trtserve run` settings on top of the built options: a KV budget in tokens, prefix reuse,
-    and lower batch limits (a TensorRT engine cannot go above the limits it was built with)."""
+    """Our `trtserve run` settings on top of the built options: a KV budget in tokens, prefix reuse
+    (never where the built options turned it off: a TensorRT engine without paged context FMHA),
+    lower batch limits (a TensorRT engine cannot go above the limits it was built with) and the
+    second KV tier (kv_offload.py)."""
     out = {**options, "kv_cache_config": dict(options.get("kv_cache_config", {}))}
-    out["kv_cache_config"]["enable_block_reuse"] = enable_prefix_caching
+    built_reuse = bool(out["kv_cache_config"].get("enable_block_reuse", True))
+    out["kv_cache_config"]["enable_block_reuse"] = enable_prefix_caching and built_reuse
+    if kv_offload is not None:
+        out["kv_cache_config"].update(host_tier(kv_offload, out["kv_cache_config"]["enable_block_reuse"]))
     if kv_cache_tokens is not None:
         out["kv_cache_config"]["max_tokens"] = kv_cache_tokens  # the smaller of this and the fraction wins
     for key, value in (("max_batch_size", max_batch_size), ("max_num_tokens", max_num_tokens)):

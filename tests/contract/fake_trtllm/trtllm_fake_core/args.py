@@ -9,9 +9,10 @@ Each release's llmapi/llm_args.py subclasses these with its own fields.
 
 from __future__ import annotations
 
-from typing import ClassVar
+import enum
+from typing import ClassVar, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 
 class StrictBaseModel(BaseModel):
@@ -24,8 +25,13 @@ class KvCacheConfig(StrictBaseModel):
     max_attention_window: list[int] | None = None
     sink_token_length: int | None = None
     free_gpu_memory_fraction: float | None = None  # None: the C++ default 0.9
-    host_cache_size: int | None = None
+    host_cache_size: int | None = None  # bytes of the secondary (host) pool; evicted reusable blocks go there
     onboard_blocks: bool = True
+    cross_kv_cache_fraction: float | None = None
+    secondary_offload_min_priority: int | None = None
+    event_buffer_max_size: int = 0
+    enable_partial_reuse: bool = True
+    copy_on_partial_reuse: bool = True
     dtype: str = "auto"  # PyTorch backend only; only "fp8" is acted on (others log "Cannot sync ...")
 
     @field_validator("free_gpu_memory_fraction")
@@ -56,6 +62,8 @@ class BaseLlmArgs(StrictBaseModel):
     max_seq_len: int | None = None
     max_beam_width: int | None = None
     enable_chunked_prefill: bool = False
+    gather_generation_logits: bool = False
+    guided_decoding_backend: Literal["xgrammar", "llguidance"] | None = None
     kv_cache_config: KvCacheConfig = Field(default_factory=KvCacheConfig)
     enable_lora: bool = False
     lora_config: object | None = None  # the release's LoraConfig (its own class: lora_helper / _torch.peft)
@@ -93,3 +101,33 @@ class TrtLlmArgsBase(BaseLlmArgs):
     fast_build: bool = False
     normalize_log_probs: bool = False
     extended_runtime_perf_knob_config: object | None = None
+
+    @model_validator(mode="after")
+    def _guided_backend(self):
+        # _TrtLLM._build_model: only xgrammar drives guided decoding on the TensorRT path
+        if self.guided_decoding_backend not in (None, "xgrammar"):
+            raise ValueError(
+                f"Unsupported guided decoding backend {self.guided_decoding_backend} on the TensorRT backend"
+            )
+        return self
+
+
+class ExecutorMemoryType(enum.Enum):
+    """The executor's memory pools sleep can release (llmapi/llm_args.py on main, _torch/virtual_memory.py before)."""
+
+    MODEL_WEIGHTS_MAIN = "model_weights_main"
+    MODEL_ENGINE_MAIN = "model_engine_main"
+    KV_CACHE = "kv_cache"
+
+
+class SleepConfig(StrictBaseModel):
+    """llmapi/llm_args.py on main: what turns sleep on, and how each pool comes back."""
+
+    restore_modes: dict[ExecutorMemoryType, str] | None = None
+
+
+def release_torch_args(facts, base: type = TorchLlmArgsBase) -> type:
+    """The release's TorchLlmArgs: the shared fields plus the facts table's release-specific ones."""
+    types = {"SleepConfig": SleepConfig | None}
+    fields = {name: (types.get(t, t), default) for name, (t, default) in facts.torch_args.items()}
+    return create_model("TorchLlmArgs", __base__=base, __module__="tensorrt_llm.llmapi.llm_args", **fields)

@@ -10,12 +10,17 @@ plugin config nested, plus rank{r}.engine). Qwen checkpoints: tensorrt_llm/model
 --lora_ckpt_source, --lora_target_modules (choices LoraManager.LORA_MODULE_IDS), --max_lora_rank
 (default 64) take effect only with --lora_plugin; build_config.lora_config records them, the target
 modules from the first --lora_dir's adapter_config.json when not given.
+
+builder.py's `build()` then rewrites the FMHA flags by quantization and GPU, and refuses some formats on
+Blackwell (RuntimeError) — `_builder_rules` below, in upstream's order. The GPU's SM comes from the
+FAKE_TRTLLM_SM environment variable (a test hook standing in for get_sm_version(); default 9.0).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -88,6 +93,39 @@ def _plugin_config(args, ckpt: dict) -> dict:
     return pc
 
 
+_WEIGHT_ONLY = {"W8A16", "W4A16", "W4A16_AWQ", "W8A16_GPTQ", "W4A16_GPTQ"}  # QuantMode.is_int8/int4_weight_only
+_ACT_AND_WEIGHT = {  # QuantMode.has_act_and_weight_quant (SmoothQuant)
+    "W8A8_SQ_PER_CHANNEL",
+    "W8A8_SQ_PER_TENSOR_PLUGIN",
+    "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
+    "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN",
+    "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN",
+}
+_PER_CHANNEL_OR_TOKEN = _ACT_AND_WEIGHT - {"W8A8_SQ_PER_TENSOR_PLUGIN"} | {"FP8_PER_CHANNEL_PER_TOKEN"}
+
+
+def _builder_rules(pc: dict, algo: str | None, kv: str | None, sm: int) -> None:
+    """builder.py build(): the FMHA flags rewritten in place; RuntimeError on Blackwell for what it refuses."""
+    fp8_kv, int8_kv = kv == "FP8", kv == "INT8"
+    if not pc["context_fmha"]:
+        pc["use_fp8_context_fmha"] = pc["use_paged_context_fmha"] = False
+    elif algo not in ("FP8", "W4A8_AWQ", "NVFP4") or sm < 89:
+        pc["use_fp8_context_fmha"] = False
+        if pc["use_paged_context_fmha"] and fp8_kv:
+            pc["use_paged_context_fmha"] = False  # "FP8 Paged Context FMHA is disabled because ..."
+    elif pc["use_paged_context_fmha"]:
+        pc["use_fp8_context_fmha"] = fp8_kv
+    if pc["use_paged_context_fmha"] and int8_kv:
+        pc["use_paged_context_fmha"] = False  # "... doesn't work with int8 kv cache currently."
+    if 100 <= sm < 120:
+        if algo in _WEIGHT_ONLY or int8_kv:
+            raise RuntimeError("INT8/INT4 quantization is not supported on SM>=100.")
+        if algo in _ACT_AND_WEIGHT:
+            raise RuntimeError("SmoothQuant is not supported on SM>=100.")
+        if algo in _PER_CHANNEL_OR_TOKEN:
+            raise RuntimeError("Per-channel or per-token scaling is not supported on SM>=100.")
+
+
 def main(version: str, argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     ckpt = json.loads((Path(args.checkpoint_dir) / "config.json").read_text())
@@ -97,10 +135,17 @@ def main(version: str, argv: list[str] | None = None) -> None:
     for r in range(tp):
         if not (Path(args.checkpoint_dir) / f"rank{r}.safetensors").is_file():
             sys.exit(f"[TensorRT-LLM][ERROR] missing rank{r}.safetensors")
+    plugin = _plugin_config(args, ckpt)
+    q = ckpt.get("quantization") or {}
+    major, _, minor = os.environ.get("FAKE_TRTLLM_SM", "9.0").partition(".")
+    try:
+        _builder_rules(plugin, q.get("quant_algo"), q.get("kv_cache_quant_algo"), int(major) * 10 + int(minor or 0))
+    except RuntimeError as err:
+        sys.exit(f"RuntimeError: {err}")
     out = Path(args.output_dir)
     out.mkdir(parents=True, exist_ok=True)
     build = {k: getattr(args, k) for k in INTS if getattr(args, k) is not None}
-    build |= {"kv_cache_type": (args.kv_cache_type or "paged").upper(), "plugin_config": _plugin_config(args, ckpt)}
+    build |= {"kv_cache_type": (args.kv_cache_type or "paged").upper(), "plugin_config": plugin}
     if build["plugin_config"]["lora_plugin"] is not None:  # otherwise the LoRA flags are ignored, as upstream
         build["lora_config"] = _lora_config(args)
     engine_config = {"version": version, "pretrained_config": ckpt, "build_config": build}

@@ -13,8 +13,14 @@ Imitates tensorrt_llm/llmapi/llm.py and tensorrt_llm/executor/result.py (1.0 to 
         [{token_id: Logprob(logprob, rank)}]; a failed request raises RequestError
     GenerationResult.abort()                        the next step finishes it as 'cancelled'
     LLM.get_stats(timeout) -> [dict]                iteration stats drained since the last call, dicts
-                                                    with camelCase keys (1.0 on); idle behaviour by release
+                                                    with camelCase keys (1.0 on); "blocking" releases (facts.py)
+                                                    return [] at once while idle and drain until a quiet gap
+    LLM.get_stats_async(timeout)                    the same, yielded one by one as they arrive
+    LLM._collective_rpc("sleep"|"wakeup", (tags,))  needs the release's sleep argument; requests fail asleep
     LLM.shutdown()
+Logprobs (SamplingParams.logprobs=k): the toy distribution ranks token t by (t - greedy) mod vocab, with
+logprob -0.5 x rank; what comes back is the release's (facts.py torch_logprobs); the TensorRT path
+raises without gather_generation_logits and caps prompts as trtGptModel.h does.
 
 The "model" is a toy (toy_model.py): greedy decoding follows `next_greedy`; sampling draws seeded
 random tokens. A prompt that starts with FAIL_TOKEN fails after its first step. The engine steps in
@@ -35,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trtllm_fake_core.args import KvCacheConfig
+from trtllm_fake_core.facts import ReleaseFacts
 from trtllm_fake_core.lora import DEFAULT_TRTLLM_TO_HF, AdapterCache, hf_modules
 from trtllm_fake_core.toy_model import next_greedy
 
@@ -105,7 +112,18 @@ class FakeLLM:
 
     args_model: type  # the release's pydantic args model (TorchLlmArgs / TrtLlmArgs)
     sampling_params_cls: type  # the release's SamplingParams
-    idle_stats_at_once = False  # get_stats returns [] without waiting while idle (1.0)
+    facts: ReleaseFacts  # the release's row
+
+    @property
+    def idle_stats_at_once(self) -> bool:
+        """get_stats returns [] without waiting while idle, and drains until a quiet gap otherwise."""
+        return self.facts.stats == "blocking"
+
+    def logprob_mode(self) -> str:
+        return self.facts.torch_logprobs
+
+    def check_input(self, prompt: list[int]) -> None:
+        """The release's prompt-length rule (the TensorRT path's)."""
 
     def honours_sampling(self) -> bool:
         """Whether per-request sampling settings take effect (else every request decodes greedily)."""
@@ -157,6 +175,8 @@ class FakeLLM:
         self._iter = self._alloc_total = self._reused = self._next_id = self.stats_calls = 0
         self._seen_blocks: set[tuple] = set()
         self._stop = threading.Event()
+        self.asleep = False
+        self.rpc_calls: list[tuple[str, tuple]] = []  # test hook
         self.aborted_ids: list[int] = []
         self._thread = threading.Thread(target=self._run, name="fake-trtllm-executor", daemon=True)
         self._thread.start()
@@ -171,6 +191,12 @@ class FakeLLM:
         if not isinstance(inputs, list) or not all(isinstance(t, int) for t in inputs):
             raise TypeError("this fake takes prompt token ids only")
         params = sampling_params or self.sampling_params_cls()
+        if self.asleep:
+            raise RuntimeError("the executor is asleep: its memory is released")
+        self.check_input(inputs)
+        self.last_params = params  # test hook
+        if getattr(params, "guided_decoding", None) is not None and self.llm_args.guided_decoding_backend is None:
+            raise ValueError("guided decoding needs guided_decoding_backend set on the LLM")
         if params.n > self.max_batch_size:
             raise ValueError(f"SamplingParams.n ({params.n}) should not exceed max_batch_size")
         offset = 0
@@ -202,6 +228,35 @@ class FakeLLM:
         if not out:
             self._stats_idle = True
         return out
+
+    def get_stats_async(self, timeout: float = 2):
+        """IterationResult: `async for` yields each iteration's stats as it arrives, until none comes for `timeout`."""
+        self.stats_calls += 1
+
+        async def stream():
+            if self.idle_stats_at_once and self._stats_idle:
+                return
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    item = self._stats.get_nowait()
+                except queue.Empty:
+                    if time.monotonic() >= deadline:
+                        break
+                    await asyncio.sleep(STEP_S / 2)
+                    continue
+                deadline = time.monotonic() + timeout
+                yield item
+            self._stats_idle = True
+
+        return stream()
+
+    def _collective_rpc(self, method: str, args: tuple = ()):
+        arg = self.facts.sleep_arg
+        if method not in ("sleep", "wakeup") or arg is None or getattr(self.llm_args, arg, None) in (None, False):
+            raise RuntimeError(f"{method} is not available: the LLM was created without sleep support")
+        self.rpc_calls.append((method, args))
+        self.asleep = method == "sleep"
 
     def shutdown(self) -> None:
         self._stop.set()
@@ -254,15 +309,24 @@ class FakeLLM:
             tok = (tok + 1) % self.vocab
         o.token_ids.append(tok)
         if p.logprobs:
-            top = {tok: Logprob(-0.5, 1)}
-            top.update({(tok + k) % self.vocab: Logprob(-1.0 - k, k + 1) for k in range(1, p.logprobs)})
-            o.logprobs.append(top)
+            o.logprobs.append(self._logprobs(next_greedy(seq, self.vocab, r.offset), tok, p.logprobs))
         if tok in p.stop_token_ids:
             o.finish_reason, o.stop_reason = "stop", tok
         elif tok == p.end_id and not p.ignore_eos:
             o.finish_reason = "stop"
         elif len(o.token_ids) >= p.max_tokens:
             o.finish_reason = "length"
+
+    def _logprobs(self, greedy: int, tok: int, k: int) -> dict:
+        def lp(t: int) -> Logprob:
+            rank = (t - greedy) % self.vocab + 1
+            return Logprob(-0.5 * rank, rank)
+
+        top = {(greedy + i) % self.vocab: lp((greedy + i) % self.vocab) for i in range(k)}
+        mode = self.logprob_mode()
+        if mode == "sampled":
+            return {tok: lp(tok)}
+        return top if mode == "topk" else {**top, tok: lp(tok)}
 
     def _send(self, r: GenerationResult, done: bool) -> None:
         r._done_sent = done
@@ -309,7 +373,31 @@ class FakeTrtEngineLLM(FakeLLM):
         return cfg
 
     def engine_tokens_per_block(self, cfg: dict) -> int:
-        return cfg["build_config"]["plugin_config"]["tokens_per_block"]
+        build = cfg["build_config"]
+        self._engine_build = build
+        plugin = build["plugin_config"]
+        self._chunked = self.llm_args.enable_chunked_prefill
+        if self._chunked and not (plugin["context_fmha"] and plugin["use_paged_context_fmha"]):
+            raise ValueError("Chunked context requires paged context FMHA; rebuild the engine with it or turn it off")
+        if self.llm_args.kv_cache_config.enable_block_reuse and not plugin["use_paged_context_fmha"]:
+            raise ValueError("KV cache reuse requires paged context FMHA (trtGptModelInflightBatching.cpp)")
+        return plugin["tokens_per_block"]
+
+    def logprob_mode(self) -> str:
+        return "topk+sampled"  # top-k from the gathered generation logits (executor/base_worker.py)
+
+    def check_input(self, prompt: list[int]) -> None:
+        # trtGptModel.h: without chunked context the input is capped at min(max_seq_len - 1, max_num_tokens)
+        b = self._engine_build
+        cap = b["max_seq_len"] - 1 if self._chunked else min(b["max_seq_len"] - 1, b["max_num_tokens"])
+        if len(prompt) > cap:
+            raise ValueError(f"The prompt length ({len(prompt)}) exceeds the max input length ({cap})")
+
+    def generate_async(self, inputs, sampling_params=None, streaming=False, lora_request=None, **kwargs):
+        # BaseLLM._check_arguments on the TensorRT backend
+        if sampling_params is not None and sampling_params.logprobs and not self.llm_args.gather_generation_logits:
+            raise ValueError("logprobs on the TensorRT backend require gather_generation_logits=True in LLM()")
+        return super().generate_async(inputs, sampling_params, streaming, lora_request, **kwargs)
 
     def lora_setup(self, cfg: dict) -> tuple[list[str], int] | None:
         """LoRA is on when the engine was built with the LoRA plugin, for the modules and rank it was built

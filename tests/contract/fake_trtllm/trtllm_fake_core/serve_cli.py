@@ -1,6 +1,7 @@
 """`trtllm-serve`'s command line, parsed but never served: each release's commands/serve.py builds it
-with that release's --backend choices. Imitates tensorrt_llm/commands/serve.py (click; 1.2 and later
-wrap the choices in ChoiceWithAlias so `trt` still means `tensorrt`). PARSED records the last parse.
+from its facts row (facts.py: the --backend choices and aliases, every option under its names).
+Imitates tensorrt_llm/commands/serve.py (click; 1.2 and later wrap the choices in ChoiceWithAlias so
+`trt` still means `tensorrt`). PARSED records the last parse.
 """
 
 from __future__ import annotations
@@ -21,16 +22,18 @@ class ChoiceWithAlias(click.Choice):
         return super().convert(self.aliases.get(value, value), param, ctx)
 
 
-def make_serve_command(backend_type: click.ParamType) -> click.Command:
+def make_serve_command(facts) -> click.Command:
+    backend = ChoiceWithAlias(list(facts.serve_backends), facts.serve_aliases) if facts.serve_aliases else None
+
     @click.command("serve")
     @click.argument("model", type=str)
-    @click.option("--tokenizer", type=str, default=None)
-    @click.option("--host", type=str, default="localhost")
-    @click.option("--port", type=int, default=8000)
-    @click.option("--backend", type=backend_type, default="pytorch")
-    @click.option("--tp_size", type=int, default=1)
-    @click.option("--extra_llm_api_options", type=str, default=None)
+    @click.option("--backend", type=backend or click.Choice(list(facts.serve_backends)), default="pytorch")
     def serve(**kwargs):
         PARSED.append(kwargs)
 
+    for dest, (names, kind, default) in facts.serve_options.items():
+        if kind is bool:
+            click.option(*names, dest, is_flag=True, default=default)(serve)
+        else:
+            click.option(*names, dest, type=kind, default=default)(serve)
     return serve

@@ -1,10 +1,11 @@
 """tensorrt_llm/sampling_params.py as of 1.0: greedy unless top_k or top_p asks otherwise."""
 
+from trtllm_fake_core.facts import FACTS
 from trtllm_fake_core.sampling import SamplingParamsBase
 
 
 class SamplingParams(SamplingParamsBase):
-    range_checks = False  # 1.0 leaves top_p / top_k / temperature ranges to the C++ side
+    range_checks = FACTS["1.0"].sampling_range_checks  # 1.0 leaves the ranges to the C++ side
 
     @property
     def _greedy_decoding(self) -> bool:

@@ -1,10 +1,11 @@
 """tensorrt_llm/sampling_params.py as of 1.2: params_imply_greedy_decoding, and Python range checks."""
 
+from trtllm_fake_core.facts import FACTS
 from trtllm_fake_core.sampling import SamplingParamsBase
 
 
 class SamplingParams(SamplingParamsBase):
-    range_checks = True  # _validate: top_p in [0, 1], top_k >= 0, temperature >= 0 (added after 1.0)
+    range_checks = FACTS["1.2"].sampling_range_checks  # _validate: top_p in [0, 1], top_k >= 0, temperature >= 0
 
     @property
     def _greedy_decoding(self) -> bool:

@@ -1,6 +1,7 @@
 """tensorrt_llm/llmapi/llm.py as of 1.0: `LLM` is the PyTorch backend's (_TorchLLM)."""
 
 from trtllm_fake_core.executor import FakeLLM
+from trtllm_fake_core.facts import FACTS
 
 from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, TrtLlmArgs
 from tensorrt_llm.sampling_params import SamplingParams
@@ -11,7 +12,7 @@ class LLM(FakeLLM):
     sampling_params_cls = SamplingParams
     # GenerationExecutor.get_stats (tensorrt_llm/executor/executor.py, 1.0): [] at once before the first
     # request and after an idle timeout until the next one; a gap of `timeout` ends a drain.
-    idle_stats_at_once = True
+    facts = FACTS["1.0"]
 
     def honours_sampling(self) -> bool:
         # tensorrt_llm/_torch/pyexecutor/_util.py (1.0), instantiate_sampler: TorchSampler without the

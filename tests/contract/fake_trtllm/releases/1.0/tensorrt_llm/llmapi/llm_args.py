@@ -3,14 +3,13 @@
 from pathlib import Path
 from typing import ClassVar
 
-from trtllm_fake_core.args import StrictBaseModel, TorchLlmArgsBase, TrtLlmArgsBase
+from trtllm_fake_core.args import StrictBaseModel, TrtLlmArgsBase, release_torch_args
+from trtllm_fake_core.facts import FACTS
 
-
-class TorchLlmArgs(TorchLlmArgsBase):
-    # instantiate_sampler (tensorrt_llm/_torch/pyexecutor/_util.py, 1.0) uses TRTLLMSampler when this is
-    # set, else TorchSampler, which decodes greedily unless enable_mixed_sampler is set. Both removed in 1.1.
-    enable_trtllm_sampler: bool = False
-    enable_mixed_sampler: bool = False
+# instantiate_sampler (tensorrt_llm/_torch/pyexecutor/_util.py, 1.0) uses TRTLLMSampler when
+# enable_trtllm_sampler is set, else TorchSampler, which decodes greedily unless enable_mixed_sampler
+# is set. Both removed in 1.1. The fields come from the facts table.
+TorchLlmArgs = release_torch_args(FACTS["1.0"])
 
 
 class TrtLlmArgs(TrtLlmArgsBase):

@@ -1,6 +1,7 @@
 """tensorrt_llm/llmapi/llm.py as of 1.2: `LLM` is the PyTorch backend's (_TorchLLM)."""
 
 from trtllm_fake_core.executor import FakeLLM
+from trtllm_fake_core.facts import FACTS
 
 from tensorrt_llm.llmapi.llm_args import TorchLlmArgs, TrtLlmArgs
 from tensorrt_llm.sampling_params import SamplingParams
@@ -9,9 +10,8 @@ from tensorrt_llm.sampling_params import SamplingParams
 class LLM(FakeLLM):
     args_model = TorchLlmArgs
     sampling_params_cls = SamplingParams
-    # get_stats while idle is not pinned for 1.2 (fact sheet 10, "Not pinned"): this fake waits up to
-    # `timeout` for the first iteration, then drains what is there, as the method's docstring describes.
-    idle_stats_at_once = False
+    # get_stats behaves as 1.0's (fact sheet 11.6): [] at once while idle, a drain until a quiet gap
+    facts = FACTS["1.2"]
 
     def check_args(self, kwargs: dict) -> None:
         # _TorchLLM._validate_args_for_torch_backend: TensorRT-only args name the other LLM class

@@ -4,13 +4,12 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import AliasChoices, Field, NonNegativeFloat, NonNegativeInt, PositiveInt, model_validator
-from trtllm_fake_core.args import StrictBaseModel, TorchLlmArgsBase, TrtLlmArgsBase
+from trtllm_fake_core.args import StrictBaseModel, TrtLlmArgsBase, release_torch_args
+from trtllm_fake_core.facts import FACTS
 
-
-class TorchLlmArgs(TorchLlmArgsBase):
-    # Replaced enable_trtllm_sampler / enable_mixed_sampler in 1.1; "auto" is TorchSampler unless beam
-    # search is asked for, and it honours each request's sampling settings. Removed on main (PR #18232).
-    sampler_type: str = "auto"
+# sampler_type replaced enable_trtllm_sampler / enable_mixed_sampler in 1.1; "auto" is TorchSampler unless
+# beam search is asked for, and it honours each request's sampling settings. Removed on main (PR #18232).
+TorchLlmArgs = release_torch_args(FACTS["1.2"])
 
 
 class TrtLlmArgs(TrtLlmArgsBase):

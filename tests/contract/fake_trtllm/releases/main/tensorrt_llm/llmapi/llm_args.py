@@ -5,11 +5,15 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
-from trtllm_fake_core.args import StrictBaseModel, TorchLlmArgsBase
+from trtllm_fake_core.args import (  # noqa: F401 - ExecutorMemoryType, SleepConfig: llm_args exports them on main
+    ExecutorMemoryType,
+    SleepConfig,
+    StrictBaseModel,
+    release_torch_args,
+)
+from trtllm_fake_core.facts import FACTS
 
-
-class TorchLlmArgs(TorchLlmArgsBase):
-    pass
+TorchLlmArgs = release_torch_args(FACTS["main"])  # sleep_config; no sampler keys
 
 
 # Speculative decoding configs on main (nvidia.github.io/TensorRT-LLM/1.4.0rc4 llm-api reference):

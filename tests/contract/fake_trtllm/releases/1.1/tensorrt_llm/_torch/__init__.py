@@ -1,0 +1,1 @@
+"""Package marker (fake TensorRT-LLM 1.1)."""

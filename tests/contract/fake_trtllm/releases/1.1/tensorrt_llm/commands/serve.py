@@ -1,0 +1,6 @@
+"""tensorrt_llm/commands/serve.py (1.1): --backend pytorch|tensorrt|_autodeploy, no `trt` alias (1.2 added ChoiceWithAlias)."""
+
+from trtllm_fake_core.facts import FACTS
+from trtllm_fake_core.serve_cli import make_serve_command
+
+main = make_serve_command(FACTS["1.1"])

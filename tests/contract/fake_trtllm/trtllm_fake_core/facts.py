@@ -1,0 +1,147 @@
+"""One facts table per TensorRT-LLM release line: what its source accepts and does, as the fakes need it.
+
+The per-release fakes are generated from these rows (their release-specific LLM-args fields, sampling
+checks, logprob and stats behaviour, trtllm-serve options) and tests/contract/test_trtllm_facts.py
+checks every fake, and trtserve's own release table (capabilities.RELEASES), against them. Sources:
+the fact sheet's sections 10 and 11 (/work/shared/reference/tensorrt-llm-facts.md), each row naming
+its upstream file; rows marked "placed by date" were not read in that release's own source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# KvCacheConfig (llmapi, 1.0 to main): the fields the fakes declare, binding order first
+KV_CACHE_FIELDS = (
+    "enable_block_reuse",
+    "max_tokens",
+    "max_attention_window",
+    "sink_token_length",
+    "free_gpu_memory_fraction",
+    "host_cache_size",
+    "onboard_blocks",
+    "cross_kv_cache_fraction",
+    "secondary_offload_min_priority",
+    "event_buffer_max_size",
+    "enable_partial_reuse",
+    "copy_on_partial_reuse",
+    "dtype",
+)
+# (field, lower bound exclusive, upper bound exclusive): KvCacheConfig's validators
+KV_CACHE_RANGES = (("free_gpu_memory_fraction", 0.0, 1.0),)
+
+# trtllm-serve's options (commands/serve.py, click): destination -> (names, type, default). The first
+# name is the one upstream documents; the others are aliases that release accepts.
+_SERVE_COMMON: dict[str, tuple[tuple[str, ...], type, object]] = {
+    "tokenizer": (("--tokenizer",), str, None),
+    "host": (("--host",), str, "localhost"),
+    "port": (("--port",), int, 8000),
+    "log_level": (("--log_level",), str, "info"),
+    "max_beam_width": (("--max_beam_width",), int, 1),
+    "max_batch_size": (("--max_batch_size",), int, 2048),
+    "max_num_tokens": (("--max_num_tokens",), int, 8192),
+    "max_seq_len": (("--max_seq_len",), int, None),
+    "tp_size": (("--tp_size",), int, 1),
+    "pp_size": (("--pp_size",), int, 1),
+    "ep_size": (("--ep_size",), int, None),
+    "kv_cache_free_gpu_memory_fraction": (("--kv_cache_free_gpu_memory_fraction",), float, 0.9),
+    "num_postprocess_workers": (("--num_postprocess_workers",), int, 0),
+    "trust_remote_code": (("--trust_remote_code",), bool, False),
+    "extra_llm_api_options": (("--extra_llm_api_options",), str, None),
+    "reasoning_parser": (("--reasoning_parser",), str, None),
+}
+# the 2026 line (fact sheet 11.9): --config is the documented name of the options file, --tp_size an alias
+_SERVE_ALIASED = _SERVE_COMMON | {
+    "tp_size": (("--tp_size", "--tensor_parallel_size"), int, 1),
+    "extra_llm_api_options": (("--config", "--extra_llm_api_options"), str, None),
+    "tool_parser": (("--tool_parser",), str, None),
+}
+
+
+@dataclass(frozen=True)
+class ReleaseFacts:
+    line: str  # "1.0" | "1.1" | "1.2" | "main"
+    version: str  # the fake's __version__
+    tensorrt_backend: bool  # _tensorrt_engine, TrtLlmArgs, commands/build.py (trtllm-build)
+    # release-specific TorchLlmArgs fields: name -> (type, default)
+    torch_args: dict[str, tuple[object, object]]
+    serve_backends: tuple[str, ...]  # trtllm-serve --backend choices
+    serve_aliases: dict[str, str]  # ChoiceWithAlias' aliases (alias -> choice)
+    serve_options: dict[str, tuple[tuple[str, ...], type, object]]
+    sampling_range_checks: bool  # SamplingParams._validate checks top_p / top_k / temperature ranges
+    greedy_rule: str  # "top_k_top_p" (1.0: temperature plays no part) | "implied" (params_imply_greedy_decoding)
+    # the PyTorch backend's answer to logprobs=k: "sampled" (its logprob only), "topk" (may miss the
+    # sampled token), "topk+sampled"
+    torch_logprobs: str
+    # get_stats: "blocking" ([] at once while idle; drains until a quiet gap of `timeout`) | "drain"
+    stats: str
+    sleep_arg: str | None  # the LLM argument that turns sleep / wake-up on
+    llmapi_exports: frozenset[str] = field(
+        default=frozenset({"LLM", "KvCacheConfig", "CudaGraphConfig", "GuidedDecodingParams", "LoRARequest"})
+    )
+    # the TensorRT path (all releases that have it): logprobs need gather_generation_logits=True; prompts
+    # longer than min(max_seq_len - 1, max_num_tokens) fail without chunked context (trtGptModel.h)
+    trt_logprobs_need_gather: bool = True
+
+
+FACTS: dict[str, ReleaseFacts] = {
+    f.line: f
+    for f in (
+        ReleaseFacts(
+            "1.0",
+            "1.0.0",
+            True,
+            {"enable_trtllm_sampler": (bool, False), "enable_mixed_sampler": (bool, False)},
+            ("pytorch", "trt", "_autodeploy"),  # PR #7829 renamed trt -> tensorrt after 1.0 was cut
+            {},
+            _SERVE_COMMON,
+            sampling_range_checks=False,
+            greedy_rule="top_k_top_p",
+            torch_logprobs="sampled",  # PR #6097: top-k on the TensorRT path only
+            stats="blocking",  # executor.py GenerationExecutor.get_stats (fact sheet 10.5)
+            sleep_arg=None,
+        ),
+        ReleaseFacts(
+            "1.1",
+            "1.1.0",
+            True,
+            {"sampler_type": (str, "auto"), "enable_sleep": (bool, False)},  # enable_sleep placed by date
+            ("pytorch", "tensorrt", "_autodeploy"),  # placed by PR #7829's date
+            {},
+            _SERVE_COMMON,
+            sampling_range_checks=True,
+            greedy_rule="implied",
+            torch_logprobs="topk",  # PR #7756 in, PR #9374 (sampled token always) not
+            stats="blocking",
+            sleep_arg="enable_sleep",
+        ),
+        ReleaseFacts(
+            "1.2",
+            "1.2.1",
+            True,
+            {"sampler_type": (str, "auto"), "enable_sleep": (bool, False)},
+            ("pytorch", "tensorrt", "_autodeploy"),
+            {"trt": "tensorrt"},  # commands/serve.py ChoiceWithAlias
+            _SERVE_ALIASED,
+            sampling_range_checks=True,
+            greedy_rule="implied",
+            torch_logprobs="topk+sampled",
+            stats="blocking",  # fact sheet 11.6: 1.2 behaves like 1.0
+            sleep_arg="enable_sleep",
+        ),
+        ReleaseFacts(
+            "main",
+            "1.4.0rc1",
+            False,  # PR #15918
+            {"sleep_config": ("SleepConfig", None)},  # sampler_type removed (PR #18232)
+            ("pytorch", "_autodeploy"),
+            {},
+            _SERVE_ALIASED,
+            sampling_range_checks=True,
+            greedy_rule="implied",
+            torch_logprobs="topk+sampled",
+            stats="drain",  # not pinned on main
+            sleep_arg="sleep_config",
+        ),
+    )
+}
