@@ -12,9 +12,9 @@ first, so a busy machine slows both alike. Greedy throughout, so both must give 
   free     batch 1: free-text questions whose answers copy little (target >= 0.95x: no loss)
   mixed    32 random-token requests at once, prompts 32-512, outputs 16-256 tokens, twice with fresh
            prompts (target >= 0.95x)
-  switch   the rag prompts 1, 2, 3, 4, 6, 8 and 9 at once, with the default (adaptive) switch: each batch size
-           speculates while that measures faster, never above 8, and throughput must not fall off a cliff
-           as the batch grows past where speculation stops paying
+  switch   the rag prompts 1, 2, 3, 4, 6, 8 and 9 at once, under the default switch (it speculates where the
+           expected accepted tokens outweigh the measured cost, never above 8): throughput must not fall
+           off a cliff as the batch grows
   draft    batch 1, the rag prompts with `draft_model` and the engine as its own draft: every proposal
            is kept (acceptance 100%), so the figure is what verification and drafting cost
 """

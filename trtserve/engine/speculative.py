@@ -29,8 +29,9 @@ class SpeculativeConfig(BaseModel):
     draft_engine_dir: Path | None = None  # draft_model: its engine dir (same tokenizer as the target)
     # Speculation pauses for a step whose running batch is larger than this (verification then costs
     # more than it saves), and for a sequence whose rolling acceptance rate falls below min_acceptance.
-    # None: up to AUTO_MAX_BATCH_SIZE, each step speculates when that has measured faster at its batch
-    # size (runtime/speculative/switch.py), since where it stops paying depends on device and workload.
+    # None: up to AUTO_MAX_BATCH_SIZE, a step speculates when its sequences' expected accepted tokens outweigh
+    # what verifying costs at its batch size, as measured (runtime/speculative/switch.py): where it stops
+    # paying depends on the device and the workload.
     max_batch_size: int | None = Field(None, ge=1)
     min_acceptance: float = Field(0.1, ge=0.0, le=1.0)
 

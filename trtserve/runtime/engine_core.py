@@ -266,9 +266,8 @@ class EngineCore:
             self.kv_tier.tick()  # the second tier's index, every persist_interval_s
         start, self._decode_only = time.perf_counter(), None
         deltas = self._step()
-        if self._decode_only is not None:  # the speculation switch learns what a decode step yields
-            tokens = sum(len(d.token_ids) for d in deltas)
-            self.speculator.switch.observe(*self._decode_only, tokens, time.perf_counter() - start)  # type: ignore[union-attr]
+        if self._decode_only is not None:  # the speculation switch learns what a decode step costs
+            self.speculator.switch.observe(*self._decode_only, time.perf_counter() - start)  # type: ignore[union-attr]
         return deltas
 
     def _step(self) -> list[TokenDelta]:

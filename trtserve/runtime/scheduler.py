@@ -148,7 +148,7 @@ class Scheduler:
         out = SchedulerOutput(block_copies=self._copies)
         self._copies = []
         budget = self.config.max_num_tokens
-        speculate = self.speculator is not None and self.speculator.active(len(self.running))
+        speculate = self.speculator is not None and self.speculator.active(self.running)
         for req in list(self.running):
             if req not in self.running:  # preempted by an earlier request this step
                 continue

@@ -8,7 +8,7 @@ from trtserve.engine.speculative import SpeculativeConfig
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.speculative.proposer import NgramProposer, Proposer
-from trtserve.runtime.speculative.state import SpecState, add_counts
+from trtserve.runtime.speculative.state import PRIOR_ACCEPTED, SpecState, add_counts
 from trtserve.runtime.speculative.switch import SpeculationSwitch
 
 
@@ -19,9 +19,16 @@ class Speculator:
         self.proposer = proposer or NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
         self.totals = SpecCounts()
 
-    def active(self, batch_size: int) -> bool:
-        """Whether a step with this many running sequences speculates at all."""
-        return self.switch.decide(batch_size)
+    def active(self, running: list[Request]) -> bool:
+        """Whether a step running these sequences speculates at all."""
+        states = [r.spec for r in running if r.speculate]
+        gain = sum(s.expected_accepted() if s is not None else PRIOR_ACCEPTED for s in states)
+        if self.switch.decide(len(running), gain):
+            return True
+        for s in states:
+            if s is not None:
+                s.idle += 1
+        return False
 
     def draft(self, r: Request, limit: int) -> list[int]:
         """Proposals for a decoding sequence's next step, at most `limit` of them; [] for a plain row."""

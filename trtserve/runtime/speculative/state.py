@@ -9,6 +9,7 @@ from trtserve.engine.messages import SpecCounts
 
 WINDOW = 8  # drafts the rolling acceptance rate is taken over
 RETRY_STEPS = 16  # decode steps a sequence below the acceptance floor runs plainly before it tries again
+PRIOR_ACCEPTED = 1.0  # tokens a verification is expected to keep before a sequence has any of its own
 
 
 @dataclass
@@ -16,6 +17,16 @@ class SpecState:
     counts: SpecCounts = field(default_factory=SpecCounts)
     recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=WINDOW))  # (accepted, proposed)
     paused: int = 0  # plain decode steps left before it speculates again
+    idle: int = 0  # decode steps since its last verification, the switch having said no
+
+    def expected_accepted(self) -> float:
+        """Proposals its next verification is expected to keep: the mean over its recent ones, or the prior
+        once it has gone WINDOW steps without one (the text it writes may quote its prompt by now)."""
+        if self.paused:
+            return 0.0
+        if not self.recent or self.idle >= WINDOW:
+            return PRIOR_ACCEPTED
+        return sum(a for a, _ in self.recent) / len(self.recent)
 
     def wants_draft(self) -> bool:
         """Whether to propose for this step (counts a paused step down)."""
@@ -27,6 +38,7 @@ class SpecState:
     def record(self, proposed: int, accepted: int, min_acceptance: float) -> None:
         """One verification: `accepted` of `proposed` tokens were kept (a prefix of the proposals)."""
         add_counts(self.counts, proposed, accepted)
+        self.idle = 0
         self.recent.append((accepted, proposed))
         if len(self.recent) == WINDOW:
             rate = sum(a for a, _ in self.recent) / sum(p for _, p in self.recent)
