@@ -8,7 +8,9 @@ plain and one speculating, and each workload runs on both, prompt by prompt alte
 first, so a busy machine slows both alike. Greedy throughout, so both must give the same tokens (checked).
 
   rag      batch 1: a chat prompt holding a passage and asking for it (or a part of it) back: the
-           answer copies the prompt, where n-gram lookup pays (target >= 1.8x)
+           answer copies the prompt, where n-gram lookup pays (target >= 1.8x). Printed twice: over
+           all 12 prompts, and (rag-quoting) over those whose plain answer does copy the passage (half
+           its tokens in 8-token runs of the prompt); the small model answers some with text of its own
   free     batch 1: free-text questions whose answers copy little (target >= 0.95x: no loss)
   mixed    32 random-token requests at once, prompts 32-512, outputs 16-256 tokens, twice with fresh
            prompts (target >= 0.95x)
@@ -78,31 +80,55 @@ def timed(llm, prompts, params, chat: bool) -> tuple[float, list]:
     return time.perf_counter() - start, outs
 
 
-def compare(name: str, plain, spec, batches: list, params, chat: bool) -> dict:
-    """Each batch on both engines (alternating which runs first); throughput, speedup, acceptance.
-    params: one SamplingParams for every prompt, or one list of them per batch."""
-    from trtserve.serve.speculative import stats_field
-
-    secs = {"off": 0.0, "spec": 0.0}
-    tokens, mismatches, counts = 0, 0, []
+def compare(plain, spec, batches: list, params, chat: bool) -> list[dict]:
+    """Each batch on both engines (alternating which runs first): per batch, the seconds, tokens, outputs
+    and speculation counts (`summarize` adds them up). params: one SamplingParams for every prompt, or one
+    list of them per batch."""
+    parts = []
     for i, batch in enumerate(batches):
         order = [("off", plain), ("spec", spec)]
-        results = {}
+        secs, results = {}, {}
         for label, llm in order if i % 2 == 0 else order[::-1]:
-            dt, outs = timed(llm, batch, params[i] if isinstance(params, list) else params, chat)
-            secs[label] += dt
-            results[label] = outs
-        tokens += sum(len(o.token_ids) for o in results["off"])
-        mismatches += sum(a.token_ids != b.token_ids for a, b in zip(results["off"], results["spec"], strict=True))
-        counts += [c.spec for o in results["spec"] for c in o.outputs]
-    acc = stats_field(counts)
+            secs[label], results[label] = timed(llm, batch, params[i] if isinstance(params, list) else params, chat)
+        off, on = results["off"], results["spec"]
+        parts.append(
+            {
+                "secs": secs,
+                "tokens": sum(len(o.token_ids) for o in off),
+                "differing": sum(a.token_ids != b.token_ids for a, b in zip(off, on, strict=True)),
+                "counts": [c.spec for o in on for c in o.outputs],
+                "quoting": all(quotes(o) for o in off),
+            }
+        )
+    return parts
+
+
+def quotes(out, n: int = 8) -> bool:
+    """Whether most of an answer copies its prompt: at least half its tokens lie in runs of n tokens that
+    also occur in the prompt."""
+    prompt, answer = out.prompt_token_ids, out.token_ids
+    grams = {tuple(prompt[i : i + n]) for i in range(len(prompt) - n + 1)}
+    covered = set()
+    for i in range(len(answer) - n + 1):
+        if tuple(answer[i : i + n]) in grams:
+            covered.update(range(i, i + n))
+    return len(covered) >= len(answer) / 2
+
+
+def summarize(name: str, parts: list[dict]) -> dict:
+    """One row: throughput both ways, speedup, acceptance (vLLM's definitions)."""
+    from trtserve.serve.speculative import stats_field
+
+    off, on = sum(p["secs"]["off"] for p in parts), sum(p["secs"]["spec"] for p in parts)
+    tokens, mismatches = sum(p["tokens"] for p in parts), sum(p["differing"] for p in parts)
+    acc = stats_field([c for p in parts for c in p["counts"]])
     row = {
         "workload": name,
-        "requests": sum(len(b) for b in batches),
+        "batches": len(parts),
         "output_tokens": tokens,
-        "off_tok_s": tokens / secs["off"],
-        "spec_tok_s": tokens / secs["spec"],
-        "speedup": secs["off"] / secs["spec"],
+        "off_tok_s": tokens / off,
+        "spec_tok_s": tokens / on,
+        "speedup": off / on,
         "acceptance_rate": acc["acceptance_rate"],
         "mean_acceptance_length": acc["mean_acceptance_length"],
         "drafts": acc["num_drafts"],
@@ -111,7 +137,7 @@ def compare(name: str, plain, spec, batches: list, params, chat: bool) -> dict:
     rate = "-" if row["acceptance_rate"] is None else f"{row['acceptance_rate']:.1%}"
     length = "-" if row["mean_acceptance_length"] is None else f"{row['mean_acceptance_length']:.2f}"
     print(
-        f"{name:6s} {row['requests']:3d} req {tokens:6d} tok  off {row['off_tok_s']:7.1f} tok/s  "
+        f"{name:11s} {len(parts):3d} bat {tokens:6d} tok  off {row['off_tok_s']:7.1f} tok/s  "
         f"spec {row['spec_tok_s']:7.1f} tok/s  x{row['speedup']:.2f}  acceptance {rate}  "
         f"mean length {length}  differing outputs {mismatches}",
         flush=True,
@@ -148,25 +174,30 @@ def main() -> None:
     rows = []
     for name in args.workloads.split(","):
         if name == "rag":
-            rows.append(compare("rag", plain, spec, [[p] for p in rag], greedy, chat=True))
+            parts = compare(plain, spec, [[p] for p in rag], greedy, chat=True)
+            rows.append(summarize("rag", parts))
+            rows.append(summarize("rag-quoting", [p for p in parts if p["quoting"]]))
         elif name == "free":
-            rows.append(compare("free", plain, spec, [[p] for p in FREE], greedy, chat=True))
+            rows.append(summarize("free", compare(plain, spec, [[p] for p in FREE], greedy, chat=True)))
         elif name == "mixed":
             # two 32-request batches (fresh prompts: no prefix-cache hits), the second in the reverse order
             mixed = [random_requests(32, (32, 512), (16, 256), plain.tokenizer.vocab_size, seed) for seed in (0, 1)]
             params = [
                 [SamplingParams(max_tokens=r.output_len, temperature=0.0, ignore_eos=True) for r in m] for m in mixed
             ]
-            rows.append(compare("mixed", plain, spec, [[r.prompt for r in m] for m in mixed], params, chat=False))
+            batches = [[r.prompt for r in m] for m in mixed]
+            rows.append(summarize("mixed", compare(plain, spec, batches, params, chat=False)))
         elif name == "switch":
             for b in (1, 2, 3, 4, 6, 8, 9):  # past where it stops paying, and past the limit (8)
                 batch = [(rag * b)[i] for i in range(b)]
-                rows.append(compare(f"rag@{b}", plain, spec, [batch, batch[::-1]], greedy, chat=True))
+                rows.append(summarize(f"rag@{b}", compare(plain, spec, [batch, batch[::-1]], greedy, chat=True)))
         elif name == "draft":
             draft = {"method": "draft_model", "num_speculative_tokens": args.k, "draft_engine_dir": str(args.engine)}
             drafting = LLM(args.engine, speculative=draft, **kv)
             drafting.generate(["Hello"], SamplingParams(max_tokens=8, temperature=0.0))
-            rows.append(compare("draft", plain, drafting, [[p] for p in rag], greedy, chat=True))
+            parts = compare(plain, drafting, [[p] for p in rag], greedy, chat=True)
+            rows.append(summarize("draft", parts))
+            rows.append(summarize("draft-quoting", [p for p in parts if p["quoting"]]))
             del drafting
         else:
             raise SystemExit(f"unknown workload {name!r}; give some of rag,free,mixed,switch,draft")

@@ -106,6 +106,10 @@ def test_the_adapters_release_table_says_what_the_facts_say(release):
     assert set(row.serve_backends) == set(facts.serve_backends) | set(facts.serve_aliases)
     assert row.torch_args == set(facts.torch_args) & RELEASE_SPECIFIC_ARGS
     assert row.torch_logprobs == facts.torch_logprobs
+    assert (row.spec_iteration_stats, row.spec_request_metrics) == (
+        facts.spec_iteration_stats,
+        facts.spec_request_metrics,
+    )
     from trtserve.backends.tensorrt_llm.capabilities import from_table
 
     assert from_table(release, None, "table").sleep_arg == facts.sleep_arg

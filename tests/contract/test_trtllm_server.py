@@ -92,3 +92,39 @@ def test_kserve_generate(live, trtllm_engine_dir, tokenizer):
         r = httpx.post(f"{live.url}/v2/models/{trtllm_engine_dir.name}/generate", json=body)
         assert r.status_code == 200, r.text
         assert r.json()["text_output"] == prefix + expected
+
+
+@pytest.mark.parametrize("release", ["1.0", "main"])
+def test_speculative_acceptance_in_the_response_and_metrics(release, trtllm_engine_dir, tmp_path):
+    """main reports acceptance per request and per iteration: the response's counts are what /metrics
+    counted for it; 1.0 reports none, so both stay 0 (never estimated)."""
+    from api.conftest import Server
+
+    env = {"PYTHONPATH": pythonpath(release, str(REPO))}
+    args = ("--kv-cache-memory", "1MiB", "--speculative", "ngram", "--speculative-tokens", "3")
+    s = Server(trtllm_engine_dir, *args, env=env, log=tmp_path / "s.log")
+    try:
+        client = openai.OpenAI(base_url=f"{s.url}/v1", api_key="unused", timeout=30)
+        r = client.completions.create(
+            model=trtllm_engine_dir.name,
+            prompt=[5, 17, 42, 99, 7],
+            max_tokens=24,
+            temperature=0,
+            extra_body={"ignore_eos": True, "return_spec_decode_stats": True},
+        )
+        assert r.choices[0].text  # speculation is lossless: the tokens are checked in test_trtllm_speculative.py
+        spec = r.usage.model_extra["spec_decode"]
+        name = "trtserve_spec_decode_num_draft_tokens_total"
+        deadline = time.monotonic() + 10  # a bound on the wait: iteration stats are polled
+        while release == "main" and s.metric(name) < spec["num_draft_tokens"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        counted = (s.metric(name), s.metric("trtserve_spec_decode_num_accepted_tokens_total"))
+        if release == "main":
+            assert spec["num_draft_tokens"] > 0 and spec["num_drafts"] == 0  # passes are not reported per request
+            assert counted == (spec["num_draft_tokens"], spec["num_accepted_tokens"])
+            assert spec["acceptance_rate"] == spec["num_accepted_tokens"] / spec["num_draft_tokens"]
+            assert s.metric("trtserve_spec_decode_num_drafts_total") > 0
+        else:
+            assert (spec["num_draft_tokens"], spec["acceptance_rate"]) == (0, None) and counted == (0, 0)
+    finally:
+        s.stop()

@@ -14,7 +14,7 @@ import yaml
 from trtserve.build.builder import build_engine, dry_run
 from trtserve.build.config import BuildConfig
 from trtserve.engine.errors import UserError
-from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.messages import GenerateRequest, SpecCounts
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import SamplingParams
 from trtserve.engine.speculative import SpeculativeConfig
@@ -225,3 +225,153 @@ def test_a_tensorrt_engine_refuses_the_option(fake_gpu, tiny_llama, tmp_path):
     out = build_engine(BuildConfig(model=str(tiny_llama), backend="tensorrt"), tmp_path / "t", quiet=True).engine_dir
     with pytest.raises(UserError, match="engine option speculative .* is not available on the tensorrt backend"):
         open_engine(out, speculative=NGRAM)
+
+
+# ---- acceptance read back: per request (perf metrics) and engine totals (iteration stats) ------------------
+def spec_facts(release):
+    from trtllm_fake_core.facts import FACTS
+
+    return FACTS[release]
+
+
+def run_all(engine, prompts: list[list[int]], max_tokens: int = 24) -> list[list]:
+    """Each prompt's deltas, the requests run at once."""
+
+    async def one(prompt):
+        r = GenerateRequest(list(prompt), SamplingParams(max_tokens=max_tokens, temperature=0.0))
+        return [d async for d in engine.generate(r)]
+
+    async def run():
+        return await asyncio.gather(*(one(p) for p in prompts))
+
+    return asyncio.run(run())
+
+
+@pytest.fixture
+def fast_stats(monkeypatch):
+    """The stats poller waits 0.1 s (not 1 s) between idle rounds."""
+    from trtserve.backends.tensorrt_llm import engine as engine_module
+
+    monkeypatch.setattr(engine_module, "STATS_POLL_S", 0.1)
+
+
+def settled_totals(engine):
+    """engine.stats().spec once the stats poller has drained what the finished requests left queued."""
+    import time
+
+    start = engine._poller.rounds  # a round in progress, then one more: the queue is drained
+    deadline = time.monotonic() + 10  # a bound on the wait, not a timing assertion
+    while engine._poller.rounds < start + 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return engine.stats().spec
+
+
+def reported(llm) -> SpecCounts:
+    """What the fake's iteration stats reported, summed."""
+    out = SpecCounts()
+    for s in llm.speculation.reported:
+        out.drafts += s["numRequestsWithDraftTokens"]
+        out.draft_tokens += s["numDraftTokens"]
+        out.accepted_tokens += s["numAcceptedTokens"]
+    return out
+
+
+def test_acceptance_is_read_back_as_the_release_reports_it(fake_trtllm, release, trtllm_engine_dir, caplog, fast_stats):
+    facts = spec_facts(release)
+    with caplog.at_level("INFO", logger="trtserve.backends.tensorrt_llm.spec_counts"):
+        e = open_engine(trtllm_engine_dir, speculative=NGRAM)
+    try:
+        [deltas] = run_all(e, [PROMPT])
+        [llm] = fake_trtllm.INSTANCES
+        assert [t for d in deltas for t in d.token_ids] == fake_trtllm.reference_greedy(PROMPT, 24, VOCAB)
+        [tally] = llm.speculation.tallies.values()  # what the fake's verifier did for the request
+        assert tally.drafts > 1 and 0 < tally.accepted < tally.draft_tokens
+        assert llm.last_params.return_perf_metrics is facts.spec_request_metrics  # asked only where filled
+        counts = [d.spec for d in deltas]
+        if facts.spec_request_metrics:  # running totals on each delta; the last is the request's
+            assert counts[-1] == SpecCounts(draft_tokens=tally.draft_tokens, accepted_tokens=tally.accepted)
+        else:
+            assert counts == [None] * len(deltas)
+        totals = settled_totals(e)
+        if facts.spec_iteration_stats:
+            assert totals == reported(llm) == SpecCounts(tally.drafts, tally.draft_tokens, tally.accepted)
+        else:
+            assert totals == SpecCounts() and llm.speculation.reported == []
+        said = [r.getMessage() for r in caplog.records if "speculative-decoding acceptance" in r.getMessage()]
+        if facts.spec_request_metrics:
+            assert said == []
+        else:  # once, at start
+            [line] = said
+            assert ("per iteration only" if facts.spec_iteration_stats else "reports no speculative") in line
+    finally:
+        e.shutdown()
+
+
+@pytest.mark.parametrize("release", ["1.2", "main"])
+def test_engine_totals_add_up_over_concurrent_requests(fake_trtllm, release, trtllm_engine_dir, fast_stats):
+    from trtserve.serve.speculative import total
+
+    e = open_engine(trtllm_engine_dir, speculative=NGRAM)
+    try:
+        prompts = [PROMPT, [9, 3, 77, 5], [11, 13, 17, 19, 23, 29]]
+        results = run_all(e, prompts, max_tokens=16)
+        [llm] = fake_trtllm.INSTANCES
+        for prompt, deltas in zip(prompts, results, strict=True):
+            assert [t for d in deltas for t in d.token_ids] == fake_trtllm.reference_greedy(prompt, 16, VOCAB)
+        tallies = list(llm.speculation.tallies.values())
+        want = SpecCounts(
+            drafts=sum(t.drafts for t in tallies),
+            draft_tokens=sum(t.draft_tokens for t in tallies),
+            accepted_tokens=sum(t.accepted for t in tallies),
+        )
+        assert settled_totals(e) == reported(llm) == want
+        per_request = total(d.spec for deltas in results for d in deltas[-1:])
+        if release == "main":  # per request: no verification passes, the same tokens
+            assert per_request == SpecCounts(draft_tokens=want.draft_tokens, accepted_tokens=want.accepted_tokens)
+        else:
+            assert per_request == SpecCounts()
+    finally:
+        e.shutdown()
+
+
+def test_without_speculation_nothing_is_asked_or_reported(engine, fake_trtllm):
+    [deltas] = run_all(engine, [PROMPT], max_tokens=8)
+    [llm] = fake_trtllm.INSTANCES
+    assert llm.speculation is None and llm.last_params.return_perf_metrics is False
+    assert [d.spec for d in deltas] == [None] * len(deltas)
+    assert engine.stats().spec == SpecCounts()
+
+
+def test_the_fakes_report_acceptance_where_their_release_does(fake_trtllm, release, trtllm_engine_dir):
+    """The fake on its own: specDecodingStats in iteration stats, and a filled perf-metrics section,
+    only on the releases whose source fills them; the perf-metrics section exists (zero) on all."""
+    facts = spec_facts(release)
+    llm = fake_trtllm.LLM(
+        str(trtllm_engine_dir / "hf"), speculative_config=fake_trtllm.llmapi.NGramDecodingConfig(max_draft_len=3)
+    )
+    try:
+        sp = fake_trtllm.SamplingParams(max_tokens=12, top_k=1, return_perf_metrics=True)
+
+        async def run():
+            return [o async for o in llm.generate_async(list(PROMPT), sampling_params=sp, streaming=True)]
+
+        last = asyncio.run(run())[-1].outputs[0]
+        section = last.request_perf_metrics.speculative_decoding
+        [tally] = llm.speculation.tallies.values()
+        filled = (section.total_draft_tokens, section.total_accepted_draft_tokens) == (
+            tally.draft_tokens,
+            tally.accepted,
+        )
+        assert filled is facts.spec_request_metrics
+        assert filled or section.total_draft_tokens == section.total_accepted_draft_tokens == 0
+        stats = fake_trtllm_stats(llm)
+        assert any("specDecodingStats" in s for s in stats) is facts.spec_iteration_stats
+    finally:
+        llm.shutdown()
+
+
+def fake_trtllm_stats(llm) -> list[dict]:
+    async def drain():
+        return [s async for s in llm.get_stats_async(timeout=0.2)]
+
+    return asyncio.run(drain())

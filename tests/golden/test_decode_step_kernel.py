@@ -125,3 +125,34 @@ def test_deterministic_models_and_mismatched_weights_take_the_op_path(tiny_llama
     assert decode_layers.pack(layers, layers[0].qkv.dtype, shapes) is not None
     assert decode_layers.pack(layers, torch.float16, shapes) is None  # weights in another dtype than asked
     assert decode_layers.pack(layers, layers[0].qkv.dtype, {**shapes, "proj": (hidden, inter + 8)}) is None
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_verification_rows_run_in_the_step_and_equal_plain_decode_bit_for_bit(tmp_path, monkeypatch, dtype):
+    """A sequence verifying proposals runs a row per token in the one-call step; each row computes what a
+    plain decode step computes at its position, so greedy tokens and logprobs are the plain engine's bits."""
+    src = make_hf_model(tmp_path / "hf", "llama", seed=11, dtype=dtype)
+    build_engine(BuildConfig(model=str(src), tokens_per_block=8), tmp_path / "e", quiet=True)
+    ngram = {"method": "ngram", "num_speculative_tokens": 3, "max_batch_size": 8}
+    plain = LLM(tmp_path / "e", device="cpu", kv_cache_memory=8 << 20)
+    spec = LLM(tmp_path / "e", device="cpu", kv_cache_memory=8 << 20, speculative=ngram)
+    if spec.engine.model.step_weights is None:
+        pytest.skip("no step kernel for this dtype here")
+    rows_past_one = 0
+    real_run = decode_layers.run
+
+    def counting_run(packed, h, kv_data, *args, **kwargs):
+        nonlocal rows_past_one
+        ok = real_run(packed, h, kv_data, *args, **kwargs)
+        rows_past_one += ok and h.shape[0] > torch.unique(args[8], dim=0).shape[0]  # more rows than block tables
+        return ok
+
+    monkeypatch.setattr(decode_layers, "run", counting_run)
+    prompts = [[5, 6, 7, 8, 9] * 5, [11, 12, 13] * 8, [40, 41] * 10][: min(3, dense.max_rows(dtype) // 4)]
+    want, got = plain.generate(prompts, PARAMS), spec.generate(prompts, PARAMS)
+    assert spec.core.stats().spec.accepted_tokens > 0 and rows_past_one > 0
+    for w, g in zip(want, got, strict=True):
+        a, b = w.outputs[0], g.outputs[0]
+        assert a.token_ids == b.token_ids
+        assert [(lp.logprob, lp.top) for lp in a.logprobs] == [(lp.logprob, lp.top) for lp in b.logprobs]

@@ -220,6 +220,12 @@ def test_the_engine_as_its_own_draft_is_accepted_in_full(plain, tiny_llama_engin
     draft = llm.core.speculator.proposer
     assert draft.blocks.stats().used == 0  # every sequence's draft KV went when it finished
     draft.blocks.check_invariants()
+    llm.core.sleep()  # the draft's KV cache goes with the target's
+    assert draft.kv is None
+    llm.core.wake_up()
+    again = llm.generate(prompts, p)
+    assert [o.token_ids for o in again] == [o.token_ids for o in got]
+    assert llm.core.stats().spec.drafts > s.drafts and draft.blocks.stats().used == 0
 
 
 def test_a_draft_with_another_vocabulary_is_refused(tmp_path, tiny_llama_engine):

@@ -14,7 +14,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-AUTO_MAX_BATCH_SIZE = 8  # the largest batch that speculates when max_batch_size is unset
+# where max_batch_size is unset: the limit for a backend without a measured switch (TensorRT-LLM's
+# max_concurrency), and the running sequences a draft model's KV cache is sized for
+AUTO_MAX_BATCH_SIZE = 8
 
 
 class SpeculativeConfig(BaseModel):
@@ -29,15 +31,16 @@ class SpeculativeConfig(BaseModel):
     draft_engine_dir: Path | None = None  # draft_model: its engine dir (same tokenizer as the target)
     # Speculation pauses for a step whose running batch is larger than this (verification then costs
     # more than it saves), and for a sequence whose rolling acceptance rate falls below min_acceptance.
-    # None: up to AUTO_MAX_BATCH_SIZE, a step speculates when its sequences' expected accepted tokens outweigh
-    # what verifying costs at its batch size, as measured (runtime/speculative/switch.py): where it stops
-    # paying depends on the device and the workload.
+    # None: a sequence speculates when its expected accepted tokens outweigh what its proposal rows cost
+    # at the step's batch size, as measured (runtime/speculative/switch.py), at any batch size: where it
+    # stops paying depends on the device and the workload (TensorRT-LLM: AUTO_MAX_BATCH_SIZE).
     max_batch_size: int | None = Field(None, ge=1)
     min_acceptance: float = Field(0.1, ge=0.0, le=1.0)
 
     @property
     def batch_limit(self) -> int:
-        """The largest running batch that speculates (TensorRT-LLM's max_concurrency)."""
+        """The largest running batch that speculates on a backend without a measured switch (TensorRT-LLM's
+        max_concurrency)."""
         return self.max_batch_size or AUTO_MAX_BATCH_SIZE
 
     @model_validator(mode="after")

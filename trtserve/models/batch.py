@@ -15,6 +15,9 @@ class SeqChunk:
     tokens: Sequence[int]  # new token ids to run this step
     start: int  # tokens already in the KV cache (num_computed_tokens)
     block_table: Sequence[int]  # KV block ids covering positions [0, start + len(tokens))
+    # the rows that continue a decode: its last token and the proposals after it that speculative decoding
+    # verifies (or a draft model's catch-up); a step whose chunks are all such rows runs as a decode step
+    decode_rows: int = 1
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class FlatBatch:
     block_tables: torch.Tensor  # (B, max_blocks) int64: each sequence's KV blocks; pad -> 0
     logits_indices: torch.Tensor  # (N,) int64: flat indices of the tokens whose logits are wanted
     seq_ids: torch.Tensor  # (T,) int64: the sequence (row of block_tables) each token belongs to
+    decoding: bool = False  # every sequence runs decode rows only (SeqChunk.decode_rows)
 
 
 def make_batch(
@@ -88,6 +92,7 @@ def make_batch(
         block_tables=tables.to(**to),
         logits_indices=_logits_indices(offsets, q_lens, logit_rows).to(**to),
         seq_ids=torch.repeat_interleave(torch.arange(n_b), q_lens).to(**to),
+        decoding=all(len(s.tokens) <= s.decode_rows for s in seqs),
     )
 
 

@@ -180,6 +180,13 @@ class DecoderModel:
         scales = torch.stack([layer.kv_scale for layer in self.layers]).float() if kv_algo else None  # (layers, 2)
         return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device, kv_algo, scales)
 
+    def decode_step_rows(self) -> int | None:
+        """The most rows a decode step (with proposals to verify) runs as the one-call C step; None: no
+        such step here, so rows have no cliff to stay under."""
+        if self.step_weights is None:
+            return None
+        return min(dense.max_rows(self.dtype), self.step_weights.max_rows)
+
     @torch.inference_mode()
     def forward(self, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None = None) -> torch.Tensor:
         """Run every token of the batch; returns float32 logits (B, vocab) at each sequence's last token.
@@ -191,9 +198,10 @@ class DecoderModel:
         return self.linear(last, self.lm_head).float()  # (N, vocab)
 
     def _decode_step(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None) -> bool:
-        """Every layer in one C call (decode_layers.c) when each sequence runs one token, the batch
-        is one the decode GEMM takes, attention needs no window or 8-bit cache, and LoRA rows (if any)
-        run stacked (not per segment, as deterministic mode runs them); False otherwise."""
+        """Every layer in one C call (decode_layers.c) when each sequence runs one decode token (and the
+        proposals it verifies), the rows are as many as the decode GEMM takes, attention needs no window
+        or 8-bit cache, and LoRA rows (if any) run stacked (not per segment, as deterministic mode runs
+        them); False otherwise."""
         cfg, rows = self.cfg, h.shape[0]
         packed_lora = None
         if lora is not None:
@@ -207,15 +215,18 @@ class DecoderModel:
             packed_lora = s.native
         if (
             self.step_weights is None
+            or not batch.decoding
             or kv.kv_quant is not None
-            or rows != batch.block_tables.shape[0]
             or rows > dense.max_rows(self.dtype)
             or (cfg.sliding_window is not None and int(batch.positions.max()) >= cfg.sliding_window)
         ):
             return False
+        # a sequence verifying proposals has a row each, under its block table: the kernel writes every row's
+        # key and value before any row attends, each up to its own position, as a decode row would
+        tables = batch.block_tables if rows == batch.block_tables.shape[0] else batch.block_tables[batch.seq_ids]
         return decode_layers.run(
             self.step_weights, h, kv.data, cfg.num_attention_heads, cfg.intermediate_size, cfg.norm_epsilon,
-            self.scale, self.rope.cos, self.rope.signed_sin, batch.positions, batch.slot_mapping, batch.block_tables,
+            self.scale, self.rope.cos, self.rope.signed_sin, batch.positions, batch.slot_mapping, tables,
             kv.tokens_per_block, packed_lora, lora.spans if lora is not None else None,
         )  # fmt: skip
 

@@ -81,7 +81,7 @@ class EngineCore:
         self._compiling: list[tuple[Request, Future]] = []  # constrained requests waiting for their grammar
         self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
-        self._decode_only: tuple[int, bool] | None = None  # this step's (batch, speculated) if it ran decodes only
+        self._decode_only: tuple[int, int] | None = None  # this step's (batch, proposals) if it ran decodes only
         self.steps = self.prompt_tokens = self.generated_tokens = 0
 
     def _make_kv_cache(self, num_blocks: int) -> None:
@@ -118,6 +118,8 @@ class EngineCore:
             raise RuntimeError("the engine can only sleep while no request is in flight")
         self._release_kv_cache()
         weights.to_host(self.engine.model)
+        if self.speculator is not None:
+            self.speculator.sleep()  # a draft model's KV cache and weights too
         self.asleep = True
 
     def _release_kv_cache(self) -> None:
@@ -135,6 +137,8 @@ class EngineCore:
         if not self.asleep:
             return
         weights.to_device(self.engine.model)
+        if self.speculator is not None:
+            self.speculator.wake_up()
         old_blocks, preemptions = self.blocks, self.scheduler.num_preemptions
         self._make_kv_cache(old_blocks.num_blocks)
         self.blocks.carry_over(old_blocks)
@@ -280,7 +284,7 @@ class EngineCore:
             and out.chunks
             and all(c.start >= c.request.num_prompt_tokens for c in out.chunks)
         ):
-            self._decode_only = (len(out.chunks), any(c.draft for c in out.chunks))  # (batch, speculated)
+            self._decode_only = (len(out.chunks), sum(len(c.draft) for c in out.chunks))  # (batch, proposals)
         failed = [d for r, err in out.failed for d in self._failed(r, err)]  # adapters that would not load
         if not out.chunks:
             return failed

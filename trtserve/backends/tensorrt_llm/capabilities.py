@@ -58,6 +58,11 @@ class ReleaseLine:
     torch_args: frozenset[str]  # the release-specific TorchLlmArgs fields trtserve cares about
     evidence: str  # where that was read
     torch_logprobs: str = TOPK_WITH_SAMPLED  # SAMPLED_ONLY | TOPK_MAY_MISS | TOPK_WITH_SAMPLED
+    # Speculative decoding's acceptance on the PyTorch backend (spec_counts.py reads it):
+    # iteration stats' specDecodingStats filled by PyExecutor._update_iter_stats (PR #9855)
+    spec_iteration_stats: bool = True
+    # CompletionOutput.request_perf_metrics.speculative_decoding filled (SamplingParams.return_perf_metrics)
+    spec_request_metrics: bool = False
 
 
 RELEASES: dict[str, ReleaseLine] = {
@@ -70,6 +75,9 @@ RELEASES: dict[str, ReleaseLine] = {
             frozenset({SAMPLER_SWITCH, "enable_mixed_sampler"}),
             "v1.0 source: llmapi/llm_args.py, commands/serve.py, _torch/pyexecutor/_util.py",
             SAMPLED_ONLY,  # PR #6097: top-k logprobs on the TensorRT path only
+            # _torch/pyexecutor/py_executor.py _update_iter_stats fills specdec_stats from PR #9855 on
+            # (merged 2025-12, placed by date, not read at the tag); the perf-metrics section stays zero
+            spec_iteration_stats=False,
         ),
         ReleaseLine(
             "1.1",
@@ -78,6 +86,7 @@ RELEASES: dict[str, ReleaseLine] = {
             frozenset({"sampler_type", "enable_sleep"}),
             "v1.1 source: llmapi/llm_args.py (--backend inferred from PR #7829's date, not read)",
             TOPK_MAY_MISS,  # PR #7756 (top-k on PyTorch) is in, PR #9374 (sampled token always) is not
+            spec_iteration_stats=False,  # PR #9855 (2025-12-10) is after release/1.1 was cut (placed by date)
         ),
         ReleaseLine(
             "1.2",
@@ -85,6 +94,9 @@ RELEASES: dict[str, ReleaseLine] = {
             ("pytorch", "tensorrt", "_autodeploy", "trt"),  # ChoiceWithAlias, trt -> tensorrt
             frozenset({"sampler_type", "enable_sleep"}),
             "v1.2.0/v1.2.1 source: llmapi/llm_args.py, commands/serve.py",
+            # py_executor.py _update_iter_stats sums generation requests' drafts (PR #9855); per request
+            # the perf-metrics section arrives zeroed: TorchSampler never calls
+            # LlmRequest::updateNumTokensPerIteration, its only writer (PR #17082's root cause)
         ),
         ReleaseLine(
             "main",
@@ -92,6 +104,9 @@ RELEASES: dict[str, ReleaseLine] = {
             ("pytorch", "_autodeploy"),
             frozenset({"sleep_config"}),  # sampler_type removed too (PR #18232)
             "main after PR #15918 (1.3.0rc22 and later, 1.4.0rc*)",
+            # executor/result.py GenerationResultBase._maybe_fill_spec_dec_perf_metrics backfills the
+            # section from the executor's spec_dec_totals (PR #17082, merged 2026-07-31)
+            spec_request_metrics=True,
         ),
     )
 }
@@ -113,6 +128,8 @@ class Capabilities:
     introspected: bool = False  # the *_args sets are complete: any other key would be refused
     lora_fields: frozenset[str] = LORA_FIELDS  # LoraConfig's fields (introspected, else those of every release)
     torch_logprobs: str = TOPK_WITH_SAMPLED  # what the PyTorch backend returns for logprobs=k (the table's)
+    spec_iteration_stats: bool = True  # speculative-decoding acceptance in iteration stats (the table's)
+    spec_request_metrics: bool = False  # ... and per request in its perf metrics (the table's)
 
     @property
     def sleep_arg(self) -> str | None:
@@ -159,6 +176,8 @@ def from_table(line: str, version: str | None, how: str) -> Capabilities:
         torch_args=TORCH_ARGS | r.torch_args,
         trt_args=TRT_ARGS if r.tensorrt_backend else frozenset(),
         torch_logprobs=r.torch_logprobs,
+        spec_iteration_stats=r.spec_iteration_stats,
+        spec_request_metrics=r.spec_request_metrics,
     )
 
 

@@ -8,7 +8,9 @@ on TensorRT-LLM (release of the documentation each was taken from):
                        [, lora_request=LoRARequest(name, int_id, path)])
         -> a result that `async for` yields once per step, `.outputs[i]` cumulative  (1.0; 0.20 source)
     speculative_config=NGramDecodingConfig | DraftTargetDecodingConfig   an LLM argument (speculative.py);
-                                          no per-request switch, so a request's opt-out is refused (400)
+                                          no per-request switch, so a request's opt-out is refused (400);
+                                          its acceptance is read back from iteration stats and, where the
+                                          release fills them, per-request perf metrics (spec_counts.py)
     result.abort()                        cancel; the stream then ends with finish_reason 'cancelled'  (0.20 source, 1.0)
     LLM.get_stats_async(timeout)          iteration-stat dicts one by one as they come (stats_poller.py: the
                                           drain of get_stats blocks while requests decode); each has `iter`
@@ -43,6 +45,7 @@ from trtserve.backends.tensorrt_llm.sampling import (
 )
 from trtserve.backends.tensorrt_llm.serve_plan import apply_runtime, max_input_tokens, paged_context_fmha
 from trtserve.backends.tensorrt_llm.sleep import Sleeper
+from trtserve.backends.tensorrt_llm.spec_counts import PERF_METRICS_FLAG, log_what_is_reported
 from trtserve.backends.tensorrt_llm.speculative import SPEC_OPTION, speculative_options
 from trtserve.backends.tensorrt_llm.stats import engine_stats
 from trtserve.backends.tensorrt_llm.stats_poller import IterationBusy, StatsPoller  # noqa: F401 - re-exported
@@ -97,6 +100,10 @@ class TrtllmEngine:
         if cfg.speculative is not None:  # the run config's speculative option wins over the engine dir's
             options[SPEC_OPTION] = speculative_options(cfg.speculative, self.capabilities.line, manifest.backend)
         self._speculates = SPEC_OPTION in options
+        # per-request acceptance where the release fills it (spec_counts.py); engine totals come from stats
+        self._spec_per_request = self._speculates and self.capabilities.spec_request_metrics
+        if self._speculates:
+            log_what_is_reported(self.capabilities)
         self._lora_request = lora_classes(self._tllm)[1]
         if self._adapters.table is not None and self._lora_request is None:
             self._adapters.close()
@@ -179,6 +186,8 @@ class TrtllmEngine:
         rid, p = request.request_id, request.params
         try:  # SamplingParams validates too (ranges, greedy with n > 1), so it is built in here
             kw = to_trtllm_sampling(p, self.eos_token_ids)
+            if self._spec_per_request:
+                kw[PERF_METRICS_FLAG] = True  # request_perf_metrics.speculative_decoding on each output
             if "guided_decoding" in kw:
                 kw["guided_decoding"] = self._tllm.llmapi.GuidedDecodingParams(**kw["guided_decoding"])
             sp = self._tllm.SamplingParams(**kw)
@@ -196,6 +205,7 @@ class TrtllmEngine:
         name = request.adapter.name if request.adapter is not None else None
         self._count(name, requests=1, prompt_tokens=len(request.prompt_token_ids))
         tracker = DeltaTracker(rid, len(request.prompt_token_ids), frozenset(p.stop_token_ids), p.logprobs)
+        tracker.read_spec = self._spec_per_request
         try:
             try:
                 async for snapshot in result:
@@ -273,6 +283,7 @@ class TrtllmEngine:
             busy_seconds=self._poller.busy.seconds(),
             adapter_loads=self._adapters.loads,
             by_adapter=dict(self._by_adapter),
+            spec=self._poller.spec.snapshot(),  # every iteration's acceptance (none: all 0)
         )
 
     def _count(self, adapter: str | None, **add: int) -> None:

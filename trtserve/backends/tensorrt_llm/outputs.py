@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trtserve.backends.tensorrt_llm.spec_counts import request_counts
 from trtserve.engine.messages import RequestId, TokenDelta
 from trtserve.engine.sampling import TokenLogprob
 
@@ -72,6 +73,7 @@ class DeltaTracker:
     num_prompt_tokens: int
     stop_token_ids: frozenset[int] = frozenset()  # the user's: only these are reported as stop_reason
     top_logprobs: int | None = None  # ours: None = no logprobs
+    read_spec: bool = False  # each output's request_perf_metrics carry speculative-decoding counts
     seen: dict[int, int] = field(default_factory=dict)  # sequence index -> tokens already delivered
     finished: set[int] = field(default_factory=set)
 
@@ -91,6 +93,8 @@ class DeltaTracker:
             if self.top_logprobs is not None and seq.logprobs:
                 entries = list(seq.logprobs)[start : start + len(new)]
                 delta.logprobs = [map_logprob(t, e, self.top_logprobs) for t, e in zip(new, entries, strict=False)]
+            if self.read_spec:
+                delta.spec = request_counts(seq)  # running totals: the last delta's are the sequence's
             if finish is not None:
                 delta.finish_reason = finish
                 stop = getattr(seq, "stop_reason", None)

@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from trtserve.backends.tensorrt_llm.spec_counts import SpecTotals
 from trtserve.backends.tensorrt_llm.stats import decode
 
 log = logging.getLogger(__name__)
@@ -29,6 +30,7 @@ class StatsPoller:
         self._llm, self._beat, self._idle, self._poll_s = llm, beat, idle, poll_s
         self.latest: dict | None = None
         self.busy = IterationBusy()
+        self.spec = SpecTotals()  # speculative decoding's acceptance, summed over every iteration seen
         self.rounds = 0  # finished rounds (a test hook)
         self._closed = threading.Event()
         self._thread = threading.Thread(target=lambda: asyncio.run(self._loop()), name="trtserve-trtllm-stats")
@@ -62,6 +64,7 @@ class StatsPoller:
 
     def _take(self, iterations: list[dict]) -> None:
         self.busy.add(iterations)
+        self.spec.add(iterations)
         if iterations:
             self.latest = iterations[-1]
             self._beat()

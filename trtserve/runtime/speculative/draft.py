@@ -13,6 +13,7 @@ import torch
 from trtserve.engine.errors import UserError
 from trtserve.engine.options import EngineOptions
 from trtserve.models.batch import SeqChunk, make_batch
+from trtserve.runtime import weights
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.loader import LoadedEngine, load_engine
 
@@ -67,10 +68,23 @@ class DraftProposer:
         self._seen.pop(seq, None)
         self.blocks.free(seq)
 
+    def sleep(self) -> None:
+        """No sequence is in flight: the draft's KV cache goes (and on CUDA its weights to host memory)."""
+        for seq in list(self._seen):
+            self.forget(seq)
+        self.kv = None
+        weights.to_host(self.model)
+
+    def wake_up(self) -> None:
+        if self.kv is None:
+            weights.to_device(self.model)
+            self.kv = self.model.new_kv_cache(self.blocks.num_blocks, DRAFT_TOKENS_PER_BLOCK)
+
     def _next(self, seq: Hashable, tokens: list[int], start: int) -> int:
         """Run `tokens` at positions start.. and return the draft's argmax after the last."""
         cfg = self.model.cfg
-        chunk = SeqChunk(tokens, start, self.blocks.block_table(seq))
+        # after the prompt, the tokens it has not seen (the target's kept ones) run as decode rows
+        chunk = SeqChunk(tokens, start, self.blocks.block_table(seq), len(tokens) if start else 1)
         group = cfg.num_attention_heads // cfg.num_key_value_heads
         batch = make_batch([chunk], DRAFT_TOKENS_PER_BLOCK, cfg.sliding_window, self.model.device, None, group)
         logits = self.model.forward(batch, self.kv)  # (1, vocab)

@@ -20,6 +20,14 @@ class Proposer(Protocol):
         """Sequence `seq` finished or was preempted: drop what is kept for it."""
         ...
 
+    def sleep(self) -> None:
+        """The engine sleeps (no sequence in flight): release what memory can be released."""
+        ...
+
+    def wake_up(self) -> None:
+        """Undo sleep()."""
+        ...
+
 
 class NgramProposer:
     """Prompt lookup: for n from `max_n` down to `min_n`, find the most recent earlier occurrence of
@@ -30,6 +38,12 @@ class NgramProposer:
 
     def forget(self, seq: Hashable) -> None:
         pass  # keeps nothing per sequence
+
+    def sleep(self) -> None:
+        pass  # holds no memory
+
+    def wake_up(self) -> None:
+        pass
 
     def propose(self, token_ids: Sequence[int], k: int, seq: Hashable = None) -> list[int]:
         size = len(token_ids)

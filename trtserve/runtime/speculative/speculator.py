@@ -2,46 +2,72 @@
 
 from __future__ import annotations
 
+import math
+
 from trtserve.engine.messages import SpecCounts
 from trtserve.engine.options import EngineOptions
 from trtserve.engine.speculative import SpeculativeConfig
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.speculative.proposer import NgramProposer, Proposer
-from trtserve.runtime.speculative.state import PRIOR_ACCEPTED, SpecState, add_counts
-from trtserve.runtime.speculative.switch import SpeculationSwitch
+from trtserve.runtime.speculative.state import WINDOW, SpecState, add_counts
+from trtserve.runtime.speculative.switch import EVERYONE, PROBE, SpeculationSwitch
 
 
 class Speculator:
-    def __init__(self, config: SpeculativeConfig, proposer: Proposer | None = None):
+    def __init__(self, config: SpeculativeConfig, proposer: Proposer | None = None, step_rows: int | None = None):
+        """step_rows: the most rows a decode step runs at its fast cost (DecoderModel.decode_step_rows); a
+        step's proposals stay within them (None: no limit)."""
         self.config = config
-        self.switch = SpeculationSwitch(config.batch_limit, adaptive=config.max_batch_size is None)
+        self.switch = SpeculationSwitch(config.max_batch_size)
+        self.step_rows = step_rows
+        self._rows_left: float = math.inf  # this step's proposal rows left under step_rows (bar() sets it)
         self.proposer = proposer or NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
         self.totals = SpecCounts()
+        self._probe: Request | None = None  # this step's probed sequence (switch.PROBE)
 
-    def active(self, running: list[Request]) -> bool:
-        """Whether a step running these sequences speculates at all."""
-        states = [r.spec for r in running if r.speculate]
-        gain = sum(s.expected_accepted() if s is not None else PRIOR_ACCEPTED for s in states)
-        if self.switch.decide(len(running), gain):
-            return True
-        for s in states:
-            if s is not None:
-                s.idle += 1
-        return False
+    def bar(self, running: list[Request]) -> float | None:
+        """The accepted tokens per proposal a sequence must expect to speculate in a step running these
+        sequences (switch.py), or None: none does. A probe picks the sequence held back longest."""
+        bar = self.switch.bar(len(running))
+        self._probe = None
+        self._rows_left = math.inf if self.step_rows is None else self.step_rows - len(running)
+        if bar == PROBE:
+            held = [r for r in running if r.speculate]
+            self._probe = max(held, key=lambda r: r.spec.idle if r.spec is not None else WINDOW, default=None)
+            bar = math.inf
+        elif bar is None:
+            for r in running:
+                if r.spec is not None:
+                    r.spec.idle += 1
+        return bar
 
-    def draft(self, r: Request, limit: int) -> list[int]:
-        """Proposals for a decoding sequence's next step, at most `limit` of them; [] for a plain row."""
+    def draft(self, r: Request, limit: int, bar: float) -> list[int]:
+        """Proposals for a decoding sequence's next step, at most `limit` of them; [] for a plain row: no
+        guess, or fewer accepted tokens expected of it than `bar` per proposal."""
         if not r.speculate or limit <= 0:
             return []
         if r.spec is None:
             r.spec = SpecState()
         if not r.spec.wants_draft():
             return []
-        return self.proposer.propose(r.all_token_ids, min(limit, self.config.num_speculative_tokens), r.seq)
+        k = min(limit, self.config.num_speculative_tokens, self._rows_left)
+        held = bar > EVERYONE and r is not self._probe and r.spec.expected_accepted() <= bar * k
+        if k <= 0 or held:  # decided before a draft model runs
+            r.spec.idle += 1
+            return []
+        draft = self.proposer.propose(r.all_token_ids, k, r.seq)
+        self._rows_left -= len(draft)
+        return draft
 
     def forget(self, r: Request) -> None:
         self.proposer.forget(r.seq)
+
+    def sleep(self) -> None:
+        self.proposer.sleep()
+
+    def wake_up(self) -> None:
+        self.proposer.wake_up()
 
     def record(self, r: Request, proposed: int, accepted: int) -> None:
         r.spec.record(proposed, accepted, self.config.min_acceptance)  # type: ignore[union-attr]
@@ -54,9 +80,10 @@ class Speculator:
 
 def make_speculator(config: SpeculativeConfig, target: LoadedEngine, options: EngineOptions) -> Speculator:
     """The speculator the `speculative` option asks for on this (target) engine."""
+    rows = target.model.decode_step_rows()
     if config.method == "ngram":
-        return Speculator(config)
+        return Speculator(config, step_rows=rows)
     from trtserve.runtime.speculative.draft import DraftProposer
 
     draft = DraftProposer.open(config.draft_engine_dir, target, options, config.batch_limit)  # type: ignore[arg-type]
-    return Speculator(config, draft)
+    return Speculator(config, draft, rows)

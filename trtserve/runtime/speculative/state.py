@@ -17,14 +17,14 @@ class SpecState:
     counts: SpecCounts = field(default_factory=SpecCounts)
     recent: deque[tuple[int, int]] = field(default_factory=lambda: deque(maxlen=WINDOW))  # (accepted, proposed)
     paused: int = 0  # plain decode steps left before it speculates again
-    idle: int = 0  # decode steps since its last verification, the switch having said no
+    idle: int = 0  # decode steps since its last verification, the switch having said no (probes pick the most)
 
     def expected_accepted(self) -> float:
         """Proposals its next verification is expected to keep: the mean over its recent ones, or the prior
-        once it has gone WINDOW steps without one (the text it writes may quote its prompt by now)."""
+        before it has any (a held-back sequence is tried again by the switch's probes)."""
         if self.paused:
             return 0.0
-        if not self.recent or self.idle >= WINDOW:
+        if not self.recent:
             return PRIOR_ACCEPTED
         return sum(a for a, _ in self.recent) / len(self.recent)
 

@@ -43,6 +43,7 @@ from pathlib import Path
 from trtllm_fake_core.args import KvCacheConfig
 from trtllm_fake_core.facts import ReleaseFacts
 from trtllm_fake_core.lora import DEFAULT_TRTLLM_TO_HF, AdapterCache, hf_modules
+from trtllm_fake_core.speculation import Speculation, perf_metrics
 from trtllm_fake_core.toy_model import next_greedy
 
 FAIL_TOKEN = 2
@@ -69,6 +70,7 @@ class CompletionOutput:
     logprobs: list = field(default_factory=list)
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    request_perf_metrics: object | None = None  # with SamplingParams.return_perf_metrics (speculation.py)
 
 
 class GenerationResult:
@@ -167,6 +169,8 @@ class FakeLLM:
         self.lora_requests: list = []  # every lora_request given, in order (test hook)
         self.max_blocks = (kv.max_tokens // self.tokens_per_block) if kv.max_tokens else 1000
         self.max_batch_size = self.llm_args.max_batch_size or 2048
+        spec = getattr(self.llm_args, "speculative_config", None)  # TorchLlmArgs only
+        self.speculation = Speculation(spec, self.facts) if spec is not None else None
         self._reuse = kv.enable_block_reuse
         self._active: list[GenerationResult] = []
         self._lock = threading.Lock()
@@ -295,8 +299,12 @@ class FakeLLM:
             r._done_sent = True
             return r._push(RequestError(f"fake executor error on request {r.request_id}"))
         for o in r.outputs:
-            if o.finish_reason is None:
-                self._sample(r, o, r.sampling_params)
+            accepted = 0
+            if self.speculation is not None and o.token_ids and o.finish_reason is None:  # a generation step
+                accepted = self.speculation.verify(r.request_id, o.index, r.prompt_token_ids + o.token_ids)
+            for _ in range(1 + accepted):  # the kept drafts, then the target's own token
+                if o.finish_reason is None:
+                    self._sample(r, o, r.sampling_params)
         self._send(r, done=all(o.finish_reason is not None for o in r.outputs))
 
     def _sample(self, r: GenerationResult, o: CompletionOutput, p) -> None:
@@ -330,6 +338,9 @@ class FakeLLM:
 
     def _send(self, r: GenerationResult, done: bool) -> None:
         r._done_sent = done
+        if r.sampling_params.return_perf_metrics:
+            for o in r.outputs:
+                o.request_perf_metrics = perf_metrics(self.speculation, r.request_id, o.index, self._iter)
         if r.streaming or done:
             r._push((copy.deepcopy(r.outputs), done))
 
@@ -338,7 +349,8 @@ class FakeLLM:
         used = sum(
             math.ceil((len(r.prompt_token_ids) + max(len(o.token_ids) for o in r.outputs)) / tpb) for r in self._active
         )
-        return {
+        spec = self.speculation.take_iteration() if self.speculation is not None else None
+        return ({"specDecodingStats": spec} if spec is not None else {}) | {
             "iter": self._iter,
             "iterLatencyMS": STEP_S * 1000,
             "numActiveRequests": active,

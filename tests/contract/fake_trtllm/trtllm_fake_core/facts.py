@@ -82,6 +82,11 @@ class ReleaseFacts:
     # the TensorRT path (all releases that have it): logprobs need gather_generation_logits=True; prompts
     # longer than min(max_seq_len - 1, max_num_tokens) fail without chunked context (trtGptModel.h)
     trt_logprobs_need_gather: bool = True
+    # speculative decoding's acceptance on the PyTorch backend (speculation.py): iteration stats'
+    # specDecodingStats filled (py_executor.py _update_iter_stats, PR #9855, merged 2025-12, placed by
+    # date), and request_perf_metrics.speculative_decoding filled (executor/result.py, PR #17082, 2026-07-31)
+    spec_iteration_stats: bool = True
+    spec_request_metrics: bool = False
 
 
 FACTS: dict[str, ReleaseFacts] = {
@@ -100,6 +105,7 @@ FACTS: dict[str, ReleaseFacts] = {
             torch_logprobs="sampled",  # PR #6097: top-k on the TensorRT path only
             stats="blocking",  # executor.py GenerationExecutor.get_stats (fact sheet 10.5)
             sleep_arg=None,
+            spec_iteration_stats=False,
         ),
         ReleaseFacts(
             "1.1",
@@ -114,6 +120,7 @@ FACTS: dict[str, ReleaseFacts] = {
             torch_logprobs="topk",  # PR #7756 in, PR #9374 (sampled token always) not
             stats="blocking",
             sleep_arg="enable_sleep",
+            spec_iteration_stats=False,  # PR #9855 is after release/1.1 was cut
         ),
         ReleaseFacts(
             "1.2",
@@ -142,6 +149,7 @@ FACTS: dict[str, ReleaseFacts] = {
             torch_logprobs="topk+sampled",
             stats="drain",  # not pinned on main
             sleep_arg="sleep_config",
+            spec_request_metrics=True,
         ),
     )
 }

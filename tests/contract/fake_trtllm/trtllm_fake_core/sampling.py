@@ -24,6 +24,7 @@ class SamplingParamsBase:
         self.n, self.best_of, self.use_beam_search = 1, None, False
         self.end_id = self.pad_id = self.top_k = self.top_p = self.temperature = self.seed = self.logprobs = None
         self.min_p = None
+        self.return_perf_metrics = False  # True: each output carries request_perf_metrics (speculation.py)
         self.stop_token_ids, self.bad_token_ids = [], []
         self.min_tokens, self.ignore_eos, self.include_stop_str_in_output = 0, False, False
         for k, v in fields.items():
