@@ -201,8 +201,8 @@ class Always:
     def __init__(self, tokens: list[int]):
         self.tokens = tokens
 
-    def propose(self, token_ids, k: int, seq=None) -> list[int]:
-        return self.tokens[:k]
+    def propose_batch(self, asks) -> list[list[int]]:
+        return [self.tokens[:k] for _, k, _ in asks]
 
     def forget(self, seq) -> None:
         pass
@@ -213,11 +213,14 @@ def test_the_engine_as_its_own_draft_is_accepted_in_full(plain, tiny_llama_engin
     p = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
     cfg = {"method": "draft_model", "num_speculative_tokens": 3, "draft_engine_dir": str(tiny_llama_engine)}
     llm = LLM(tiny_llama_engine, kv_cache_memory=KV, speculative=cfg)
+    draft = llm.core.speculator.proposer
+    batched, forward = [], draft.model.forward
+    draft.model.forward = lambda batch, kv, lora=None: batched.append(batch.block_tables.shape[0]) or forward(batch, kv)
     got = llm.generate(prompts, p)
     assert [o.token_ids for o in got] == [o.token_ids for o in plain.generate(prompts, p)]
+    assert max(batched) == 3  # the draft ran the three sequences' proposals as one batch
     s = llm.core.stats().spec
     assert s.drafts > 0 and s.accepted_tokens == s.draft_tokens
-    draft = llm.core.speculator.proposer
     assert draft.blocks.stats().used == 0  # every sequence's draft KV went when it finished
     draft.blocks.check_invariants()
     llm.core.sleep()  # the draft's KV cache goes with the target's
@@ -338,9 +341,8 @@ class Script:
     def __init__(self, prompt: list[int], output: list[int]):
         self.tokens = prompt + output
 
-    def propose(self, token_ids, k, seq=None):
-        n = len(token_ids)
-        return self.tokens[n : n + k] if self.tokens[:n] == list(token_ids) else []
+    def propose_batch(self, asks):
+        return [self.tokens[len(t) : len(t) + k] if self.tokens[: len(t)] == list(t) else [] for t, k, _ in asks]
 
     def forget(self, seq):
         pass

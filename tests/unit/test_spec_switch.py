@@ -56,21 +56,29 @@ def test_sequences_speculate_by_their_own_expected_gain():
     quoting.spec, chatting.spec = SpecState(), SpecState()
     quoting.spec.record(4, 4, 0.0)
     chatting.spec.record(4, 0, 0.0)
-    bar = 0.5  # 2 accepted tokens expected of 4 proposals
-    assert spec.draft(quoting, 4, bar) == [7, 5, 6, 7] and spec.draft(chatting, 4, bar) == []
+    spec.switch.observe(2, 0, 0.020)
+    spec.switch.observe(2, 8, 0.060)  # a row costs 5 ms: the bar is 0.5 accepted tokens per proposal
+    spec.plan([quoting, chatting])
+    assert spec.draft(quoting, 4) == [7, 5, 6, 7] and spec.draft(chatting, 4) == []
     assert chatting.spec.idle == 1 and quoting.spec.idle == 0
-    assert spec.draft(chatting, 4, EVERYONE) == [4, 1, 2, 3]  # a probe step: everyone with a guess proposes
+    assert spec.draft(quoting, 2) == [7, 5]  # within the step's budget
+    fixed = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=4, max_batch_size=8))
+    fixed.plan([quoting, chatting])  # a fixed limit: everyone with a guess proposes
+    assert fixed.draft(chatting, 4) == [4, 1, 2, 3]
 
 
 def _running(token_ids):
-    return Request(SequenceId(RequestId.new()), list(token_ids), SamplingParams(max_tokens=16), 0)
+    """A sequence decoding its next token after token_ids."""
+    r = Request(SequenceId(RequestId.new()), list(token_ids), SamplingParams(max_tokens=16), 0)
+    r.num_computed_tokens = len(token_ids) - 1
+    return r
 
 
 class _Scripted:
     """Proposes k tokens for every sequence."""
 
-    def propose(self, token_ids, k, seq=None):
-        return [0] * k
+    def propose_batch(self, asks):
+        return [[0] * k for _, k, _ in asks]
 
     def forget(self, seq):
         pass
@@ -94,8 +102,8 @@ def test_no_throughput_cliff_as_the_batch_grows(quoting_share):
         quoting = {id(r) for r in running[: round(quoting_share * batch)]}  # keep every proposal; others none
         tokens, seconds = 0, 0.0
         for _ in range(steps):
-            bar = spec.bar(running)
-            drafts = [spec.draft(r, k, bar) if bar is not None else [] for r in running]
+            spec.plan(running)
+            drafts = [spec.draft(r, k) for r in running]
             for r, d in zip(running, drafts, strict=True):
                 kept = len(d) if id(r) in quoting else 0
                 if d:
@@ -134,9 +142,10 @@ def test_a_probe_tries_the_sequence_held_back_longest_and_no_other():
     spec.switch.observe(2, 8, 0.03)
     spec.switch.observe(2, 0, 0.02)  # the last step timed was plain: the probe lets one sequence propose
     for _ in range(PROBE_EVERY - 1):
-        assert spec.bar([a, b]) > EVERYONE
-    bar = spec.bar([a, b])
-    assert [len(spec.draft(r, 4, bar)) for r in (a, b)] == [0, 4]  # b, held back longest
+        spec.plan([a, b])
+        assert spec.draft(a, 4) == spec.draft(b, 4) == []
+    spec.plan([a, b])
+    assert [len(spec.draft(r, 4)) for r in (a, b)] == [0, 4]  # b, held back longest
     spec.record(b, 4, 4)
     assert b.spec.idle == 0 and b.spec.expected_accepted() == 2.0
 
@@ -152,5 +161,5 @@ def test_unset_max_batch_size_is_adaptive_at_every_batch_size():
 def test_a_steps_proposals_stay_within_the_fast_decode_steps_rows():
     spec = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=4, max_batch_size=8), _Scripted(), 10)
     running = [_running([1, 2, 3]) for _ in range(3)]
-    bar = spec.bar(running)
-    assert [len(spec.draft(r, 4, bar)) for r in running] == [4, 3, 0]  # 3 rows + 7 proposals = 10
+    spec.plan(running)
+    assert [len(spec.draft(r, 4)) for r in running] == [4, 3, 0]  # 3 rows + 7 proposals = 10

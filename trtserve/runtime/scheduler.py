@@ -148,14 +148,15 @@ class Scheduler:
         out = SchedulerOutput(block_copies=self._copies)
         self._copies = []
         budget = self.config.max_num_tokens
-        bar = self.speculator.bar(self.running) if self.speculator is not None else None
+        if self.speculator is not None:
+            self.speculator.plan(self.running)
         for req in list(self.running):
             if req not in self.running:  # preempted by an earlier request this step
                 continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if n <= 0:
                 continue
-            draft = self._draft(req, budget, bar) if bar is not None and n == 1 else []
+            draft = self._draft(req, budget) if self.speculator is not None and n == 1 else []
             if draft and not self.blocks.append_slots(req.seq, req.num_computed_tokens + n + len(draft)):
                 draft = []  # no room for the proposals: a plain row, preempting nobody for them
             while not self.blocks.append_slots(req.seq, req.num_computed_tokens + n):
@@ -170,7 +171,7 @@ class Scheduler:
             self._admit(out, budget)
         return out
 
-    def _draft(self, req: Request, budget: int, bar: float) -> list[int]:
+    def _draft(self, req: Request, budget: int) -> list[int]:
         """Proposals for a decoding request: within the step's budget, its max_tokens and max_seq_len
         (the step emits up to 1 + len(draft) tokens)."""
         if req.params.n > 1 and not req.forked:
@@ -180,7 +181,7 @@ class Scheduler:
             req.params.max_tokens - len(req.output_token_ids) - 1,
             self.config.max_seq_len - req.num_tokens - 1,
         )
-        return self.speculator.draft(req, left, bar)  # type: ignore[union-attr]
+        return self.speculator.draft(req, left)  # type: ignore[union-attr]
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         i = 0

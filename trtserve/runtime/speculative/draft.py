@@ -16,6 +16,7 @@ from trtserve.models.batch import SeqChunk, make_batch
 from trtserve.runtime import weights
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.loader import LoadedEngine, load_engine
+from trtserve.runtime.speculative.proposer import Ask
 
 DRAFT_TOKENS_PER_BLOCK = 16
 
@@ -41,27 +42,38 @@ class DraftProposer:
         max_len = min(draft.config.build_config.max_seq_len, target.config.build_config.max_seq_len)
         return cls(draft, max_seqs * -(-max_len // DRAFT_TOKENS_PER_BLOCK))
 
-    def propose(self, token_ids: Sequence[int], k: int, seq: Hashable = None) -> list[int]:
-        """k greedy tokens of the draft after token_ids; [] when its cache has no room for them."""
+    def propose_batch(self, asks: list[Ask]) -> list[list[int]]:
+        """k greedy tokens of the draft after each ask's tokens, the sequences run as one batch per
+        position; [] for a sequence whose draft KV has no room for them."""
+        out: list[list[int]] = [[] for _ in asks]
+        rows = []  # [index, seq, tokens the draft has not run, tokens it holds]
+        for i, (token_ids, k, seq) in enumerate(asks):
+            seen = self._catch_up(seq, token_ids, k)
+            if seen is not None:
+                rows.append((i, seq, list(token_ids[len(seen) :]), seen))
+        while rows:
+            for (i, _, new, seen), token in zip(rows, self._next(rows), strict=True):
+                seen += new
+                out[i].append(token)
+                new[:] = [token]
+            rows = [row for row in rows if len(out[row[0]]) < asks[row[0]][1]]
+        return out
+
+    def _catch_up(self, seq: Hashable, token_ids: Sequence[int], k: int) -> list[int] | None:
+        """The tokens whose K/V the draft keeps for `seq`, cut back to their common prefix with token_ids
+        (rejected proposals drop out), with room for k more; None where its cache has none."""
         seen = self._seen.get(seq)
         if seen is None:
             if not self.blocks.allocate(seq, [], len(token_ids) + k):
-                return []
+                return None
             seen = self._seen[seq] = []
         keep = _common_prefix(seen, token_ids, len(token_ids) - 1)  # the last token always runs: its logits
         del seen[keep:]
         self.blocks.truncate(seq, keep)
         if not self.blocks.append_slots(seq, len(token_ids) + k):
             self.forget(seq)
-            return []
-        out: list[int] = []
-        new = list(token_ids[keep:])
-        while len(out) < k:
-            token = self._next(seq, new, len(seen))
-            seen += new
-            out.append(token)
-            new = [token]
-        return out
+            return None
+        return seen
 
     def forget(self, seq: Hashable) -> None:
         """The sequence finished or was preempted: its draft KV goes."""
@@ -80,15 +92,18 @@ class DraftProposer:
             weights.to_device(self.model)
             self.kv = self.model.new_kv_cache(self.blocks.num_blocks, DRAFT_TOKENS_PER_BLOCK)
 
-    def _next(self, seq: Hashable, tokens: list[int], start: int) -> int:
-        """Run `tokens` at positions start.. and return the draft's argmax after the last."""
+    def _next(self, rows: list) -> list[int]:
+        """Run each row's new tokens after those it holds; the draft's argmax after each row's last."""
         cfg = self.model.cfg
-        # after the prompt, the tokens it has not seen (the target's kept ones) run as decode rows
-        chunk = SeqChunk(tokens, start, self.blocks.block_table(seq), len(tokens) if start else 1)
+        # after the prompt, the tokens a sequence's draft has not seen (the target's kept ones) run as decode rows
+        chunks = [
+            SeqChunk(new, len(seen), self.blocks.block_table(seq), len(new) if seen else 1)
+            for _, seq, new, seen in rows
+        ]
         group = cfg.num_attention_heads // cfg.num_key_value_heads
-        batch = make_batch([chunk], DRAFT_TOKENS_PER_BLOCK, cfg.sliding_window, self.model.device, None, group)
-        logits = self.model.forward(batch, self.kv)  # (1, vocab)
-        return int(torch.argmax(logits[0]))
+        batch = make_batch(chunks, DRAFT_TOKENS_PER_BLOCK, cfg.sliding_window, self.model.device, None, group)
+        logits = self.model.forward(batch, self.kv)  # (rows, vocab)
+        return torch.argmax(logits, dim=-1).tolist()
 
 
 def _common_prefix(a: Sequence[int], b: Sequence[int], limit: int) -> int:

@@ -9,11 +9,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Sequence
 from typing import Protocol
 
+Ask = tuple[Sequence[int], int, Hashable]  # (a sequence's prompt + output so far, k, the sequence)
+
 
 class Proposer(Protocol):
-    def propose(self, token_ids: Sequence[int], k: int, seq: Hashable = None) -> list[int]:
-        """Up to k tokens guessed to follow `token_ids` (prompt + output so far) of sequence `seq`; []
-        for no guess."""
+    def propose_batch(self, asks: list[Ask]) -> list[list[int]]:
+        """For each ask, up to k tokens guessed to follow its tokens; [] for no guess."""
         ...
 
     def forget(self, seq: Hashable) -> None:
@@ -45,7 +46,10 @@ class NgramProposer:
     def wake_up(self) -> None:
         pass
 
-    def propose(self, token_ids: Sequence[int], k: int, seq: Hashable = None) -> list[int]:
+    def propose_batch(self, asks: list[Ask]) -> list[list[int]]:
+        return [self.propose(token_ids, k) for token_ids, k, _ in asks]
+
+    def propose(self, token_ids: Sequence[int], k: int) -> list[int]:
         size = len(token_ids)
         for n in range(min(self.max_n, size - 1), self.min_n - 1, -1):
             tail = list(token_ids[size - n :])

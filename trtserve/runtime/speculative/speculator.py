@@ -21,44 +21,44 @@ class Speculator:
         self.config = config
         self.switch = SpeculationSwitch(config.max_batch_size)
         self.step_rows = step_rows
-        self._rows_left: float = math.inf  # this step's proposal rows left under step_rows (bar() sets it)
+        self._planned: dict = {}  # this step's proposals by sequence (plan)
         self.proposer = proposer or NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
         self.totals = SpecCounts()
-        self._probe: Request | None = None  # this step's probed sequence (switch.PROBE)
 
-    def bar(self, running: list[Request]) -> float | None:
-        """The accepted tokens per proposal a sequence must expect to speculate in a step running these
-        sequences (switch.py), or None: none does. A probe picks the sequence held back longest."""
+    def plan(self, running: list[Request]) -> None:
+        """Decide which of these running sequences speculate in the step being scheduled (switch.py: the
+        bar their expected accepted tokens must clear, a probe's one sequence) and propose for them, all
+        at once (a draft model runs them as one batch); `draft` hands the proposals out."""
+        self._planned = {}
         bar = self.switch.bar(len(running))
-        self._probe = None
-        self._rows_left = math.inf if self.step_rows is None else self.step_rows - len(running)
+        probe = None
         if bar == PROBE:
             held = [r for r in running if r.speculate]
-            self._probe = max(held, key=lambda r: r.spec.idle if r.spec is not None else WINDOW, default=None)
+            probe = max(held, key=lambda r: r.spec.idle if r.spec is not None else WINDOW, default=None)
             bar = math.inf
-        elif bar is None:
-            for r in running:
-                if r.spec is not None:
-                    r.spec.idle += 1
-        return bar
+        rows_left = math.inf if self.step_rows is None else self.step_rows - len(running)
+        asks: list[tuple[Request, int]] = []
+        for r in running:
+            if not r.speculate or r.num_tokens - r.num_computed_tokens != 1 or (r.params.n > 1 and not r.forked):
+                continue  # opted out, not decoding, or about to fork (scheduler._draft)
+            if r.spec is None:
+                r.spec = SpecState()
+            if not r.spec.wants_draft():
+                continue
+            k = min(self.config.num_speculative_tokens, r.params.max_tokens - len(r.output_token_ids) - 1, rows_left)
+            held = bar is None or (bar > EVERYONE and r is not probe and r.spec.expected_accepted() <= bar * k)
+            if k <= 0 or held:
+                r.spec.idle += 1
+                continue
+            asks.append((r, k))
+            rows_left -= k
+        if asks:
+            proposals = self.proposer.propose_batch([(r.all_token_ids, k, r.seq) for r, k in asks])
+            self._planned = {r.seq: p for (r, _), p in zip(asks, proposals, strict=True)}
 
-    def draft(self, r: Request, limit: int, bar: float) -> list[int]:
-        """Proposals for a decoding sequence's next step, at most `limit` of them; [] for a plain row: no
-        guess, or fewer accepted tokens expected of it than `bar` per proposal."""
-        if not r.speculate or limit <= 0:
-            return []
-        if r.spec is None:
-            r.spec = SpecState()
-        if not r.spec.wants_draft():
-            return []
-        k = min(limit, self.config.num_speculative_tokens, self._rows_left)
-        held = bar > EVERYONE and r is not self._probe and r.spec.expected_accepted() <= bar * k
-        if k <= 0 or held:  # decided before a draft model runs
-            r.spec.idle += 1
-            return []
-        draft = self.proposer.propose(r.all_token_ids, k, r.seq)
-        self._rows_left -= len(draft)
-        return draft
+    def draft(self, r: Request, limit: int) -> list[int]:
+        """This step's proposals for a decoding sequence (`plan`), at most `limit` of them; [] for a plain row."""
+        return self._planned.get(r.seq, [])[: max(limit, 0)]
 
     def forget(self, r: Request) -> None:
         self.proposer.forget(r.seq)
