@@ -6,6 +6,11 @@ breakdown (its start-up log line). Each is run `--runs` times; the median is rep
 
 --before DIR: another trtserve's source tree (e.g. `git archive HEAD | tar -x -C DIR`), run the same
 way, alternating with this one, so both see the same machine.
+
+--bytecode: run every side with its modules' bytecode cached (in a private PYTHONPYCACHEPREFIX, filled
+by one untimed run of each first), as an installed wheel has it. Without it the environment decides:
+with PYTHONDONTWRITEBYTECODE set and an editable install, each start compiles trtserve's modules from
+source while torch's come compiled from its wheel.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -66,17 +72,29 @@ def start_to_ready(engine: str, env: dict, extra: list[str]) -> tuple[float, str
     return ready, line
 
 
+def _each(values: list[float]) -> str:
+    return " ".join(f"{v:.2f}" for v in values)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("engine")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--before", help="a checkout of another trtserve to compare (put first on PYTHONPATH)")
+    ap.add_argument("--bytecode", action="store_true", help="cache every side's bytecode first (see above)")
     ap.add_argument("extra", nargs="*", help="more `trtserve run` arguments")
     args = ap.parse_args()
     args.engine = str(Path(args.engine).resolve())
     env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
+    if args.bytecode:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = tempfile.mkdtemp(prefix="bench-cold-start-pyc-")
     variants = {"this": env} | ({"before": {**env, "PYTHONPATH": args.before}} if args.before else {})
+    if args.bytecode:  # untimed: compiles and caches what each side imports
+        import_torch(env)
+        for e in variants.values():
+            start_to_ready(args.engine, e, args.extra)
     torch_s: list[float] = []
     runs: dict[str, list] = {name: [] for name in variants}
     for _ in range(args.runs):  # alternated, so a busier minute does not favour one side
@@ -84,11 +102,14 @@ def main() -> None:
         for name, e in variants.items():
             runs[name].append(start_to_ready(args.engine, e, args.extra))
     base = statistics.median(torch_s)
-    print(f"python -c 'import torch': {base:.2f} s (median of {args.runs})")
+    print(f"python -c 'import torch': {base:.2f} s (median of {_each(torch_s)})")
     for name, rs in runs.items():
         ready = statistics.median(r for r, _ in rs)
-        print(f"{name}: start-to-ready {ready:.2f} s (median of {args.runs}); {ready - base:+.2f} s over the import")
+        each = _each([r for r, _ in rs])
+        print(f"{name}: start-to-ready {ready:.2f} s (median of {each}); {ready - base:+.2f} s over the import")
     print(f"this one's last breakdown: {runs['this'][-1][1] or '(no start-up line)'}")
+    if args.bytecode:
+        shutil.rmtree(env["PYTHONPYCACHEPREFIX"], ignore_errors=True)
 
 
 if __name__ == "__main__":

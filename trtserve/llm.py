@@ -10,6 +10,7 @@ needs more; a server's default (a share of memory) would be far more than a few 
 from __future__ import annotations
 
 import logging
+import weakref
 from pathlib import Path
 
 from trtserve.engine.kv_sizing import blocks_for_requests
@@ -34,6 +35,25 @@ class LLM:
         self.fit_to_requests = cfg.kv_cache_memory is None
         # One block until the first generate() says how many its requests need.
         self.core = EngineCore(self.engine, cfg, num_blocks=1 if self.fit_to_requests else None)
+        # close() at the latest when the interpreter exits: the second KV tier's prefixes outlive the process
+        self._close = weakref.finalize(self, self.core.close)
+
+    def close(self) -> None:
+        """A clean stop: the second KV tier (the `kv_offload` option) saves the cached prefixes and writes
+        its index, so the next LLM (or server) on the same tier path starts warm. `with LLM(...) as llm:`
+        closes on leaving; so does the interpreter's exit. A closed LLM generates no more; closing again
+        does nothing."""
+        self._close()
+
+    @property
+    def closed(self) -> bool:
+        return not self._close.alive
+
+    def __enter__(self) -> LLM:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def _fit_kv_cache(self, reqs: list[GenerateRequest]) -> None:
         """Grow the KV cache (never shrink it) to what `reqs` need, up to the device's default size."""
@@ -80,6 +100,8 @@ class LLM:
     ) -> list[RequestOutput]:
         """adapter: the LoRA adapter (a name in the `lora` option's adapters) every prompt runs under,
         or one per prompt; None: the base model."""
+        if self.closed:
+            raise RuntimeError("this LLM is closed; make a new one to generate")
         if isinstance(prompts, str) or (prompts and isinstance(prompts[0], int)):
             prompts = [prompts]  # type: ignore[list-item]
         plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import sys
@@ -11,9 +12,21 @@ import click
 from trtserve import __version__
 from trtserve.engine.errors import UserError
 
+# each trtserve/cli/<name>.py holds the command <name>, as `command`
+_COMMANDS = ("batch", "bench", "build", "check", "doctor", "dynamo", "eval", "generate", "inspect", "receipt")
+_COMMANDS += ("replay", "repo", "run")
+
 
 class _Group(click.Group):
-    """Prints a UserError as one line on stderr with exit code 2, never a stack trace."""
+    """Prints a UserError as one line on stderr with exit code 2, never a stack trace. A command's
+    module is imported only when it runs (or --help lists it): `trtserve run` starts without what
+    `build`, `eval` or `bench` import."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str):
+        return importlib.import_module(f"trtserve.cli.{name}").command if name in _COMMANDS else None
 
     def invoke(self, ctx: click.Context):
         try:
@@ -34,27 +47,3 @@ def main(verbose: bool) -> None:
     # SIGTERM unwinds like Ctrl-C, so a build removes its staging dir before exiting.
     signal.signal(signal.SIGTERM, signal.default_int_handler)
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-
-
-def _register() -> None:
-    from trtserve.cli import (
-        batch,
-        bench,
-        build,
-        check,
-        doctor,
-        dynamo,
-        eval,
-        generate,
-        inspect,
-        receipt,
-        replay,
-        repo,
-        run,
-    )
-
-    for module in (bench, build, check, doctor, eval, generate, inspect, run, repo, receipt, replay, batch, dynamo):
-        main.add_command(module.command)
-
-
-_register()

@@ -1,7 +1,7 @@
 """`trtserve run`'s engine-dir check, overlapped with the imports a start needs anyway.
 
 Checking an engine dir hashes every file (sha256 releases the GIL), and serving it imports the web
-stack, the backend (torch) and the tokenizer's transformers (Python, under the GIL). Hashing on a
+stack, the backend (torch) and the tokenizer's library (Python, under the GIL). Hashing on a
 thread from the command's first line while this one imports makes the two cost about the longer of
 them instead of their sum. The check proper runs after, unchanged: the files hashed meanwhile are
 not hashed again (engine/hashing.py: sha256_file_once), and its errors are its own.
@@ -29,7 +29,7 @@ class Preflight:
                 verify_engine_dir(self.engine_dir)
 
     def check(self) -> None:
-        """Import what opening the engine will (its backend, the tokenizer's transformers) while the
+        """Import what opening the engine will (its backend, the tokenizer's library) while the
         hashing finishes, then run the real check (serve/repository/scan.py: preflight_dir)."""
         from trtserve.serve.repository.scan import is_engine_dir, preflight_dir
         from trtserve.serve.startup import verifying
@@ -49,4 +49,4 @@ def _import_for(engine_dir: Path) -> None:
         return
     module = backend_spec(read_manifest(engine_dir).backend).engine.partition(":")[0]
     importlib.import_module(module)
-    from transformers import AutoTokenizer, GenerationConfig  # noqa: F401 - engine/rules.py: load_tokenizer
+    import tokenizers  # noqa: F401 - engine/tokenizer.py, what load_tokenizer reads the tokenizer with

@@ -7,16 +7,20 @@ import os
 import time
 from pathlib import Path
 
-_CHUNK = 8 << 20
+_CHUNK = 64 << 20
 SETTLED_S = 2.0  # a file unchanged this long has a ctime no later write can repeat
 _verified: dict[tuple, str] = {}  # (path, device, inode, size, mtime, ctime) -> sha256, this process's
 
 
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
+    # large reads into one buffer: a thread hashing beside a busy one (`trtserve run`'s imports) waits for the
+    # GIL twice a chunk, so few chunks; read, not mapped: a file cut short meanwhile fails its check, no SIGBUS
     with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
+        buf = bytearray(min(_CHUNK, os.fstat(f.fileno()).st_size + 1))
+        view = memoryview(buf)
+        while n := f.readinto(buf):
+            h.update(view[:n])
     return h.hexdigest()
 
 

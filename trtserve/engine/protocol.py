@@ -26,7 +26,7 @@ from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, To
 @runtime_checkable
 class Engine(Protocol):
     info: EngineInfo  # identity, limits and capabilities: all that serve/ may know of an engine
-    tokenizer: Any  # a transformers tokenizer (encode, decode, apply_chat_template)
+    tokenizer: Any  # engine/tokenizer.py (the HF tokenizer API trtserve uses), or a transformers tokenizer
 
     def check(self, request: GenerateRequest) -> None:
         """Raise UserError if the request can never run on this engine (e.g. too long)."""

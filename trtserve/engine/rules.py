@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.sampling import SamplingParams
+
+log = logging.getLogger(__name__)
 
 
 def check_request(req: GenerateRequest, *, max_seq_len: int, vocab_size: int, max_batch_size: int) -> None:
@@ -45,15 +48,21 @@ def finish_reason(
 
 def load_tokenizer(tokenizer_dir: Path):
     """The engine dir's tokenizer and its EOS ids: the tokenizer's own first, then those of
-    generation_config.json (a chat model often ends turns with a second EOS)."""
-    from transformers import AutoTokenizer, GenerationConfig
+    generation_config.json (a chat model often ends turns with a second EOS).
 
-    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
+    With a tokenizer.json, the `tokenizers`-only Tokenizer (engine/tokenizer.py), which keeps
+    transformers off the start path; without one (a sentencepiece-only dir), transformers' AutoTokenizer."""
+    from trtserve.engine.tokenizer import TOKENIZER_JSON, Tokenizer, read_json
+
+    if (tokenizer_dir / TOKENIZER_JSON).is_file():
+        tokenizer = Tokenizer(tokenizer_dir)
+    else:
+        from transformers import AutoTokenizer
+
+        log.info("%s has no %s: loading the tokenizer with transformers", tokenizer_dir, TOKENIZER_JSON)
+        tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     ids = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    try:
-        gen = GenerationConfig.from_pretrained(str(tokenizer_dir)).eos_token_id
-    except OSError:  # no generation_config.json
-        gen = None
+    gen = read_json(tokenizer_dir / "generation_config.json").get("eos_token_id")
     for t in gen if isinstance(gen, list) else [gen] if gen is not None else []:
         if t not in ids:
             ids.append(t)

@@ -59,8 +59,10 @@ class Grammars:
         if self._compiler is None:
             import xgrammar as xgr
 
+            from trtserve.engine.tokenizer import huggingface_tokenizer
+
             info = xgr.TokenizerInfo.from_huggingface(
-                self.tokenizer, vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
+                huggingface_tokenizer(self.tokenizer), vocab_size=self.vocab_size, stop_token_ids=self.stop_token_ids
             )
             # xgrammar's own cache is off: ours is bounded and keyed by the request's spec.
             self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)

@@ -65,8 +65,11 @@ class KServeErrorBody(BaseModel):
 def error_responses(*statuses: int, kserve: bool = False, why: dict[int, str] | None = None) -> dict:
     """The OpenAPI `responses=` of a route: each error status it can return, with its body
     (`why`: the route's own reasons, where they differ from the common ones)."""
-    model = KServeErrorBody if kserve else OpenAIErrorBody
-    return {s: {"model": model, "description": (why or {}).get(s, _WHY[s])} for s in statuses}
+    # a $ref, not `"model": ...`: for a model FastAPI builds a validator per route and status at every
+    # start, for the schema alone; serve/openapi.py puts both bodies in the components
+    ref = "KServeErrorBody" if kserve else "OpenAIErrorBody"
+    content = {"application/json": {"schema": {"$ref": f"#/components/schemas/{ref}"}}}
+    return {s: {"description": (why or {}).get(s, _WHY[s]), "content": content} for s in statuses}
 
 
 class APIError(Exception):

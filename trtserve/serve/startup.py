@@ -1,9 +1,10 @@
 """Start-to-ready, broken down: what a replica scaled from zero makes its first request wait for.
 
-Measured from the process's start (the OS's record of it) to the first LLM version being ready:
+Measured from the process's start (the OS's record of it: process_start) to the first LLM version
+being ready:
 
-- imports: the interpreter and the packages (trtserve, the web stack, torch, transformers for the
-  tokenizer), and whatever else opening the engine took that the engine did not measure itself;
+- imports: the interpreter and the packages (trtserve, the web stack, torch, tokenizers), and whatever
+  else opening the engine took that the engine did not measure itself (reading tokenizer.json);
 - verify: checking the engine dir's files against its manifest (sha256) before serving;
 - weights: reading the weights (memory-mapped) and building the model from them (the engine's figure);
 - kv_cache: allocating the KV cache (the engine's figure);
@@ -17,7 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import time
+from pathlib import Path
 
 import psutil
 from prometheus_client.core import GaugeMetricFamily
@@ -37,11 +40,23 @@ def verifying():
         _verify_seconds += time.perf_counter() - start
 
 
+def process_start() -> float:
+    """When this process started, as time.time(). On Linux from its start tick and the boot-time clock:
+    psutil's create_time adds the boot time /proc/stat gives in whole seconds, which puts the start up
+    to a second early (the same error for every process of one boot)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()  # after the command's name
+        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
+        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
+    except (OSError, ValueError, IndexError, AttributeError):  # not Linux
+        return psutil.Process().create_time()
+
+
 class StartupClock:
     """One per app; `ready` records the first LLM version's start-to-ready."""
 
     def __init__(self):
-        self.process_start = psutil.Process().create_time()  # wall clock, as time.time()
+        self.process_start = process_start()  # wall clock, as time.time()
         self.app_created = time.time()
         self.phases: dict[str, float] | None = None
 
