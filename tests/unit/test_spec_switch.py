@@ -163,3 +163,11 @@ def test_a_steps_proposals_stay_within_the_fast_decode_steps_rows():
     running = [_running([1, 2, 3]) for _ in range(3)]
     spec.plan(running)
     assert [len(spec.draft(r, 4)) for r in running] == [4, 3, 0]  # 3 rows + 7 proposals = 10
+
+
+def test_rows_a_guess_did_not_use_go_to_the_next_sequence():
+    spec = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=4, max_batch_size=8), step_rows=7)
+    none, repeats, last = _running([1, 2, 3]), _running([5, 6, 5]), _running([7, 8, 7])
+    spec.plan([none, repeats, last])  # 3 rows + 4 proposals: the first has no guess, so the second proposes
+    assert [spec.draft(r, 4) for r in (none, repeats, last)] == [[], [6, 5, 6, 5], []]
+    assert last.spec.idle == 1  # no rows were left for it

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from trtserve.engine.messages import SpecCounts
 from trtserve.engine.options import EngineOptions
@@ -28,16 +29,33 @@ class Speculator:
     def plan(self, running: list[Request]) -> None:
         """Decide which of these running sequences speculate in the step being scheduled (switch.py: the
         bar their expected accepted tokens must clear, a probe's one sequence) and propose for them, all
-        at once (a draft model runs them as one batch); `draft` hands the proposals out."""
+        at once (a draft model runs them as one batch); `draft` hands the proposals out. The step's
+        proposals stay within step_rows: rows a guess did not use go to the next sequences in line."""
         self._planned = {}
+        pending = deque(self._candidates(running))
+        rows_left = math.inf if self.step_rows is None else self.step_rows - len(running)
+        while pending and rows_left > 0:
+            asks, room = [], rows_left
+            while pending and room > 0:
+                r, k = pending.popleft()
+                asks.append((r, min(k, room)))
+                room -= asks[-1][1]
+            proposals = self.proposer.propose_batch([(r.all_token_ids, k, r.seq) for r, k in asks])
+            for (r, _), p in zip(asks, proposals, strict=True):
+                self._planned[r.seq] = p
+                rows_left -= len(p)
+        for r, _ in pending:  # no rows left for it this step
+            r.spec.idle += 1  # type: ignore[union-attr]
+
+    def _candidates(self, running: list[Request]) -> list[tuple[Request, int]]:
+        """The decoding sequences that speculate this step, in order, with how many tokens each may propose."""
         bar = self.switch.bar(len(running))
         probe = None
         if bar == PROBE:
             held = [r for r in running if r.speculate]
             probe = max(held, key=lambda r: r.spec.idle if r.spec is not None else WINDOW, default=None)
             bar = math.inf
-        rows_left = math.inf if self.step_rows is None else self.step_rows - len(running)
-        asks: list[tuple[Request, int]] = []
+        out = []
         for r in running:
             if not r.speculate or r.num_tokens - r.num_computed_tokens != 1 or (r.params.n > 1 and not r.forked):
                 continue  # opted out, not decoding, or about to fork (scheduler._draft)
@@ -45,16 +63,13 @@ class Speculator:
                 r.spec = SpecState()
             if not r.spec.wants_draft():
                 continue
-            k = min(self.config.num_speculative_tokens, r.params.max_tokens - len(r.output_token_ids) - 1, rows_left)
+            k = min(self.config.num_speculative_tokens, r.params.max_tokens - len(r.output_token_ids) - 1)
             held = bar is None or (bar > EVERYONE and r is not probe and r.spec.expected_accepted() <= bar * k)
             if k <= 0 or held:
                 r.spec.idle += 1
                 continue
-            asks.append((r, k))
-            rows_left -= k
-        if asks:
-            proposals = self.proposer.propose_batch([(r.all_token_ids, k, r.seq) for r, k in asks])
-            self._planned = {r.seq: p for (r, _), p in zip(asks, proposals, strict=True)}
+            out.append((r, k))
+        return out
 
     def draft(self, r: Request, limit: int) -> list[int]:
         """This step's proposals for a decoding sequence (`plan`), at most `limit` of them; [] for a plain row."""
