@@ -8,25 +8,17 @@ taken on first write, so only what was used is resident), then sleeps, then wake
 from __future__ import annotations
 
 import argparse
-import os
 import random
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import httpx
 import psutil
+from peers.server import free_port, running
 
 MiB = 2**20
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def main() -> None:
@@ -39,48 +31,37 @@ def main() -> None:
     args = ap.parse_args()
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     cmd = [sys.executable, "-m", "trtserve.cli", "run", args.engine, "--port", str(port), "--state-dir", "none"]
-    with tempfile.TemporaryFile("w+") as log:
-        proc = subprocess.Popen([*cmd, "--kv-cache-memory", args.kv_cache_memory], stdout=log, stderr=log, env=env)
-        try:
-            while not _ready(url):
-                if proc.poll() is not None:
-                    raise SystemExit("the server exited")
-                time.sleep(0.2)
-            rss = psutil.Process(proc.pid)
-            model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
-            rng = random.Random(0)
+    cmd += ["--kv-cache-memory", args.kv_cache_memory]
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        running(
+            cmd, f"{url}/v2/health/ready", Path(tmp) / "server.log", {"OMP_NUM_THREADS": str(args.threads)}
+        ) as proc,
+    ):
+        rss = psutil.Process(proc.pid)
+        model = httpx.get(f"{url}/v1/models", timeout=10).json()["data"][0]["id"]
+        rng = random.Random(0)
 
-            def complete(n: int) -> None:
-                prompt = [rng.randrange(100, 40000) for _ in range(n)]
-                body = {"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0.0, "ignore_eos": True}
-                httpx.post(f"{url}/v1/completions", json=body, timeout=600).raise_for_status()
+        def complete(n: int) -> None:
+            prompt = [rng.randrange(100, 40000) for _ in range(n)]
+            body = {"model": model, "prompt": prompt, "max_tokens": 4, "temperature": 0.0, "ignore_eos": True}
+            httpx.post(f"{url}/v1/completions", json=body, timeout=600).raise_for_status()
 
-            idle = rss.memory_info().rss
-            with ThreadPoolExecutor(args.prompts) as pool:
-                list(pool.map(complete, [args.prompt_tokens] * args.prompts))
-            before = rss.memory_info().rss
-            slept = httpx.post(f"{url}/admin/sleep", timeout=120).json()
-            asleep = rss.memory_info().rss
-            woke = httpx.post(f"{url}/admin/wake_up", timeout=120).json()
-            awake = rss.memory_info().rss
-            complete(32)
-            print(f"{args.engine}, --kv-cache-memory {args.kv_cache_memory}, {args.threads} threads")
-            print(f"RSS idle after start:                      {idle / MiB:8.0f} MiB")
-            print(f"RSS after {args.prompts} x {args.prompt_tokens}-token prompts:        {before / MiB:8.0f} MiB")
-            print(f"RSS asleep (sleep took {slept['seconds']:.2f} s):               {asleep / MiB:8.0f} MiB")
-            print(f"RSS awake again (wake_up took {woke['seconds']:.2f} s):        {awake / MiB:8.0f} MiB")
-        finally:
-            proc.terminate()
-            proc.wait(30)
-
-
-def _ready(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/v2/health/ready", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
+        idle = rss.memory_info().rss
+        with ThreadPoolExecutor(args.prompts) as pool:
+            list(pool.map(complete, [args.prompt_tokens] * args.prompts))
+        before = rss.memory_info().rss
+        slept = httpx.post(f"{url}/admin/sleep", timeout=120).json()
+        asleep = rss.memory_info().rss
+        woke = httpx.post(f"{url}/admin/wake_up", timeout=120).json()
+        awake = rss.memory_info().rss
+        complete(32)
+        print(f"{args.engine}, --kv-cache-memory {args.kv_cache_memory}, {args.threads} threads")
+        print(f"RSS idle after start:                      {idle / MiB:8.0f} MiB")
+        print(f"RSS after {args.prompts} x {args.prompt_tokens}-token prompts:        {before / MiB:8.0f} MiB")
+        print(f"RSS asleep (sleep took {slept['seconds']:.2f} s):               {asleep / MiB:8.0f} MiB")
+        print(f"RSS awake again (wake_up took {woke['seconds']:.2f} s):        {awake / MiB:8.0f} MiB")
 
 
 if __name__ == "__main__":

@@ -217,7 +217,7 @@ class DecoderModel:
             self.step_weights is None
             or not batch.decoding
             or kv.kv_quant is not None
-            or rows > dense.max_rows(self.dtype)
+            or rows > self.decode_step_rows()
             or (cfg.sliding_window is not None and int(batch.positions.max()) >= cfg.sliding_window)
         ):
             return False
