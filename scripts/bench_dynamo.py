@@ -24,6 +24,7 @@ from pathlib import Path
 
 from trtserve.dynamo.local import loopback_env, start_frontend, start_worker, wait_model, wait_worker
 from trtserve.engine.layout import read_engine_config
+from trtserve.engine.request_options import RequestOptions
 
 NAME = "bench"
 
@@ -172,7 +173,9 @@ def handoff_micro(engine: Path, tokens: int, repeats: int = 3) -> dict:
     rng = random.Random(2)
 
     async def once() -> tuple[float, float, int]:
-        req = GenerateRequest([_tok(rng) for _ in range(tokens)], SamplingParams(max_tokens=1), kv_transfer=KVHold())
+        req = GenerateRequest(
+            [_tok(rng) for _ in range(tokens)], SamplingParams(max_tokens=1), RequestOptions(kv_transfer=KVHold())
+        )
         handle = [d async for d in prefill.generate(req)][-1].kv_handle
         start = time.perf_counter()
         payload = await prefill.export_kv(handle)

@@ -97,7 +97,7 @@ def main() -> None:
             f"best {1e3 * best:6.2f} ms, {len(times)} steps"
         )
     start = time.perf_counter()
-    llm.core.adapters.add("a4", dirs["a4"])
+    llm.core.lora.load("a4", dirs["a4"])
     print(
         f"  loading a rank-{args.rank} adapter at run time (hash, read, check, pack): {time.perf_counter() - start:.3f} s"
     )

@@ -27,6 +27,7 @@ import httpx
 def _micro(n: int = 2000) -> dict:
     """Response-path cost (ReceiptBook.finish) and commit rate, on a real state store."""
     from trtserve.engine.messages import GenerateRequest
+    from trtserve.engine.request_options import RequestOptions
     from trtserve.engine.sampling import SamplingParams, TokenLogprob
     from trtserve.serve.receipts.book import ReceiptBook
     from trtserve.serve.receipts.model import EngineIdentity
@@ -48,7 +49,9 @@ def _micro(n: int = 2000) -> dict:
     out = RequestOutput("c", list(range(128)), [CompletionOutput(0, list(range(128)), "", lps, "length")])
 
     def run(i):
-        req = GenerateRequest(list(range(128)), SamplingParams(seed=i, max_tokens=128, logprobs=0), client_id=f"c{i}")
+        req = GenerateRequest(
+            list(range(128)), SamplingParams(seed=i, max_tokens=128, logprobs=0), RequestOptions(client_id=f"c{i}")
+        )
         return SimpleNamespace(
             req=req,
             output=out,

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from trtserve.engine.kv_sizing import blocks_for_requests
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import SamplingParams
 from trtserve.runtime.engine_core import EngineCore
@@ -106,9 +107,9 @@ class LLM:
             prompts = [prompts]  # type: ignore[list-item]
         plist = params if isinstance(params, list) else [params or SamplingParams()] * len(prompts)
         names = adapter if isinstance(adapter, list) else [adapter] * len(prompts)
-        refs = [self.core.adapter(name) if name is not None else None for name in names]
+        refs = [self.core.lora.ref(name) if name is not None else None for name in names]
         reqs = [
-            GenerateRequest(self.encode(prompt, chat), p, adapter=ref)
+            GenerateRequest(self.encode(prompt, chat), p, RequestOptions(adapter=ref))
             for prompt, p, ref in zip(prompts, plist, refs, strict=True)
         ]
         if not reqs:

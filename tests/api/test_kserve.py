@@ -239,7 +239,7 @@ def test_an_input_whose_datatype_is_not_the_models_is_400(client, server, model_
 
 
 def test_server_metadata_and_health_carry_utilisation(client, server, model_name):
-    """serve/utilisation.py's snapshot beside Triton's fields on GET /v2, and on /health."""
+    """serve/telemetry/utilisation.py's snapshot beside Triton's fields on GET /v2, and on /health."""
     meta = client.get_server_metadata()
     assert meta["name"] == "trtserve" and "generate" in meta["extensions"]
     u = meta["utilisation"]

@@ -12,6 +12,7 @@ import pytest
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 
 VOCAB = 320
@@ -33,7 +34,7 @@ def collect(engine, request, stop_after=None):
 
 
 def req(rid="r", prompt=PROMPT, **params):
-    return GenerateRequest(list(prompt), SamplingParams(**params), client_id=rid)
+    return GenerateRequest(list(prompt), SamplingParams(**params), RequestOptions(client_id=rid))
 
 
 def test_llm_gets_the_options_yaml_with_runtime_overrides(engine, fake_trtllm, trtllm_engine_dir):
@@ -159,7 +160,7 @@ def test_every_sampling_mapping_is_accepted_by_trtllm(engine, fake_trtllm, relea
     "request_, fragment",
     [
         (req(prompt_logprobs=1), "prompt_logprobs: prompt logprobs are not mapped"),
-        (GenerateRequest(PROMPT, SamplingParams(), priority=2.0), "priority: request priority"),
+        (GenerateRequest(PROMPT, SamplingParams(), RequestOptions(priority=2.0)), "priority: request priority"),
         (req(prompt=[], max_tokens=1), "the prompt is empty"),
         (req(prompt=[1] * 250, max_tokens=10), "exceeds the engine's max_seq_len (256)"),
         (req(prompt=[VOCAB], max_tokens=1), "prompt token ids must lie in [0, 320)"),
@@ -180,12 +181,12 @@ def test_stats_from_iteration_stats_and_exact_token_counts(engine):
     collect(engine, req("a", prompt=list(range(3, 70)), max_tokens=5, temperature=0.0))
     collect(engine, req("b", prompt=list(range(3, 70)), max_tokens=5, temperature=0.0))
     deadline = time.time() + 10
-    while engine.stats().prefix_queries < 4 * 32 and time.time() < deadline:  # stats are polled: wait for b's
+    while engine.stats().prefix_cache.queries < 4 * 32 and time.time() < deadline:  # stats are polled: wait for b's
         time.sleep(0.05)
     s = engine.stats()
-    assert (s.prompt_tokens, s.generated_tokens) == (2 * 67, 10)
-    assert s.kv_blocks_total == ((1 << 20) // 512) // 32 and s.steps > 0
-    assert (s.prefix_queries, s.prefix_hits) == (4 * 32, 2 * 32)  # 2 full blocks per prompt, the 2nd reused
+    assert (s.scheduler.prompt_tokens, s.scheduler.generated_tokens) == (2 * 67, 10)
+    assert s.kv_cache.blocks_total == ((1 << 20) // 512) // 32 and s.scheduler.steps > 0
+    assert (s.prefix_cache.queries, s.prefix_cache.hits) == (4 * 32, 2 * 32)  # 2 full blocks per prompt, the 2nd reused
 
 
 def test_health_and_shutdown(engine):
@@ -241,7 +242,7 @@ def test_info_declares_identity_limits_and_what_the_backend_cannot_do(engine, fa
     assert caps.logprobs and (caps.max_top_logprobs > 0) is (release != "1.0")  # 1.0: the sampled token's only
     assert not caps.guided_decoding  # the built options name no guided_decoding_backend
     with pytest.raises(UserError, match="priority"):
-        engine.check(GenerateRequest(list(PROMPT), SamplingParams(), priority=1.0))
+        engine.check(GenerateRequest(list(PROMPT), SamplingParams(), RequestOptions(priority=1.0)))
     smaller = TrtllmEngine(trtllm_engine_dir, RuntimeConfig(kv_cache_memory=1 << 20, max_batch_size=3))
     try:
         assert smaller.info.max_batch_size == 3  # the run config's limit under the build's

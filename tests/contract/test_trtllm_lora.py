@@ -19,6 +19,7 @@ from trtserve.engine.adapters import AdapterRef, LoraConfig
 from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.protocol import Engine
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import SamplingParams
 
@@ -52,7 +53,7 @@ def generate(engine, *requests):
 
 
 def req(adapter: AdapterRef | None = None, n: int = 6) -> GenerateRequest:
-    return GenerateRequest(list(PROMPT), SamplingParams(max_tokens=n, temperature=0.0), adapter=adapter)
+    return GenerateRequest(list(PROMPT), SamplingParams(max_tokens=n, temperature=0.0), RequestOptions(adapter=adapter))
 
 
 def ref_of(engine, name: str) -> AdapterRef:
@@ -117,7 +118,7 @@ def test_each_request_reaches_generate_async_with_its_lora_request(lora_engine, 
     sql_req = ("sql", 0, str(trtllm_lora_dir / "lora" / "sql"))  # packed first: ids in --lora order
     assert got == sorted([("chat", 1, str(trtllm_lora_dir / "lora" / "chat")), sql_req, sql_req])
     assert llm.adapters.loads == [0, 1] or llm.adapters.loads == [1, 0]  # each id read from disk once
-    by = lora_engine.stats().by_adapter
+    by = lora_engine.stats().adapters.by_adapter
     assert (by["sql"].requests, by["sql"].prompt_tokens, by["sql"].generated_tokens) == (2, 10, 12)
     assert by["chat"].requests == 1 and "base" not in by
 
@@ -161,7 +162,7 @@ def test_load_replace_and_unload_at_run_time(lora_engine, fake_trtllm, adapters)
         asyncio.run(lora_engine.unload_adapter("extra"))
     with pytest.raises(UserError, match="has no adapter_config.json"):
         asyncio.run(lora_engine.load_adapter("x", adapters["sql2"].parent))
-    assert lora_engine.stats().adapter_loads == 4  # sql, chat at start; extra; sql again
+    assert lora_engine.stats().adapters.loads == 4  # sql, chat at start; extra; sql again
 
 
 def test_an_engine_without_lora_serves_no_adapters(engine, fake_trtllm, adapters):

@@ -282,7 +282,7 @@ def test_stats_move_during_a_long_request(engine, fake_trtllm):
         steps = []
         gen = engine.generate(req(max_tokens=150, temperature=0.0, ignore_eos=True))
         async for d in gen:
-            steps.append(engine.stats().steps)
+            steps.append(engine.stats().scheduler.steps)
             if d.finish_reason:
                 break
         return steps

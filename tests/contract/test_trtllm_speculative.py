@@ -14,10 +14,12 @@ import yaml
 from trtserve.build.builder import build_engine, dry_run
 from trtserve.build.config import BuildConfig
 from trtserve.engine.errors import UserError
-from trtserve.engine.messages import GenerateRequest, SpecCounts
+from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import SamplingParams
 from trtserve.engine.speculative import SpeculativeConfig
+from trtserve.engine.stats import SpecCounts
 
 VOCAB = 320
 PROMPT = [5, 17, 42, 99, 7]
@@ -48,7 +50,7 @@ def open_engine(path, **run):
 
 def greedy(engine, **request) -> list[int]:
     async def run():
-        r = GenerateRequest(list(PROMPT), SamplingParams(max_tokens=6, temperature=0.0), **request)
+        r = GenerateRequest(list(PROMPT), SamplingParams(max_tokens=6, temperature=0.0), RequestOptions(**request))
         return [t for d in [d async for d in engine.generate(r)] for t in d.token_ids]
 
     return asyncio.run(run())

@@ -12,6 +12,7 @@ from trtserve.dynamo.handoff import HandoffClient, HandoffServer
 from trtserve.dynamo.transport import ShmTransport, TransferError
 from trtserve.engine.kv_transfer import KVHold, KVImport
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 
 
@@ -36,17 +37,18 @@ def test_pull_release_and_expiry(engine):
         try:
             whole = [t for d in await _tokens(engine, GenerateRequest(prompt, greedy)) for t in d.token_ids]
             one = SamplingParams(max_tokens=1, temperature=0)
-            done = (await _tokens(engine, GenerateRequest(prompt, one, kv_transfer=KVHold())))[-1]
+            done = (await _tokens(engine, GenerateRequest(prompt, one, RequestOptions(kv_transfer=KVHold()))))[-1]
             offer = server.offer(done.kv_handle, hold_s=30)
             payload = await client.pull(offer)
             await client.release(offer)
             assert server.outstanding == 0
             rest = await _tokens(
-                engine, GenerateRequest(prompt, greedy, kv_transfer=KVImport(payload, offer["first_token"]))
+                engine,
+                GenerateRequest(prompt, greedy, RequestOptions(kv_transfer=KVImport(payload, offer["first_token"]))),
             )
             assert [offer["first_token"]] + [t for d in rest for t in d.token_ids][:5] == whole
             # nobody pulls this one: released by its timer
-            done = (await _tokens(engine, GenerateRequest(prompt, one, kv_transfer=KVHold())))[-1]
+            done = (await _tokens(engine, GenerateRequest(prompt, one, RequestOptions(kv_transfer=KVHold()))))[-1]
             offer = server.offer(done.kv_handle, hold_s=0.2)
             await asyncio.sleep(0.5)
             assert server.outstanding == 0
@@ -60,7 +62,7 @@ def test_pull_release_and_expiry(engine):
 
     asyncio.run(main())
     deadline = 50
-    while engine.stats().kv_blocks_used and deadline:
+    while engine.stats().kv_cache.blocks_used and deadline:
         asyncio.run(asyncio.sleep(0.05))
         deadline -= 1
-    assert engine.stats().kv_blocks_used == 0
+    assert engine.stats().kv_cache.blocks_used == 0

@@ -208,3 +208,25 @@ def test_wrong_content_types(client, model_name, content_type):
     for path in ("/v1/completions", f"/v2/models/{model_name}/generate", f"/v2/models/{model_name}/infer"):
         r = client.post(path, content=body if "v1" in path else b"\x00\x01junk", headers=headers)
         assert_refused_or_fine(r, path)
+
+
+@pytest.mark.timeout(120)
+def test_values_lax_mode_would_convert_are_400(client, model_name):
+    """What schemathesis found (seed 24680): 0 taken as a boolean, false as an integer, a string as
+    a token id. /v1/cache/invalidate takes the admin key; tests/unit/test_json_body.py covers it."""
+    cases = {
+        "/tokenize": [{"model": model_name, "prompt": "Hi", "add_generation_prompt": 0}],
+        "/detokenize": [{"tokens": ["1"]}, {"tokens": [True]}],
+        "/v2/repository/index": [{"ready": 0}],
+        "/v1/completions": [
+            {"model": model_name, "prompt": "Hi", "max_tokens": False},
+            {"model": model_name, "prompt": "Hi", "max_tokens": 2, "temperature": True},
+            {"model": model_name, "prompt": "Hi", "max_tokens": 2, "echo": "true"},
+        ],
+        f"/v2/models/{model_name}/generate": [{"text_input": "Hi", "max_tokens": 2, "stream": 0}],
+    }
+    for path, bodies in cases.items():
+        for body in bodies:
+            r = client.post(path, json=body)
+            assert r.status_code == 400, f"{path} {body}: {r.status_code} {r.text[:200]}"
+            assert_refused_or_fine(r, path)

@@ -57,10 +57,10 @@ def test_greedy_is_the_same_among_31_others(tiny_llama_engine, alone, settings):
     assert exact >= len(batch) - 2, f"only {exact}/{len(batch)} exactly equal"
     stats = llm.core.stats()
     if settings.get("enable_prefix_caching"):
-        assert stats.prefix_hits > 0 and any(o.num_cached_tokens > 0 for o in outs[32:])
+        assert stats.prefix_cache.hits > 0 and any(o.num_cached_tokens > 0 for o in outs[32:])
     if settings.get("capacity_policy") == "max_utilization":
-        assert stats.preemptions > 0
-    assert stats.kv_blocks_used == 0 and stats.running == stats.waiting == 0
+        assert stats.scheduler.preemptions > 0
+    assert stats.kv_cache.blocks_used == 0 and stats.scheduler.running == stats.scheduler.waiting == 0
 
 
 def test_seeded_sampling_is_reproducible_across_batches(tiny_llama_engine):
@@ -94,7 +94,7 @@ def test_n_sequences_share_the_prompt_blocks(tiny_llama_engine):
     assert core.blocks.ref_count(tables[0][0]) == 3
     while core.has_unfinished():
         core.step()
-    assert core.stats().kv_blocks_used == 0
+    assert core.stats().kv_cache.blocks_used == 0
     out = llm.generate([prompt], SamplingParams(n=3, max_tokens=8, temperature=1.0, seed=5, ignore_eos=True))[0]
     assert len(out.outputs) == 3 and len({tuple(o.token_ids) for o in out.outputs}) > 1
     greedy = llm.generate([prompt], SamplingParams(n=2, max_tokens=8, temperature=0.0, ignore_eos=True))[0]
@@ -166,7 +166,7 @@ def test_stop_strings_cut_the_text(tiny_llama_engine):
         SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True, stop=[stop], include_stop_str_in_output=True),
     )[0]
     assert kept.text == text[: text.index(stop) + 3]
-    assert llm.core.stats().kv_blocks_used == 0
+    assert llm.core.stats().kv_cache.blocks_used == 0
 
 
 def test_random_aborts_leave_every_block_free_or_cached(tiny_llama_engine):
@@ -193,8 +193,8 @@ def test_random_aborts_leave_every_block_free_or_cached(tiny_llama_engine):
             core.abort(live.pop(rng.randrange(len(live))))
         core.blocks.check_invariants()
     s = core.stats()
-    assert s.kv_blocks_used == 0 and s.kv_blocks_free + s.kv_blocks_cached == s.kv_blocks_total
-    assert s.running == s.waiting == 0 and not core.groups
+    assert s.kv_cache.blocks_used == 0 and s.kv_cache.blocks_free + s.kv_cache.blocks_cached == s.kv_cache.blocks_total
+    assert s.scheduler.running == s.scheduler.waiting == 0 and not core.groups
 
 
 def test_engine_rejects_what_can_never_run(tiny_llama_engine):

@@ -70,11 +70,11 @@ def test_growing_starts_an_empty_prefix_cache(tiny_llama_engine):
     """A grown cache has fresh storage, so no old prefix may hit in it; the new one works as before."""
     llm = LLM(tiny_llama_engine)
     first = llm.generate([LONG], P)[0].token_ids
-    assert llm.core.stats().prefix_hits == 0
+    assert llm.core.stats().prefix_cache.hits == 0
     grown = llm.generate([LONG, SHORT, SHORT], P)  # 3 + 2 + 2 blocks > 3: grown, LONG computed anew
-    assert llm.core.blocks.num_blocks == 7 and llm.core.stats().prefix_hits == 0
+    assert llm.core.blocks.num_blocks == 7 and llm.core.stats().prefix_cache.hits == 0
     again = llm.generate([LONG], P)  # no growth: LONG's 2 full prompt blocks hit
-    assert llm.core.stats().prefix_hits == 32
+    assert llm.core.stats().prefix_cache.hits == 32
     reference = LLM(tiny_llama_engine, kv_cache_memory=2**20, enable_prefix_caching=False)
     expected = [o.token_ids for o in reference.generate([LONG, SHORT], P)]
     assert first == grown[0].token_ids == again[0].token_ids == expected[0]

@@ -101,7 +101,7 @@ def test_max_loras_makes_other_adapters_wait_and_outputs_stay_exact(model, promp
     got = llm.generate(prompts[:2] * 4, P, adapter=[n for n in names for _ in range(2)])
     assert [o.token_ids for o in got] == [expected[n][j] for n in names for j in range(2)]
     assert max(counts) == 1  # never two adapters in one step
-    cache = llm.core.adapters.cache
+    cache = llm.core.lora.cache
     assert cache.active() == {}
     # Start: attn, all, mlp loaded (attn evicted); then attn (evicts all), all (evicts mlp), mlp (evicts
     # attn) each reloaded from its dir on demand.

@@ -13,6 +13,7 @@ from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
 from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 
 pytest.importorskip("peft")
 
@@ -59,16 +60,18 @@ def test_a_replaced_adapter_finishes_its_submitted_requests_on_the_old_weights(m
     engine, adapters, want = model
     llm = LLM(engine, lora={"adapters": {"x": str(adapters["a"])}}, kv_cache_memory=8 << 20)
     core = llm.core
-    old = core.adapter("x")
-    running = GenerateRequest(PROMPTS[0], P, adapter=old)
-    waiting = GenerateRequest(PROMPTS[1], P, adapter=old)  # resolved before the replacement, submitted after
+    old = core.lora.ref("x")
+    running = GenerateRequest(PROMPTS[0], P, RequestOptions(adapter=old))
+    waiting = GenerateRequest(
+        PROMPTS[1], P, RequestOptions(adapter=old)
+    )  # resolved before the replacement, submitted after
     later: dict = {}
 
     def replace_after_the_first_step(step: int) -> None:
         if step == 1:
-            new = core.load_adapter("x", adapters["b"])
-            assert new != old and core.adapter("x") == new
-            later["new"] = GenerateRequest(PROMPTS[1], P, adapter=new)
+            new = core.lora.load("x", adapters["b"])
+            assert new != old and core.lora.ref("x") == new
+            later["new"] = GenerateRequest(PROMPTS[1], P, RequestOptions(adapter=new))
             for r in (waiting, later["new"]):
                 core.add_request(r)
 
@@ -77,10 +80,10 @@ def test_a_replaced_adapter_finishes_its_submitted_requests_on_the_old_weights(m
     assert got[waiting.request_id] == want["a"][1]
     assert got[later["new"].request_id] == want["b"][1]
     # the old weights went once their last request finished; a request naming them now is refused
-    assert old not in core.adapters.cache.resident()
+    assert old not in core.lora.cache.resident()
     with pytest.raises(UserError, match="now has other weights"):
-        core.check(GenerateRequest(PROMPTS[0], P, adapter=old))
-    counts = core.stats().by_adapter["x"]
+        core.check(GenerateRequest(PROMPTS[0], P, RequestOptions(adapter=old)))
+    counts = core.stats().adapters.by_adapter["x"]
     assert (counts.requests, counts.generated_tokens) == (3, 3 * NEW_TOKENS)
 
 
@@ -88,22 +91,22 @@ def test_an_unloaded_adapter_refuses_new_requests_and_finishes_running_ones(mode
     engine, adapters, want = model
     llm = LLM(engine, lora={"adapters": {"a": str(adapters["a"])}}, kv_cache_memory=8 << 20)
     core = llm.core
-    ref = core.adapter("a")
-    running = GenerateRequest(PROMPTS[0], P, adapter=ref)
+    ref = core.lora.ref("a")
+    running = GenerateRequest(PROMPTS[0], P, RequestOptions(adapter=ref))
     base = GenerateRequest(PROMPTS[1], P)
 
     def unload(step: int) -> None:
         if step == 1:
-            core.unload_adapter("a")
+            core.lora.unload("a")
 
     got = _run(core, [running, base], unload)
     assert got == {running.request_id: want["a"][0], base.request_id: want[None][1]}
     with pytest.raises(UserError, match="no LoRA adapter named 'a' is served; serving: none"):
-        core.adapter("a")
+        core.lora.ref("a")
     with pytest.raises(UserError, match="no LoRA adapter named 'a'"):
-        core.unload_adapter("a")
-    assert core.adapters.cache.resident() == []  # its weights went with its last request
-    again = GenerateRequest(PROMPTS[0], P, adapter=core.load_adapter("a", adapters["a"]))  # loaded again
+        core.lora.unload("a")
+    assert core.lora.cache.resident() == []  # its weights went with its last request
+    again = GenerateRequest(PROMPTS[0], P, RequestOptions(adapter=core.lora.load("a", adapters["a"])))  # loaded again
     assert _run(core, [again]) == {again.request_id: want["a"][0]}
 
 
@@ -111,14 +114,14 @@ def test_loads_that_do_not_fit_change_nothing(model, tmp_path):
     engine, adapters, _ = model
     llm = LLM(engine, lora={"adapters": {"a": str(adapters["a"])}, "max_lora_rank": 4}, kv_cache_memory=8 << 20)
     core = llm.core
-    before = core.adapter("a")
+    before = core.lora.ref("a")
     with pytest.raises(UserError, match="raise the engine's lora.max_lora_rank to at least 8") as err:
-        core.load_adapter("a", adapters["b"])  # rank 8 > 4: the served one stays
+        core.lora.load("a", adapters["b"])  # rank 8 > 4: the served one stays
     assert "\n" not in str(err.value)
-    assert core.adapter("a") == before and core.adapters.refs() == [before]
+    assert core.lora.ref("a") == before and core.lora.refs() == [before]
     with pytest.raises(UserError, match="give the dir PEFT's save_pretrained wrote"):
-        core.load_adapter("c", tmp_path / "nowhere")
+        core.lora.load("c", tmp_path / "nowhere")
     with pytest.raises(UserError, match="is not usable as a model name"):
-        core.load_adapter("has space", adapters["a"])
+        core.lora.load("has space", adapters["a"])
     with pytest.raises(UnsupportedError, match="serves no LoRA adapters"):
-        LLM(engine, kv_cache_memory=8 << 20).core.load_adapter("a", adapters["a"])
+        LLM(engine, kv_cache_memory=8 << 20).core.lora.load("a", adapters["a"])

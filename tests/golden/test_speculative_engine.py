@@ -10,6 +10,7 @@ from helpers import VOCAB, make_hf_model, random_prompts
 from trtserve import LLM, SamplingParams
 from trtserve.engine.errors import UserError
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import GuidedDecoding
 from trtserve.engine.speculative import SpeculativeConfig
 
@@ -66,12 +67,12 @@ def test_prefix_cache_hits_and_stop_tokens(plain, spec):
     # stop on a token each output emits partway, often one that was proposed and accepted
     stops = [o.token_ids[len(o.token_ids) // 2] for o in first]
     params = [free.model_copy(update={"stop_token_ids": [t]}) for t in stops]
-    hits = spec.core.stats().prefix_hits
+    hits = spec.core.stats().prefix_cache.hits
     for _ in range(2):  # the second round runs from the prefixes the first one cached
         got = spec.generate(prompts, params)
         assert [o.token_ids for o in got] == [o.token_ids for o in plain.generate(prompts, params)]
         assert all(o.finish_reason == "stop" for o in got)
-    assert spec.core.stats().prefix_hits > hits
+    assert spec.core.stats().prefix_cache.hits > hits
     assert spec.core.blocks.stats().used == 0
     spec.core.blocks.check_invariants()
 
@@ -104,7 +105,7 @@ def test_opt_out_and_batch_limit_switch_off(tiny_llama_engine):
     llm.generate(repetitive_prompts(), p)  # four running: above max_batch_size, no step speculates
     assert llm.core.stats().spec.drafts == 0
     core = llm.core
-    core.add_request(GenerateRequest(repetitive_prompts()[0], p, speculate=False))
+    core.add_request(GenerateRequest(repetitive_prompts()[0], p, RequestOptions(speculate=False)))
     while core.has_unfinished():
         assert all(d.spec is None for d in core.step())
     assert core.stats().spec.drafts == 0
@@ -179,7 +180,7 @@ def test_sampled_tokens_keep_the_model_distribution(plain, tiny_llama_engine):
     cfg = SpeculativeConfig(**NGRAM | {"max_batch_size": 256})
     llm = LLM(tiny_llama_engine, kv_cache_memory=64 << 20, speculative=cfg, max_batch_size=256)
     # proposals the model often rejects: its second likeliest token, then its likeliest
-    llm.core.speculator.proposer = Always([top[1][0], top[0][0]])
+    llm.core.speculation.speculator.proposer = Always([top[1][0], top[0][0]])
     counts = dict.fromkeys([t for t, _ in top], 0)
     n = 0
     for base in range(0, 3000, 250):
@@ -213,7 +214,7 @@ def test_the_engine_as_its_own_draft_is_accepted_in_full(plain, tiny_llama_engin
     p = SamplingParams(max_tokens=30, temperature=0.0, ignore_eos=True)
     cfg = {"method": "draft_model", "num_speculative_tokens": 3, "draft_engine_dir": str(tiny_llama_engine)}
     llm = LLM(tiny_llama_engine, kv_cache_memory=KV, speculative=cfg)
-    draft = llm.core.speculator.proposer
+    draft = llm.core.speculation.speculator.proposer
     batched, forward = [], draft.model.forward
     draft.model.forward = lambda batch, kv, lora=None: batched.append(batch.block_tables.shape[0]) or forward(batch, kv)
     got = llm.generate(prompts, p)
@@ -284,7 +285,7 @@ def test_async_engine_streams_kept_tokens_and_frees_blocks_on_abort(plain, tiny_
         await gen.aclose()
         for _ in range(100):
             await asyncio.sleep(0.02)
-            if engine.stats().kv_blocks_used == 0 and engine.stats().running == 0:
+            if engine.stats().kv_cache.blocks_used == 0 and engine.stats().scheduler.running == 0:
                 break
         return left
 
@@ -295,7 +296,7 @@ def test_async_engine_streams_kept_tokens_and_frees_blocks_on_abort(plain, tiny_
         assert engine.stats().spec.accepted_tokens >= last.spec.accepted_tokens
         assert asyncio.run(leave())
         s = engine.stats()
-        assert s.kv_blocks_used == 0 and s.running == 0 and s.waiting == 0
+        assert s.kv_cache.blocks_used == 0 and s.scheduler.running == 0 and s.scheduler.waiting == 0
     finally:
         engine.shutdown()
 
@@ -353,7 +354,7 @@ def test_proposals_after_a_stop_token_are_not_counted_as_accepted(plain, tiny_ll
     ref = plain.generate([prompt], SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True))[0].token_ids
     stop = next(i for i in range(2, 4) if ref[i] not in ref[:i])  # inside the first draft, not its last token
     llm = LLM(tiny_llama_engine, kv_cache_memory=KV, speculative=NGRAM)
-    llm.core.speculator.proposer = Script(prompt, ref)
+    llm.core.speculation.speculator.proposer = Script(prompt, ref)
     p = SamplingParams(max_tokens=8, temperature=0.0, ignore_eos=True, stop_token_ids=[ref[stop]])
     out = llm.generate([prompt], p)[0]
     assert out.token_ids == ref[: stop + 1]  # the stop token is emitted, the proposals after it are not

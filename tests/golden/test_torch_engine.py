@@ -11,6 +11,7 @@ from trtserve import LLM, SamplingParams
 from trtserve.backends.torch_engine import TorchEngine
 from trtserve.engine.errors import UserError
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.run_config import RuntimeConfig
 
 P = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True)
@@ -25,7 +26,7 @@ def engine(tiny_llama_engine):
 
 async def _collect(engine, rid, prompt, params=P):
     tokens = []
-    async for d in engine.generate(GenerateRequest(prompt, params, client_id=rid)):
+    async for d in engine.generate(GenerateRequest(prompt, params, RequestOptions(client_id=rid))):
         tokens += d.token_ids
         last = d
     return tokens, last
@@ -56,12 +57,12 @@ def test_leaving_a_stream_aborts_and_frees_blocks(engine):
         for _ in range(100):
             await asyncio.sleep(0.02)
             s = engine.stats()
-            if s.kv_blocks_used == 0 and s.running == 0:
+            if s.kv_cache.blocks_used == 0 and s.scheduler.running == 0:
                 return s
         return engine.stats()
 
     s = asyncio.run(main())
-    assert s.kv_blocks_used == 0 and s.running == 0 and s.waiting == 0
+    assert s.kv_cache.blocks_used == 0 and s.scheduler.running == 0 and s.scheduler.waiting == 0
 
 
 def test_bad_request_raises_before_queueing(engine):
@@ -92,7 +93,7 @@ def test_a_failing_step_fails_its_requests_and_the_loop_goes_on(engine, monkeypa
     (t1, d1), (t2, d2) = asyncio.run(main())
     assert d1.finish_reason == "error" and "injected" in d1.error and t1 == []
     assert d2.finish_reason == "length" and len(t2) == 12
-    assert engine.health() and engine.stats().kv_blocks_used == 0
+    assert engine.health() and engine.stats().kv_cache.blocks_used == 0
 
 
 def test_the_model_loads_and_steps_on_the_engine_thread_only(tiny_llama_engine, monkeypatch):

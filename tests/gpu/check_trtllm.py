@@ -162,17 +162,19 @@ def check_abort(engine) -> str:
 
 def check_stats(engine) -> str:
     deadline = time.monotonic() + 10
-    while engine.stats().kv_blocks_total == 0 and time.monotonic() < deadline:
+    while engine.stats().kv_cache.blocks_total == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
     s = engine.stats()
-    assert s.kv_blocks_total > 0 and s.steps > 0, f"no iteration stats after 10 s: {s}"
+    assert s.kv_cache.blocks_total > 0 and s.scheduler.steps > 0, f"no iteration stats after 10 s: {s}"
     calls = []
     real = engine.llm.get_stats_async
     engine.llm.get_stats_async = lambda *a, **k: calls.append(1) or real(*a, **k)  # count the poller's rounds
     time.sleep(3)  # idle
     engine.llm.get_stats_async = real
     assert len(calls) <= 10, f"the idle stats poller called get_stats_async {len(calls)} times in 3 s"
-    return f"{s.kv_blocks_total} KV blocks, {s.steps} steps; {len(calls)} stats rounds in 3 idle seconds"
+    return (
+        f"{s.kv_cache.blocks_total} KV blocks, {s.scheduler.steps} steps; {len(calls)} stats rounds in 3 idle seconds"
+    )
 
 
 def check_stats_under_load(engine) -> str:
@@ -182,16 +184,17 @@ def check_stats_under_load(engine) -> str:
 
     async def run():
         seen = []
-        req = GenerateRequest([5, 6, 7], SamplingParams(max_tokens=180, temperature=0.0, ignore_eos=True))
+        req = GenerateRequest([5, 6, 7], SamplingParams(max_tokens=240, temperature=0.0, ignore_eos=True))
         async for d in engine.generate(req):
-            seen.append(engine.stats().steps)
+            seen.append(engine.stats().scheduler.steps)
             if d.finish_reason:
                 break
         return seen
 
     seen = asyncio.run(run())
-    during = sorted(set(seen[: len(seen) // 2]))
-    assert len(during) > 3, f"iteration stats froze while the request decoded: steps seen {during}"
+    # 1.0-1.2 deliver iteration stats in bursts 0.2 s apart: three distinct counts before the end is movement
+    during = sorted(set(seen[: len(seen) * 4 // 5]))
+    assert len(during) >= 3, f"iteration stats froze while the request decoded: steps seen {during}"
     return f"{len(set(seen))} distinct step counts over {len(seen)} deltas"
 
 

@@ -71,7 +71,7 @@ def test_greedy_equals_hf(backend, gpu_llama, tmp_path):
         engine.shutdown()
     expected = hf_greedy(gpu_llama, prompts, MAX_NEW, dtype=torch.float16, device="cuda")
     assert got == expected
-    assert stats.generated_tokens == 4 * MAX_NEW
+    assert stats.scheduler.generated_tokens == 4 * MAX_NEW
 
 
 def test_serve_trtllm_with_openai_client(gpu_llama, tmp_path):

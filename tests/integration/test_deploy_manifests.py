@@ -9,7 +9,6 @@ import re
 import shutil
 import subprocess
 import sys
-from dataclasses import MISSING, fields
 from pathlib import Path
 
 import jsonschema
@@ -73,13 +72,12 @@ def routes(tiny_llama_engine, run_config) -> set[str]:
 @pytest.fixture(scope="module")
 def exposed_metrics() -> str:
     """/metrics as the server renders it, load gauges included (stats of an idle engine)."""
-    from trtserve.engine.messages import EngineStats
+    from trtserve.engine.stats import EngineStats
     from trtserve.serve.admission import Admission
     from trtserve.serve.load import LoadTracker
-    from trtserve.serve.metrics import Metrics
+    from trtserve.serve.telemetry.metrics import Metrics
 
-    required = [f.name for f in fields(EngineStats) if f.default is MISSING and f.default_factory is MISSING]
-    stats = EngineStats(**dict.fromkeys(required, 0))
+    stats = EngineStats()
     m = Metrics("m", lambda: stats)
     m.watch_load(LoadTracker(lambda: stats, Admission(4, 100), batch_size=2))
     return m.render().decode()

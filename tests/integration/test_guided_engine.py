@@ -66,9 +66,9 @@ def test_batched_equals_alone_and_every_constrained_output_validates(tiny_llama_
     outs = llm.generate(prompts, params)
     stats = llm.core.stats()
     if settings.get("capacity_policy") == "max_utilization":
-        assert stats.preemptions > 0
+        assert stats.scheduler.preemptions > 0
     else:
-        assert stats.prefix_hits > 0
+        assert stats.prefix_cache.hits > 0
     if settings.get("deterministic"):  # its own reference: other kernels than the default path's
         reference = [llm.generate([p], [sp])[0].token_ids for p, sp in zip(prompts, params, strict=True)]
     for o, sp, ref in zip(outs, params, reference, strict=True):
@@ -101,7 +101,7 @@ def test_a_request_waits_for_its_grammar_and_can_be_aborted_meanwhile(tiny_llama
     dropped = GenerateRequest(random_prompts(1, seed=3)[0], SamplingParams(max_tokens=8, guided=guide))
     for r in (free, kept, dropped):
         core.add_request(r)
-    assert len(core._compiling) == 2 and len(core.scheduler.waiting) == 1  # the free one does not wait
+    assert len(core.compiling) == 2 and len(core.scheduler.waiting) == 1  # the free one does not wait
     (abort,) = core.abort(dropped.request_id)
     assert abort.finish_reason == "abort"
     deltas = []
@@ -110,4 +110,4 @@ def test_a_request_waits_for_its_grammar_and_can_be_aborted_meanwhile(tiny_llama
     assert {d.request_id for d in deltas} == {free.request_id, kept.request_id}
     text = llm.tokenizer.decode([t for d in deltas if d.request_id == kept.request_id for t in d.token_ids])
     assert set(json.loads(text.removesuffix("</s>"))) <= set(props)
-    assert core.stats().kv_blocks_used == 0 and not core._compiling
+    assert core.stats().kv_cache.blocks_used == 0 and len(core.compiling) == 0

@@ -15,10 +15,12 @@ import torch
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.kv_offload import KVOffloadConfig
+from trtserve.engine.manifest import engine_fingerprint
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import SamplingParams
-from trtserve.runtime.engine_core import EngineCore, engine_fingerprint
+from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
 from trtserve.runtime.prefix_scope import block_key, chain_root
 
@@ -39,7 +41,7 @@ def core(loaded, path=None, num_blocks=8, mib=1) -> EngineCore:
 
 def run(c: EngineCore, prompt: list[int], namespace: str | None = None) -> tuple[list[int], int]:
     """One greedy request to the end: (output tokens, prompt tokens served from a cache)."""
-    c.add_request(GenerateRequest(prompt, P, cache_namespace=namespace))
+    c.add_request(GenerateRequest(prompt, P, RequestOptions(cache_namespace=namespace)))
     tokens, cached = [], -1
     while c.has_unfinished():
         for d in c.step():
@@ -58,9 +60,9 @@ def test_spill_and_restore_give_the_outputs_of_a_run_without_offload(loaded, tmp
     assert [c for _, c in ref] == [0, 0, 0, 0, 0]  # 8 blocks: each prompt evicted the ones before
     assert [c for _, c in got] == [0, 0, 0, USABLE, USABLE]  # the second tier had them
     s = tiered.stats()
-    assert s.kv_offload_restores == 2 * USABLE // 16 and s.kv_offload_hit_tokens == 2 * USABLE
-    assert s.prefix_hits == 2 * USABLE and s.kv_offload_spills > 0 and s.kv_offload_refusals == 0
-    assert s.kv_offload_bytes == len(tiered.kv_tier.store.entries) * s.kv_block_bytes > 0
+    assert s.kv_tier.restores == 2 * USABLE // 16 and s.kv_tier.hit_tokens == 2 * USABLE
+    assert s.prefix_cache.hits == 2 * USABLE and s.kv_tier.spills > 0 and s.kv_tier.refusals == 0
+    assert s.kv_tier.bytes == len(tiered.tier.tier.store.entries) * s.kv_cache.block_bytes > 0
     tiered.close()
 
 
@@ -69,7 +71,7 @@ def test_restored_blocks_are_bit_identical_to_a_recompute(loaded, tmp_path):
     run(fresh, A)
     for p in (A, B, C, A):  # the last A is restored from the second tier
         run(tiered, p)
-    assert tiered.stats().kv_offload_restores == 3
+    assert tiered.stats().kv_tier.restores == 3
     computed = fresh.runner.kv.read_blocks(fresh.blocks.lookup_prefix(A, None))
     restored = tiered.runner.kv.read_blocks(tiered.blocks.lookup_prefix(A, None))
     assert computed.shape[0] == 3 and torch.equal(computed, restored)
@@ -95,7 +97,7 @@ def test_a_damaged_block_is_recomputed_not_restored(loaded, tmp_path):
     out, _ = run(first, A)
     size = first.kv_block_bytes
     first.close()
-    k1 = block_key(chain_root(engine_fingerprint(loaded), None), A[:16])
+    k1 = block_key(chain_root(engine_fingerprint(loaded.manifest), None), A[:16])
     k2 = block_key(k1, A[16:32])
     slots = {bytes.fromhex(k): slot for k, slot, *_ in json.loads((tmp_path / "index.json").read_text())["entries"]}
     with open(tmp_path / "blocks.bin", "r+b") as f:  # flip bytes in the middle of A's second block
@@ -105,7 +107,7 @@ def test_a_damaged_block_is_recomputed_not_restored(loaded, tmp_path):
         f.write(bytes(b ^ 0xFF for b in data))
     second = core(loaded, tmp_path)
     assert run(second, A) == (out, 16)  # the first block restored; the chain stops at the damaged one
-    assert second.stats().kv_offload_refusals == 1
+    assert second.stats().kv_tier.refusals == 1
     second.close()
 
 
@@ -120,11 +122,11 @@ def test_a_damaged_or_foreign_index_is_not_reused(loaded, tmp_path, tiny_llama, 
     build_engine(BuildConfig(model=str(tiny_llama), tokens_per_block=16, max_batch_size=4), other_dir, quiet=True)
     other = load_engine(other_dir, device="cpu")  # the same weights, another engine (fingerprint)
     foreign = core(other, tmp_path)
-    assert run(foreign, A)[1] == 0 and foreign.stats().kv_offload_restores == 0
+    assert run(foreign, A)[1] == 0 and foreign.stats().kv_tier.restores == 0
     foreign.close()  # it wrote its own index over the other's
     (tmp_path / "index.json").write_text('{"format": "trtserve-kv-tier/1", "entries": [[')
     damaged = core(other, tmp_path)
-    assert run(damaged, A)[1] == 0 and damaged.stats().kv_offload_restores == 0
+    assert run(damaged, A)[1] == 0 and damaged.stats().kv_tier.restores == 0
     damaged.close()
 
 

@@ -12,6 +12,7 @@ from trtserve.engine.errors import UserError
 from trtserve.engine.kv_cache_events import PrefixRemoved, PrefixStored
 from trtserve.engine.kv_transfer import KVHold, KVImport
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 
 
@@ -33,14 +34,17 @@ async def _run(engine, request):
 
 async def _disaggregated(prefill, decode, prompt, max_tokens):
     first, done = await _run(
-        prefill, GenerateRequest(prompt, SamplingParams(max_tokens=1, temperature=0), kv_transfer=KVHold())
+        prefill,
+        GenerateRequest(prompt, SamplingParams(max_tokens=1, temperature=0), RequestOptions(kv_transfer=KVHold())),
     )
     handle = done.kv_handle
     assert handle is not None and first == [handle.first_token] and handle.num_tokens == len(prompt)
     payload = await prefill.export_kv(handle)
     prefill.release_kv(handle)
     params = SamplingParams(max_tokens=max_tokens, temperature=0)
-    rest, _ = await _run(decode, GenerateRequest(prompt, params, kv_transfer=KVImport(payload, handle.first_token)))
+    rest, _ = await _run(
+        decode, GenerateRequest(prompt, params, RequestOptions(kv_transfer=KVImport(payload, handle.first_token)))
+    )
     return first + rest
 
 
@@ -56,7 +60,7 @@ def test_decode_from_imported_kv_equals_one_engine(engines):
 
     asyncio.run(main())
     for engine in engines:  # nothing held, nothing leaked
-        assert engine.stats().kv_blocks_used == 0
+        assert engine.stats().kv_cache.blocks_used == 0
 
 
 def test_unpulled_hold_expires_and_bad_imports_are_refused(engines):
@@ -65,17 +69,17 @@ def test_unpulled_hold_expires_and_bad_imports_are_refused(engines):
 
     async def main():
         params = SamplingParams(max_tokens=1, temperature=0)
-        _, done = await _run(prefill, GenerateRequest(prompt, params, kv_transfer=KVHold(hold_s=0.2)))
-        assert prefill.stats().kv_blocks_used == 3  # 40 tokens in blocks of 16
+        _, done = await _run(prefill, GenerateRequest(prompt, params, RequestOptions(kv_transfer=KVHold(hold_s=0.2))))
+        assert prefill.stats().kv_cache.blocks_used == 3  # 40 tokens in blocks of 16
         payload = await prefill.export_kv(done.kv_handle)
         deadline = time.monotonic() + 10
-        while prefill.stats().kv_blocks_used and time.monotonic() < deadline:
+        while prefill.stats().kv_cache.blocks_used and time.monotonic() < deadline:
             await asyncio.sleep(0.05)
-        assert prefill.stats().kv_blocks_used == 0
+        assert prefill.stats().kv_cache.blocks_used == 0
         with pytest.raises(UserError, match="no longer held"):
             await prefill.export_kv(done.kv_handle)
         with pytest.raises(UserError, match="holds 40 tokens but the prompt has 39"):
-            decode.check(GenerateRequest(prompt[:-1], params, kv_transfer=KVImport(payload, 1)))
+            decode.check(GenerateRequest(prompt[:-1], params, RequestOptions(kv_transfer=KVImport(payload, 1))))
 
     asyncio.run(main())
 
@@ -87,7 +91,10 @@ def test_kv_events_reach_a_subscriber(engines):
     prompt = random_prompts(1, seed=9, lo=33, hi=34)[0]
 
     async def main():
-        await _run(prefill, GenerateRequest(prompt, SamplingParams(max_tokens=1, temperature=0), cache_namespace="ns"))
+        await _run(
+            prefill,
+            GenerateRequest(prompt, SamplingParams(max_tokens=1, temperature=0), RequestOptions(cache_namespace="ns")),
+        )
         await prefill.invalidate_cache("ns")
 
     asyncio.run(main())

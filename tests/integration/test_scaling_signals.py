@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-from dataclasses import MISSING, fields, replace
-
 import pytest
 
 from trtserve.deploy.affinity import prefix_key, prompt_tokens, rank_replicas
 from trtserve.deploy.settings import RaySettings
 from trtserve.engine.errors import UserError
-from trtserve.engine.messages import EngineStats
+from trtserve.engine.stats import EngineStats, KVCacheStats
 from trtserve.serve.admission import Admission
 from trtserve.serve.load import LoadTracker, TokenRate
 
 
-def idle_stats(**values) -> EngineStats:
-    required = [f.name for f in fields(EngineStats) if f.default is MISSING and f.default_factory is MISSING]
-    return replace(EngineStats(**dict.fromkeys(required, 0)), **values)
+def idle_stats(kv_utilization: float = 0.0) -> EngineStats:
+    return EngineStats(kv_cache=KVCacheStats(utilization=kv_utilization))
 
 
 class Clock:

@@ -61,7 +61,7 @@ def _models(**engines: dict[int, _Engine]) -> dict[str, RepoModel]:
     for name, versions in engines.items():
         mvs = {}
         for v, engine in versions.items():
-            mv = ModelVersion(name, v, Path(f"/r/{name}/{v}"), State.READY, engine=engine)
+            mv = ModelVersion(name, v, Path(f"/r/{name}/{v}"), State.READY, served_model=engine)
             mv.service = _Service(name)
             mvs[v] = mv
         out[name] = RepoModel(name, None, mvs)

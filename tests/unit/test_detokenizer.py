@@ -14,7 +14,8 @@ from helpers import write_tokenizer
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trtserve.engine.messages import RequestId, TokenDelta
+from trtserve.engine.ids import RequestId
+from trtserve.engine.messages import TokenDelta
 from trtserve.engine.sampling import SamplingParams
 from trtserve.text.detokenizer import IncrementalDetokenizer, StopStringMatcher
 from trtserve.text.outputs import OutputProcessor

@@ -12,7 +12,8 @@ from trtserve.dynamo.mapping import (
     sampling_params,
 )
 from trtserve.engine.errors import UserError
-from trtserve.engine.messages import RequestId, TokenDelta
+from trtserve.engine.ids import RequestId
+from trtserve.engine.messages import TokenDelta
 from trtserve.engine.sampling import GuidedDecoding, SamplingParams, TokenLogprob
 
 

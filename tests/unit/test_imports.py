@@ -115,3 +115,55 @@ def test_the_root_package_imports_lazily():
     tree = ast.parse((ROOT / "__init__.py").read_text())
     top = [n for n in tree.body if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("trtserve")]
     assert not top, "trtserve/__init__.py must import trtserve modules inside __getattr__ only"
+
+
+def _module(path: Path) -> str:
+    return ".".join(path.relative_to(ROOT.parent).with_suffix("").parts).removesuffix(".__init__")
+
+
+def _module_edges() -> dict[str, set[str]]:
+    """trtserve module -> the trtserve modules it imports anywhere in its source (`from p import m`,
+    m a module of p, is an edge to p.m)."""
+    paths = {_module(p): p for p in ROOT.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        targets = graph.setdefault(name, set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Import | ast.ImportFrom):
+                continue
+            if isinstance(node, ast.Import):
+                targets |= {a.name for a in node.names if a.name in paths}
+                continue
+            base = node.module or ""
+            if node.level:  # relative: from .x import y
+                base = ".".join(
+                    [*package.split(".")[: len(package.split(".")) - node.level + 1], *filter(None, [base])]
+                )
+            for alias in node.names:
+                sub = f"{base}.{alias.name}"
+                if sub in paths:
+                    targets.add(sub)
+                elif base in paths:
+                    targets.add(base)
+        targets.discard(name)
+    return graph
+
+
+def test_no_import_cycle_between_modules():
+    """No two trtserve modules import each other, directly or around a loop.
+
+    Every import counts: at module level, inside functions and under `if TYPE_CHECKING:` alike. A
+    lazy or type-only import hides a loop from Python, not from the design: it is a type in the
+    wrong module (STYLE.md, "Who may import whom"), so it is moved, not deferred. Each loop found
+    is listed."""
+    graph, loops = _module_edges(), []
+    while len(loops) < 20:
+        try:
+            tuple(TopologicalSorter(graph).static_order())
+            break
+        except CycleError as err:
+            cycle = err.args[1]  # [a, b, ..., a]: b imports a
+            loops.append(" -> ".join(reversed(cycle)))  # x -> y: x imports y
+            graph[cycle[1]].discard(cycle[0])  # then the next loop, if any
+    assert not loops, "modules import each other in a loop:\n" + "\n".join(loops)

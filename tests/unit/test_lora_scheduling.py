@@ -7,10 +7,12 @@ from __future__ import annotations
 from scheduler_steps import run_step
 
 from trtserve.engine.adapters import AdapterRef
-from trtserve.engine.messages import RequestId, SequenceId
+from trtserve.engine.ids import RequestId, SequenceId
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 from trtserve.runtime.adapter_cache import AdapterCache
 from trtserve.runtime.block_manager import BlockManager, PrefixScope
+from trtserve.runtime.features.lora import LoraGate
 from trtserve.runtime.request import Request
 from trtserve.runtime.scheduler import Scheduler, SchedulerConfig
 
@@ -22,16 +24,16 @@ PROMPT = list(range(10, 19))  # two full blocks + 1 token
 def make(max_loras=2, capacity=3, num_blocks=32, max_num_tokens=64):
     bm = BlockManager(num_blocks, BS, "engine")
     cache = AdapterCache(max_loras, capacity, lambda ref: f"w-{ref.name}")
-    return Scheduler(SchedulerConfig(max_num_tokens, 8, 64), bm, cache), bm, cache
+    return Scheduler(SchedulerConfig(max_num_tokens, 8, 64), bm, LoraGate(cache)), bm, cache
 
 
 def req(adapter, arrival, prompt=PROMPT, max_tokens=2, n=1):
     p = SamplingParams(max_tokens=max_tokens, n=n)
-    return Request(SequenceId(RequestId.new()), list(prompt), p, arrival, adapter=adapter)
+    return Request(SequenceId(RequestId.new()), list(prompt), p, arrival, RequestOptions(adapter=adapter))
 
 
 def adapters_of(out):
-    return [c.request.adapter.name if c.request.adapter else None for c in out.chunks]
+    return [c.request.options.adapter.name if c.request.options.adapter else None for c in out.chunks]
 
 
 def test_a_third_adapter_waits_while_requests_behind_it_run():
@@ -78,9 +80,8 @@ def test_forked_children_hold_their_parents_adapter():
     s.add(parent)
     run_step(s)
     for i in (1, 2):
-        child = Request(
-            SequenceId(parent.seq.request, i), PROMPT, parent.params.model_copy(update={"n": 1}), 0, adapter=A
-        )
+        params = parent.params.model_copy(update={"n": 1})
+        child = Request(SequenceId(parent.seq.request, i), PROMPT, params, 0, parent.options)
         s.fork(parent, child)
     assert cache.active() == {A: 3}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from trtserve.engine.request_options import RequestOptions
 from trtserve.runtime.block_manager import BlockManager, PrefixScope, block_key, chain_root
 from trtserve.runtime.prefix_scope import MAX_NAMESPACE_LABELS, OTHER
 
@@ -225,4 +226,4 @@ def test_the_tensorrt_llm_backend_says_it_cannot_invalidate_or_key_by_namespace(
         asyncio.run(TrtllmEngine.invalidate_cache(object.__new__(TrtllmEngine), "docs"))
     for field in ({"cache_namespace": "docs"}, {"context_version": 3}):
         with pytest.raises(UserError, match=next(iter(field))):
-            check_supported(GenerateRequest([1, 2], SamplingParams(), **field))
+            check_supported(GenerateRequest([1, 2], SamplingParams(), RequestOptions(**field)))

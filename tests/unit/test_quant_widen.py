@@ -269,6 +269,15 @@ def test_slab_linear_equals_the_gemm_over_the_whole_weight(path, monkeypatch, dt
 @pytest.mark.parametrize("tokens", [3, 70])  # decode rows (the int8 decode kernel where it builds); prefill rows
 @pytest.mark.parametrize("amx", [False, True])  # W8A8 prefill: torch._int_mm where the CPU has AMX-INT8
 def test_int8_linears_equal_the_gemm_over_the_whole_weight(path, monkeypatch, algo, tokens, amx):
+    if (
+        amx
+        and algo != "W8A16"
+        and tokens > quantized.dense.MAX_ROWS
+        and "avx512f" not in quantized.dense.native.cpu_flags()
+    ):
+        # oneDNN's AVX2 int8 GEMM (under TRTSERVE_ISA=avx2 or on an AVX2 CPU) got s8 x s8 sums wrong by
+        # up to 65558 (torch 2.13): torch._int_mm is taken only where the CPU has AMX-INT8
+        pytest.skip("torch._int_mm is wrong below AVX-512 here; the engine uses it only with AMX-INT8")
     monkeypatch.setattr(quantized, "_SLAB_BYTES", 64 * 128 * 4)
     flags = quantized.dense.native.cpu_flags() - {"amx_int8"} | ({"amx_int8"} if amx else set())
     monkeypatch.setattr(quantized.dense.native, "cpu_flags", lambda: flags)

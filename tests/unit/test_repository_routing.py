@@ -28,7 +28,7 @@ def _model(states: dict[int, State], name: str = "m", **policy) -> RepoModel:
     versions = {}
     for v, state in states.items():
         mv = ModelVersion(name, v, Path(f"/r/{name}/{v}"), state)
-        mv.engine = _Healthy() if state == State.READY else None
+        mv.served_model = _Healthy() if state == State.READY else None
         versions[v] = mv
     return RepoModel(name, None, versions, Policy.model_validate(policy))
 

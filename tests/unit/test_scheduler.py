@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from scheduler_steps import run_step
 
-from trtserve.engine.messages import RequestId, SequenceId
+from trtserve.engine.ids import RequestId, SequenceId
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.request import Request, Status
@@ -25,7 +26,13 @@ def req(rid, n_prompt, max_tokens=4, arrival=0, priority=0.0, n=1, base=0):
     request_id = RequestId.new()
     NAMES[request_id] = rid
     prompt = list(range(base, base + n_prompt))
-    return Request(SequenceId(request_id), prompt, SamplingParams(max_tokens=max_tokens, n=n), arrival, priority)
+    return Request(
+        SequenceId(request_id),
+        prompt,
+        SamplingParams(max_tokens=max_tokens, n=n),
+        arrival,
+        RequestOptions(priority=priority),
+    )
 
 
 def name(r: Request) -> str:

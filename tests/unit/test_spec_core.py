@@ -8,10 +8,12 @@ import torch
 
 from trtserve.cli.speculative import merged
 from trtserve.engine.errors import UserError
-from trtserve.engine.messages import RequestId, SequenceId
+from trtserve.engine.ids import RequestId, SequenceId
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 from trtserve.engine.speculative import SpeculativeConfig
 from trtserve.runtime.block_manager import BlockManager
+from trtserve.runtime.features.speculation import Speculation
 from trtserve.runtime.request import Request
 from trtserve.runtime.sampler import SampleRow
 from trtserve.runtime.scheduler import Scheduler, SchedulerConfig
@@ -59,7 +61,7 @@ def _req(prompt, max_tokens=20) -> Request:
 def _sched(max_num_tokens=16, num_blocks=32, k=4, max_batch_size=8):
     bm = BlockManager(num_blocks, BS, "engine")
     spec = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=k, max_batch_size=max_batch_size))
-    return Scheduler(SchedulerConfig(max_num_tokens, 8, 64), bm, speculator=spec), bm
+    return Scheduler(SchedulerConfig(max_num_tokens, 8, 64), bm, speculation=Speculation(spec)), bm
 
 
 def _prefill(s, r, token: int):
@@ -105,7 +107,7 @@ def test_no_proposals_above_the_batch_size_or_for_an_opted_out_request():
     assert all(not c.draft for c in s.schedule().chunks)  # two running: above max_batch_size 1
     s2, _ = _sched()
     c = _req([1, 2, 1])
-    c.speculate = False
+    c.options = RequestOptions(speculate=False)
     _prefill(s2, c, 2)
     assert not s2.schedule().chunks[0].draft
 

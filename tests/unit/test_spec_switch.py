@@ -2,7 +2,8 @@
 
 import pytest
 
-from trtserve.engine.messages import RequestId, SamplingParams, SequenceId
+from trtserve.engine.ids import RequestId, SequenceId
+from trtserve.engine.messages import SamplingParams
 from trtserve.engine.speculative import AUTO_MAX_BATCH_SIZE, SpeculativeConfig
 from trtserve.runtime.request import Request
 from trtserve.runtime.speculative.speculator import Speculator

@@ -15,14 +15,15 @@ from tensor_models import mlp_onnx
 from trtserve.engine.errors import UserError
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.serve.errors import APIError
-from trtserve.serve.metrics import Metrics
 from trtserve.serve.repository.budget import KVBudget
+from trtserve.serve.repository.kinds import LLM, TENSOR
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.policy import read_policy
 from trtserve.serve.repository.scan import scan
 from trtserve.serve.repository.tensors import ModelNotFound, is_ensemble, open_version, resolve, wanted_versions
 from trtserve.serve.repository.version import State
-from trtserve.serve.statistics import InferStatistics
+from trtserve.serve.telemetry.metrics import Metrics
+from trtserve.serve.telemetry.statistics import InferStatistics
 from trtserve.serve.tensors.serving import TensorServing
 from trtserve.serve.tensors.statistics import llm_entry
 from trtserve.tensor.types import ModelNotReady
@@ -53,11 +54,11 @@ def test_scan_tells_tensor_models_from_llm_engine_dirs(tmp_path):
     llm.mkdir(parents=True)
     (llm / "manifest.json").write_text("{}")
     models = scan(tmp_path)
-    assert models["mlp"].versions[1].config_dir == tmp_path / "mlp"
-    assert models["built"].versions[1].config_dir == flat
-    assert models["llm"].versions[1].config_dir is None and not models["llm"].versions[1].is_tensor
+    assert models["mlp"].versions[1].config_dir == tmp_path / "mlp" and models["mlp"].versions[1].kind is TENSOR
+    assert models["built"].versions[1].config_dir == flat and models["built"].versions[1].kind is TENSOR
+    assert models["llm"].versions[1].config_dir is None and models["llm"].versions[1].kind is LLM
     (one,) = scan(flat, "solo").values()
-    assert one.versions[1].config_dir == flat
+    assert one.versions[1].config_dir == flat and one.versions[1].kind is TENSOR
 
 
 def test_config_version_policy_picks_versions_unless_policy_yaml_names_one(tmp_path):
@@ -98,7 +99,7 @@ def _opened(tmp_path: Path) -> tuple[RepoModel, ort.InferenceSession]:
     model_dir = _triton_model(tmp_path)
     m = scan(tmp_path)["mlp"]
     mv = m.versions[1]
-    mv.tensor = open_version(mv, lambda name, version: resolve({"mlp": m}, name, version))
+    mv.served_model = open_version(mv, lambda name, version: resolve({"mlp": m}, name, version))
     mv.state = State.READY
     return m, ort.InferenceSession(str(model_dir / "1" / "model.onnx"), providers=["CPUExecutionProvider"])
 

@@ -17,6 +17,7 @@ from trtserve.backends.tensorrt_llm.sampling import check_supported, to_trtllm_s
 from trtserve.backends.tensorrt_llm.stats import decode, engine_stats
 from trtserve.engine.errors import UserError
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 
 SAMPLING_CASES = {
@@ -72,7 +73,7 @@ def test_sampling_sets_only_trtllm_fields():
     ],
 )
 def test_unsupported_settings_are_refused(params, extra, field):
-    req = GenerateRequest([1, 2], SamplingParams(**params), **extra)
+    req = GenerateRequest([1, 2], SamplingParams(**params), RequestOptions(**extra))
     with pytest.raises(UserError, match=f"^{field}: .*tensorrt_llm|^{field}: TensorRT-LLM seeds"):
         check_supported(req)
 
@@ -204,15 +205,31 @@ ITER_STATS = {  # IterationStats.to_json_str() keys (fact sheet 3a)
 
 def test_iteration_stats_to_engine_stats():
     s = engine_stats(ITER_STATS, prompt_tokens=120, generated_tokens=40)
-    assert (s.running, s.waiting, s.steps) == (3, 2, 42)
-    assert (s.kv_blocks_total, s.kv_blocks_used, s.kv_blocks_free, s.kv_utilization) == (1000, 250, 750, 0.25)
-    assert (s.prefix_queries, s.prefix_hits) == (400 * 32, 100 * 32)
-    assert (s.prompt_tokens, s.generated_tokens, s.preemptions, s.kv_blocks_cached) == (120, 40, 0, 0)
+    assert (s.scheduler.running, s.scheduler.waiting, s.scheduler.steps) == (3, 2, 42)
+    assert (s.kv_cache.blocks_total, s.kv_cache.blocks_used, s.kv_cache.blocks_free, s.kv_cache.utilization) == (
+        1000,
+        250,
+        750,
+        0.25,
+    )
+    assert (s.prefix_cache.queries, s.prefix_cache.hits) == (400 * 32, 100 * 32)
+    assert (
+        s.scheduler.prompt_tokens,
+        s.scheduler.generated_tokens,
+        s.scheduler.preemptions,
+        s.kv_cache.blocks_cached,
+    ) == (120, 40, 0, 0)
 
 
 def test_no_stats_yet_is_an_idle_engine():
     s = engine_stats(None, prompt_tokens=0, generated_tokens=0)
-    assert (s.running, s.waiting, s.kv_blocks_total, s.kv_utilization, s.steps) == (0, 0, 0, 0.0, 0)
+    assert (
+        s.scheduler.running,
+        s.scheduler.waiting,
+        s.kv_cache.blocks_total,
+        s.kv_cache.utilization,
+        s.scheduler.steps,
+    ) == (0, 0, 0, 0.0, 0)
 
 
 def test_decode_reads_dicts_and_json():

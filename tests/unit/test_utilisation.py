@@ -1,4 +1,4 @@
-"""Utilisation signals (serve/utilisation.py, the engines' busy clocks): model-free."""
+"""Utilisation signals (serve/telemetry/utilisation.py, the engines' busy clocks): model-free."""
 
 from __future__ import annotations
 
@@ -11,29 +11,13 @@ import pytest
 
 from trtserve.backends.tensorrt_llm.engine import IterationBusy
 from trtserve.backends.torch_engine import BusyClock
-from trtserve.engine.messages import EngineStats
-from trtserve.serve import utilisation
-from trtserve.serve.metrics import Metrics
+from trtserve.engine.stats import EngineStats, KVCacheStats
+from trtserve.serve.telemetry import utilisation
+from trtserve.serve.telemetry.metrics import Metrics
 
 
 def _stats(busy: float | None) -> EngineStats:
-    return EngineStats(
-        running=0,
-        waiting=0,
-        kv_blocks_total=8,
-        kv_blocks_used=0,
-        kv_blocks_free=8,
-        kv_blocks_cached=0,
-        kv_utilization=0.0,
-        kv_waste=0.0,
-        prefix_queries=0,
-        prefix_hits=0,
-        preemptions=0,
-        prompt_tokens=0,
-        generated_tokens=0,
-        steps=0,
-        busy_seconds=busy,
-    )
+    return EngineStats(kv_cache=KVCacheStats(blocks_total=8, blocks_free=8), busy_seconds=busy)
 
 
 def _samples(text: str, name: str) -> dict[str, float]:

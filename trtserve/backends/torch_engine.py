@@ -19,13 +19,15 @@ import trtserve
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import EngineAsleepError, EngineDeadError
+from trtserve.engine.ids import RequestId
 from trtserve.engine.info import Capabilities, EngineInfo
 from trtserve.engine.kv_cache_events import KVCacheListener
 from trtserve.engine.kv_transfer import KVHandle, KVPayload
 from trtserve.engine.manifest import engine_fingerprint
-from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
+from trtserve.engine.messages import GenerateRequest, TokenDelta
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import MAX_LOGPROBS
+from trtserve.engine.stats import EngineStats
 from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
 
@@ -129,7 +131,7 @@ class TorchEngine:
             max_batch_size=limits.max_batch_size,
             max_num_tokens=limits.max_num_tokens,
             options=cfg.options,
-            capabilities=replace(CAPABILITIES, lora=self.core.adapters is not None),
+            capabilities=replace(CAPABILITIES, lora=self.core.lora.enabled),
         )
         self._startup["kv_cache"] = time.perf_counter() - start
         self._stats = self.core.stats()
@@ -146,7 +148,6 @@ class TorchEngine:
             raise EngineDeadError(f"the engine loop is not running ({self._dead_reason()})")
         if self._asleep:
             raise EngineAsleepError(ASLEEP)
-        self.core.check(request)  # raises UserError before anything is queued
         sink = _Sink(asyncio.get_running_loop(), asyncio.Queue(), request.params.n)
         self._inbox.put(("add", request, sink))
         self._wake.set()
@@ -177,16 +178,16 @@ class TorchEngine:
     async def load_adapter(self, name: str, path: Path) -> AdapterRef:
         """Load (or replace) adapter `name` in the engine thread, between two steps: no step sees half
         a registry, and the steps already running keep their adapters' weights."""
-        return await self._call(self.core.load_adapter, name, path, timeout=ADAPTER_TIMEOUT_S)
+        return await self._call(self.core.lora.load, name, path, timeout=ADAPTER_TIMEOUT_S)
 
     async def unload_adapter(self, name: str) -> None:
-        await self._call(self.core.unload_adapter, name, timeout=ADAPTER_TIMEOUT_S)
+        await self._call(self.core.lora.unload, name, timeout=ADAPTER_TIMEOUT_S)
 
     def adapters(self) -> list[AdapterRef]:
         return list(self._adapters)  # the engine thread's snapshot after its last change
 
     def _adapter_refs(self) -> tuple[AdapterRef, ...]:
-        return tuple(self.core.adapters.refs()) if self.core.adapters is not None else ()
+        return tuple(self.core.lora.refs())
 
     async def _call(self, fn, *args, timeout: float):
         """fn(*args) in the engine thread; its result, or its exception, here."""
@@ -205,10 +206,10 @@ class TorchEngine:
 
     async def export_kv(self, handle: KVHandle) -> KVPayload:
         """Copy the held prompt KV out in the engine thread, between two steps."""
-        return await self._call(self.core.export_kv, handle, timeout=INVALIDATE_TIMEOUT_S)
+        return await self._call(self.core.handoff.export, handle, timeout=INVALIDATE_TIMEOUT_S)
 
     def release_kv(self, handle: KVHandle) -> None:
-        self._inbox.put(("call", self.core.release_kv, (handle,), lambda result, err: None))
+        self._inbox.put(("call", self.core.handoff.release, (handle,), lambda result, err: None))
         self._wake.set()
 
     def subscribe_kv_events(self, listener: KVCacheListener) -> Callable[[], None]:
@@ -286,9 +287,7 @@ class TorchEngine:
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()
-                    if self.core.kv_tier is not None:
-                        self.core.kv_tier.tick()  # an idle engine writes the second tier's index too
-                if self.core.holds and self.core.holds.expire():  # disaggregated prefills nobody pulled in time
+                    self.core.tick()  # expires held KV nobody pulled, writes the second tier's index
                     self._stats = self.core.stats()
                 self._beat = time.monotonic()
             self.core.close()  # a clean stop: the second KV tier keeps the cached prefixes for the next start

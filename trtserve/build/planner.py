@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from trtserve.build.config import BuildConfig
 from trtserve.build.convert import check_tp
+from trtserve.build.job import Job
 from trtserve.build.reader import CheckpointReader
 from trtserve.build.source import open_checkpoint
 from trtserve.engine.errors import UserError
@@ -20,8 +21,6 @@ from trtserve.quant.checks import check_quant
 
 if TYPE_CHECKING:
     from pathlib import Path
-
-    from trtserve.build.strategies import Job
 
 
 @dataclass(frozen=True)

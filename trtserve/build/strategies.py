@@ -19,8 +19,6 @@ import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
@@ -30,9 +28,10 @@ from trtserve.backends.tensorrt_llm import build_plan, capabilities, compat, lor
 from trtserve.backends.tensorrt_llm.builder_rules import blackwell_problem
 from trtserve.backends.tensorrt_llm.quant import quant_algos
 from trtserve.build.config import BuildConfig
+from trtserve.build.job import Job, Written
 from trtserve.build.planner import BuildPlan
 from trtserve.build.reader import CheckpointReader
-from trtserve.build.tensors import Written, tensors_for
+from trtserve.build.tensors import tensors_for
 from trtserve.engine.backends import BACKENDS
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import (
@@ -47,14 +46,6 @@ from trtserve.engine.layout import (
 
 HF_QUANT_CONFIG = "hf_quant_config.json"  # written by ModelOpt's unified HF export
 _HF_FILES = ("config.json", "generation_config.json", HF_QUANT_CONFIG, "model.safetensors.index.json")
-
-
-@dataclass(frozen=True)
-class Job:
-    """A prepared build: everything that can fail before writing was checked."""
-
-    write: Callable[[Path, Console], Written]  # (staged dir, console): the backend's files
-    target: dict | None = None  # manifest.json's `target` (the TensorRT-LLM host), None: torch
 
 
 class _Strategy:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
@@ -25,19 +24,13 @@ from trtserve.build.convert import (
     checkpoint_specs,
     engine_specs,
 )
+from trtserve.build.job import Written
 from trtserve.build.planner import BuildPlan
 from trtserve.build.safetensors_io import TensorSpec, write_safetensors
 from trtserve.engine.layout import CHECKPOINT_DIR, ENGINE_WEIGHTS, TOKENIZER_DIR, rank_file
 from trtserve.engine.model_config import ModelConfig
 
 _EXPORT_DIR = ".modelopt-export"  # ModelOpt's scratch export inside the staged dir, removed again
-
-
-@dataclass(frozen=True)
-class Written:
-    model: ModelConfig  # as written to checkpoint/config.json (with `quantization` if quantized)
-    checkpoint_bytes: int  # all rank files
-    weight_bytes: int  # model.safetensors (what the torch engine loads); 0 where not written
 
 
 class TensorStep(Protocol):

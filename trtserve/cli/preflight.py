@@ -32,7 +32,7 @@ class Preflight:
         """Import what opening the engine will (its backend, the tokenizer's library) while the
         hashing finishes, then run the real check (serve/repository/scan.py: preflight_dir)."""
         from trtserve.serve.repository.scan import is_engine_dir, preflight_dir
-        from trtserve.serve.startup import verifying
+        from trtserve.serve.telemetry.startup import verifying
 
         with contextlib.suppress(Exception):  # a start that fails says why in the check below
             _import_for(self.engine_dir)

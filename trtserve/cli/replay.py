@@ -66,7 +66,7 @@ def replay_offline(receipt, engine_dir: Path, prompt_ids, allow_other_engine: bo
     budget = parse_memory(kv_cache_memory, "--kv-cache-memory") if kv_cache_memory else None
     llm = LLM(engine_dir, RuntimeConfig(**options.model_dump()), kv_cache_memory=budget)
     # an adapter packed in the engine dir (`build --lora`) replays offline; others need --server
-    adapter = adapter_of(receipt, llm.core.adapters.refs() if llm.core.adapters is not None else [])
+    adapter = adapter_of(receipt, llm.core.lora.refs())
     (out,) = llm.generate([prompt], params, adapter=adapter.name if adapter is not None else None)
     outputs = sequences_of(out.outputs)
     return ReplayResult(engine=identity, outputs=outputs, cached_tokens=out.num_cached_tokens), other

@@ -20,13 +20,15 @@ class _EngineCollector:
             return
         s = w.engine.stats()
         yield CounterMetricFamily(
-            PREFIX + "prompt_tokens", "Prompt tokens looked up in the prefix cache", s.prefix_queries
+            PREFIX + "prompt_tokens", "Prompt tokens looked up in the prefix cache", s.prefix_cache.queries
         )
         yield CounterMetricFamily(
-            PREFIX + "prefix_hit_tokens", "Prompt tokens served by the prefix cache", s.prefix_hits
+            PREFIX + "prefix_hit_tokens", "Prompt tokens served by the prefix cache", s.prefix_cache.hits
         )
-        yield CounterMetricFamily(PREFIX + "computed_prompt_tokens", "Prompt tokens computed here", s.prompt_tokens)
-        yield CounterMetricFamily(PREFIX + "generated_tokens", "Tokens generated here", s.generated_tokens)
+        yield CounterMetricFamily(
+            PREFIX + "computed_prompt_tokens", "Prompt tokens computed here", s.scheduler.prompt_tokens
+        )
+        yield CounterMetricFamily(PREFIX + "generated_tokens", "Tokens generated here", s.scheduler.generated_tokens)
         yield CounterMetricFamily(
             PREFIX + "local_prefills", "Decode requests whose prefill KV could not be pulled", w.local_prefills
         )
@@ -35,7 +37,7 @@ class _EngineCollector:
             PREFIX + "kv_pull_seconds", "Seconds spent pulling prompt KV (export, stage, read)", w.pull_seconds
         )
         yield GaugeMetricFamily(
-            PREFIX + "kv_blocks_used", "KV blocks held (held prefill KV included)", s.kv_blocks_used
+            PREFIX + "kv_blocks_used", "KV blocks held (held prefill KV included)", s.kv_cache.blocks_used
         )
         held = w.server.outstanding if w.server is not None else 0
         yield GaugeMetricFamily(PREFIX + "kv_offers", "Prefill KV offered and not yet released", held)

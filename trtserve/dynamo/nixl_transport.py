@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from trtserve.dynamo.transport import TransferError
+from trtserve.dynamo.transport_contract import TransferError
 
 READ_TIMEOUT_S = 30.0
 

@@ -4,6 +4,7 @@ The prefill side `stage`s a payload's bytes under a key and describes them in a 
 decode side `fetch`es them with that description; the prefill side `unstage`s them once the decode side
 released them (or their hold ran out). `NixlTransport` (nixl_transport.py) reads host memory through
 NIXL where the nixl wheel loads; `ShmTransport` is ours: one POSIX shared-memory segment a payload.
+Both follow transport_contract.py (KVTransport, TransferError: importable from here too).
 """
 
 from __future__ import annotations
@@ -11,28 +12,11 @@ from __future__ import annotations
 import logging
 import uuid
 from multiprocessing import resource_tracker, shared_memory
-from typing import Any, Protocol
+from typing import Any
+
+from trtserve.dynamo.transport_contract import KVTransport, TransferError
 
 log = logging.getLogger(__name__)
-
-
-class TransferError(Exception):
-    """The bytes could not be read (the prefill worker is gone, or the data was released)."""
-
-
-class KVTransport(Protocol):
-    name: str
-
-    def stage(self, key: str, data: memoryview | bytes) -> dict[str, Any]:
-        """Make `data` readable by a peer until `unstage(key)`; returns its JSON-able description."""
-
-    def unstage(self, key: str) -> None:
-        """Free what `stage(key)` holds; unknown keys are ignored."""
-
-    def fetch(self, where: dict[str, Any], nbytes: int) -> bytes:
-        """Read the staged bytes a peer described (TransferError if they are gone)."""
-
-    def close(self) -> None: ...
 
 
 class ShmTransport:

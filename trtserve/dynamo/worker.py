@@ -32,6 +32,7 @@ from trtserve.engine.layout import read_engine_config
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.open import open_engine
 from trtserve.engine.protocol import Engine
+from trtserve.engine.request_options import RequestOptions
 
 log = logging.getLogger(__name__)
 MODES = {"aggregated": DisaggregationMode.AGGREGATED, "prefill": DisaggregationMode.PREFILL}
@@ -89,7 +90,7 @@ class TrtserveWorker(LLMEngine):
         llm = LlmRegistration(
             context_length=info.max_seq_len,
             kv_cache_block_size=block,
-            total_kv_blocks=stats.kv_blocks_total,
+            total_kv_blocks=stats.kv_cache.blocks_total,
             max_num_seqs=info.max_batch_size,
             max_num_batched_tokens=info.max_num_tokens,
         )
@@ -111,7 +112,7 @@ class TrtserveWorker(LLMEngine):
         transfer = None
         if self.settings.role == "prefill" and not is_probe(request):  # the frontend sends max_tokens=1 already
             params, transfer = params.model_copy(update={"max_tokens": 1}), KVHold(self.settings.hold_s)
-        async for chunk in self._stream(GenerateRequest(prompt, params, kv_transfer=transfer), context):
+        async for chunk in self._stream(GenerateRequest(prompt, params, RequestOptions(kv_transfer=transfer)), context):
             yield chunk
 
     async def _decode(self, request, prompt, params, handoff: dict, context):
@@ -135,7 +136,7 @@ class TrtserveWorker(LLMEngine):
             yield {"token_ids": [first], "index": 0, "finish_reason": finish, "completion_usage": usage(len(prompt), 1)}
             return
         yield {"token_ids": [first], "index": 0}
-        req = GenerateRequest(prompt, params, kv_transfer=KVImport(payload, first))
+        req = GenerateRequest(prompt, params, RequestOptions(kv_transfer=KVImport(payload, first)))
         async for chunk in self._stream(req, context, emitted=1):
             yield chunk
 
@@ -198,8 +199,8 @@ class TrtserveWorker(LLMEngine):
         if self._snapshots is None or self.engine is None:
             return
         s = self.engine.stats()
-        hit_rate = s.prefix_hits / s.prefix_queries if s.prefix_queries else None
-        snap = ComponentSnapshot(s.kv_blocks_used, s.kv_blocks_total, s.kv_utilization, 0, hit_rate)
+        hit_rate = s.prefix_cache.hits / s.prefix_cache.queries if s.prefix_cache.queries else None
+        snap = ComponentSnapshot(s.kv_cache.blocks_used, s.kv_cache.blocks_total, s.kv_cache.utilization, 0, hit_rate)
         self._snapshots.publish(0, snap)
 
     async def register_prometheus(self, metrics) -> None:
@@ -214,7 +215,11 @@ class TrtserveWorker(LLMEngine):
         if self.engine is None:
             return True
         s = self.engine.stats()
-        return s.running == 0 and s.waiting == 0 and (self.server is None or self.server.outstanding == 0)
+        return (
+            s.scheduler.running == 0
+            and s.scheduler.waiting == 0
+            and (self.server is None or self.server.outstanding == 0)
+        )
 
     async def cleanup(self) -> None:
         if self._bridge is not None:

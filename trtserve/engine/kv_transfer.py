@@ -12,17 +12,15 @@ there, exactly as if the same engine had computed the prompt.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from trtserve.engine.messages import RequestId
+from trtserve.engine.ids import RequestId
 
 DEFAULT_HOLD_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
 class KVHold:
-    """GenerateRequest.kv_transfer of a prefill request: keep its prompt's KV once it finishes."""
+    """RequestOptions.kv_transfer of a prefill request: keep its prompt's KV once it finishes."""
 
     hold_s: float = DEFAULT_HOLD_S  # seconds the blocks are kept if nobody releases them
 
@@ -53,7 +51,7 @@ class KVPayload:
 
 @dataclass(frozen=True)
 class KVImport:
-    """GenerateRequest.kv_transfer of a decode request: its prompt's KV and first token, computed elsewhere."""
+    """RequestOptions.kv_transfer of a decode request: its prompt's KV and first token, computed elsewhere."""
 
     payload: KVPayload  # payload.num_tokens must equal the request's prompt length
     first_token: int  # the prefill's sampled token: the request's first output token

@@ -17,10 +17,12 @@ from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 from trtserve.engine.adapters import AdapterRef
+from trtserve.engine.ids import RequestId
 from trtserve.engine.info import EngineInfo
 from trtserve.engine.kv_cache_events import KVCacheListener
 from trtserve.engine.kv_transfer import KVHandle, KVPayload
-from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, TokenDelta
+from trtserve.engine.messages import GenerateRequest, TokenDelta
+from trtserve.engine.stats import EngineStats
 
 
 @runtime_checkable

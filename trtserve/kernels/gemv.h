@@ -14,49 +14,84 @@
 #define SEQ_M 4 /* up to this many rows of x, a block's weight rows are read one after another (row_dots) */
 #endif
 
-/* acc[m][r] += sum over k in [k0, k0 + kc) of x[m][k] w[r][k], for ROWS weight rows w0..w3. */
+/* The AVX2 build's sums for one (row of x, weight row), whatever M: row_dots' order. Lane l of
+ * part[8 s .. 8 s + 8) sums x[k] w[k] over k = 32 i + 8 s + l in order of k (then, for s = 0, the steps
+ * of 8 past the last whole 32); the total is hsum((p0 + p1) + (p2 + p3)), then the K mod 8 products
+ * one by one (part_total). So a row of a verification step gives the bits a plain decode row gives. */
+#define PART 32
+
+/* part[m][r] += the products of [k0, k0 + kc) (k0 a multiple of 32; first: part starts from zero) for
+ * ROWS weight rows w0..w3, as row_dots sums them (above). Four passes over the chunk, one per 8-lane
+ * slice of each 32 for each pair of x rows, keep 2 x 4 sums in registers; weights and x rows stay in L1. */
 static inline __attribute__((always_inline)) void chunk(const void* w0, const void* w1, const void* w2,
                                                        const void* w3, int dt, const float* xf, int64_t M,
-                                                       int64_t K, int64_t k0, int64_t kc, float* acc) {
-    const int64_t kv = kc & ~(int64_t)7;
+                                                       int64_t K, int64_t k0, int64_t kc, float* part, int first) {
+    const int64_t k32 = kc & ~(int64_t)31, k8 = kc & ~(int64_t)7;
     int64_t m = 0;
-    for (; m + 1 < M; m += 2) { /* two rows of x share each weight load: 8 independent sums */
-        const float* xa = xf + m * K + k0;
-        const float* xb = xa + K;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-        for (int64_t k = 0; k < kv; k += 8) {
-            __m256 u = _mm256_loadu_ps(xa + k), v = _mm256_loadu_ps(xb + k), w;
-            w = load8(w0, dt, k0 + k); a0 = _mm256_fmadd_ps(w, u, a0); b0 = _mm256_fmadd_ps(w, v, b0);
-            w = load8(w1, dt, k0 + k); a1 = _mm256_fmadd_ps(w, u, a1); b1 = _mm256_fmadd_ps(w, v, b1);
-            w = load8(w2, dt, k0 + k); a2 = _mm256_fmadd_ps(w, u, a2); b2 = _mm256_fmadd_ps(w, v, b2);
-            w = load8(w3, dt, k0 + k); a3 = _mm256_fmadd_ps(w, u, a3); b3 = _mm256_fmadd_ps(w, v, b3);
+    for (; m + 1 < M; m += 2) /* two rows of x share each weight load: 8 independent sums */
+        for (int s = 0; s < 4; s++) {
+            const float* xa = xf + m * K + k0;
+            const float* xb = xa + K;
+            float* pa = part + m * ROWS * PART + 8 * s;
+            float* pb = pa + ROWS * PART;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0, b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+            if (!first) {
+                a0 = _mm256_loadu_ps(pa); a1 = _mm256_loadu_ps(pa + PART);
+                a2 = _mm256_loadu_ps(pa + 2 * PART); a3 = _mm256_loadu_ps(pa + 3 * PART);
+                b0 = _mm256_loadu_ps(pb); b1 = _mm256_loadu_ps(pb + PART);
+                b2 = _mm256_loadu_ps(pb + 2 * PART); b3 = _mm256_loadu_ps(pb + 3 * PART);
+            }
+#define CHUNK_PAIR(k)                                                                                           \
+    do {                                                                                                        \
+        __m256 u = _mm256_loadu_ps(xa + (k)), v = _mm256_loadu_ps(xb + (k)), w;                                 \
+        w = load8(w0, dt, k0 + (k)); a0 = _mm256_fmadd_ps(w, u, a0); b0 = _mm256_fmadd_ps(w, v, b0);          \
+        w = load8(w1, dt, k0 + (k)); a1 = _mm256_fmadd_ps(w, u, a1); b1 = _mm256_fmadd_ps(w, v, b1);          \
+        w = load8(w2, dt, k0 + (k)); a2 = _mm256_fmadd_ps(w, u, a2); b2 = _mm256_fmadd_ps(w, v, b2);          \
+        w = load8(w3, dt, k0 + (k)); a3 = _mm256_fmadd_ps(w, u, a3); b3 = _mm256_fmadd_ps(w, v, b3);          \
+    } while (0)
+            for (int64_t k = 8 * s; k < k32; k += 32) CHUNK_PAIR(k);
+            if (!s)
+                for (int64_t k = k32; k < k8; k += 8) CHUNK_PAIR(k);
+#undef CHUNK_PAIR
+            _mm256_storeu_ps(pa, a0); _mm256_storeu_ps(pa + PART, a1);
+            _mm256_storeu_ps(pa + 2 * PART, a2); _mm256_storeu_ps(pa + 3 * PART, a3);
+            _mm256_storeu_ps(pb, b0); _mm256_storeu_ps(pb + PART, b1);
+            _mm256_storeu_ps(pb + 2 * PART, b2); _mm256_storeu_ps(pb + 3 * PART, b3);
         }
-        float* o = acc + m * ROWS;
-        o[0] += hsum(a0); o[1] += hsum(a1); o[2] += hsum(a2); o[3] += hsum(a3);
-        o[4] += hsum(b0); o[5] += hsum(b1); o[6] += hsum(b2); o[7] += hsum(b3);
-    }
-    for (; m < M; m++) {
-        const float* xa = xf + m * K + k0;
-        __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-        for (int64_t k = 0; k < kv; k += 8) {
-            __m256 u = _mm256_loadu_ps(xa + k);
-            a0 = _mm256_fmadd_ps(load8(w0, dt, k0 + k), u, a0);
-            a1 = _mm256_fmadd_ps(load8(w1, dt, k0 + k), u, a1);
-            a2 = _mm256_fmadd_ps(load8(w2, dt, k0 + k), u, a2);
-            a3 = _mm256_fmadd_ps(load8(w3, dt, k0 + k), u, a3);
+    for (; m < M; m++)
+        for (int s = 0; s < 4; s++) {
+            const float* xa = xf + m * K + k0;
+            float* pa = part + m * ROWS * PART + 8 * s;
+            __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+            if (!first) {
+                a0 = _mm256_loadu_ps(pa); a1 = _mm256_loadu_ps(pa + PART);
+                a2 = _mm256_loadu_ps(pa + 2 * PART); a3 = _mm256_loadu_ps(pa + 3 * PART);
+            }
+#define CHUNK_ONE(k)                                                                                            \
+    do {                                                                                                        \
+        __m256 u = _mm256_loadu_ps(xa + (k));                                                                   \
+        a0 = _mm256_fmadd_ps(load8(w0, dt, k0 + (k)), u, a0);                                                   \
+        a1 = _mm256_fmadd_ps(load8(w1, dt, k0 + (k)), u, a1);                                                   \
+        a2 = _mm256_fmadd_ps(load8(w2, dt, k0 + (k)), u, a2);                                                   \
+        a3 = _mm256_fmadd_ps(load8(w3, dt, k0 + (k)), u, a3);                                                   \
+    } while (0)
+            for (int64_t k = 8 * s; k < k32; k += 32) CHUNK_ONE(k);
+            if (!s)
+                for (int64_t k = k32; k < k8; k += 8) CHUNK_ONE(k);
+#undef CHUNK_ONE
+            _mm256_storeu_ps(pa, a0); _mm256_storeu_ps(pa + PART, a1);
+            _mm256_storeu_ps(pa + 2 * PART, a2); _mm256_storeu_ps(pa + 3 * PART, a3);
         }
-        float* o = acc + m * ROWS;
-        o[0] += hsum(a0); o[1] += hsum(a1); o[2] += hsum(a2); o[3] += hsum(a3);
-    }
-    for (int64_t k = kv; k < kc; k++) { /* K not a multiple of 8 */
-        float v0 = load1(w0, dt, k0 + k), v1 = load1(w1, dt, k0 + k);
-        float v2 = load1(w2, dt, k0 + k), v3 = load1(w3, dt, k0 + k);
-        for (int64_t mm = 0; mm < M; mm++) {
-            float xk = xf[mm * K + k0 + k];
-            float* o = acc + mm * ROWS;
-            o[0] += xk * v0; o[1] += xk * v1; o[2] += xk * v2; o[3] += xk * v3;
-        }
-    }
+}
+
+/* The total of one (row of x, weight row) from its part (chunk), as row_dots ends: the four slices
+ * added pairwise, the horizontal sum, then the K mod 8 products in order. */
+static inline __attribute__((always_inline)) float part_total(const float* p, const void* wr, int dt,
+                                                             const float* xa, int64_t K) {
+    const __m256 s01 = _mm256_add_ps(_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8));
+    float sum = hsum(_mm256_add_ps(s01, _mm256_add_ps(_mm256_loadu_ps(p + 16), _mm256_loadu_ps(p + 24))));
+    for (int64_t k = K & ~(int64_t)7; k < K; k++) sum += xa[k] * load1(wr, dt, k);
+    return sum;
 }
 
 #ifdef __AVX512F__ /* built so where the CPU has AVX-512 F/DQ/BW/VL (native.py) */
@@ -183,9 +218,14 @@ static inline __attribute__((always_inline)) void gemm_block(int64_t b, const fl
         const int64_t parts = (K + KC16 - 1) / KC16, kc = ((K + parts - 1) / parts + 15) & ~(int64_t)15;
         for (int64_t k0 = 0; k0 < K; k0 += kc)
             chunk16(r, wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, acc);
-#else
-        for (int64_t k0 = 0; k0 < K; k0 += KC)
-            chunk(r[0], r[1], r[2], r[3], wdt, xf, M, K, k0, K - k0 < KC ? K - k0 : KC, acc);
+#else /* the sums of row_dots, K in equal chunks of a multiple of 32, at most KC */
+        float part[MAX_M * ROWS * PART];
+        const int64_t parts = (K + KC - 1) / KC, kc = ((K + parts - 1) / parts + 31) & ~(int64_t)31;
+        for (int64_t k0 = 0; k0 < K; k0 += kc)
+            chunk(r[0], r[1], r[2], r[3], wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, part, k0 == 0);
+        for (int64_t m = 0; m < M; m++)
+            for (int j = 0; j < ROWS; j++)
+                acc[m * ROWS + j] = part_total(part + (m * ROWS + j) * PART, r[j], wdt, xf + m * K, K);
 #endif
     }
     for (int64_t m = 0; m < M; m++)

@@ -1,6 +1,7 @@
 """Our C kernels: each `.c` file here is compiled on first use with the system C compiler into the
 user's cache and loaded with ctypes. Where the CPU lacks AVX2/FMA or no compiler works, `library`
-returns None and the caller runs torch's own op instead.
+returns None and the caller runs torch's own op instead. Every choice of path reads the CPU through
+`cpu_flags` and `cpu_vendor`, which keep to the ISA cap TRTSERVE_ISA where it is set (isa.py).
 
 Each .so links `libgomp.so.1`, which torch has already loaded by that soname, so the kernels'
 `omp parallel` regions run on torch's OpenMP threads, not a second pool competing for the cores.
@@ -15,8 +16,11 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 from functools import cache
 from pathlib import Path
+
+from trtserve.kernels import isa
 
 log = logging.getLogger(__name__)
 
@@ -39,16 +43,36 @@ def cpuinfo(key: str) -> str:
 
 
 @cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags (empty off Linux x86-64)."""
+def hardware_flags() -> frozenset[str]:
+    """The CPU's own feature flags (empty off Linux x86-64), whatever the cap."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return frozenset()
     return frozenset(cpuinfo("flags").split())
 
 
+@cache
+def isa_cap() -> str | None:
+    """The ISA cap in effect (isa.LEVELS), clamped to this CPU's level; None where TRTSERVE_ISA is unset."""
+    return isa.level(hardware_flags())
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The feature flags the kernels dispatch on: the CPU's, less those above the ISA cap."""
+    return isa.capped(hardware_flags(), isa_cap())
+
+
+def export_torch_env() -> dict[str, str]:
+    """Put the environment that keeps torch's CPU code at the ISA cap into os.environ (values already
+    set win) and return it; torch reads it at its first CPU op, so call this before. Nothing uncapped."""
+    env = {k: os.environ.setdefault(k, v) for k, v in isa.torch_env(isa_cap()).items()}
+    return env
+
+
 def cpu_vendor() -> str:
-    """GenuineIntel, AuthenticAMD; empty where unknown."""
-    return cpuinfo("vendor_id")
+    """GenuineIntel, AuthenticAMD; empty where unknown. Under a cap below AMX, the vendor of the CPUs
+    shipped at that level (isa.VENDOR)."""
+    return isa.VENDOR.get(isa_cap(), cpuinfo("vendor_id"))
 
 
 def cpu_model() -> str:
@@ -128,3 +152,16 @@ def function(source: Path, name: str, argtypes: str):
     ]
     fn.restype = ctypes.c_int
     return fn
+
+
+def main(argv: list[str]) -> int:
+    """The ISA caps below this CPU's level, one a line, lowest first (what scripts/isa_lanes.sh runs);
+    with the argument `env`: the environment TRTSERVE_ISA's cap needs for torch, as KEY=VALUE lines."""
+    if argv[1:] == ["env"]:
+        print("\n".join(f"{k}={v}" for k, v in export_torch_env().items()))
+        return 0
+    if argv[1:]:
+        print("usage: native.main([prog]) or native.main([prog, 'env'])", file=sys.stderr)
+        return 2
+    print("\n".join(isa.LEVELS[: isa.LEVELS.index(isa.native_level(hardware_flags()))]))
+    return 0

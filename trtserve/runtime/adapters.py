@@ -10,7 +10,7 @@ from pathlib import Path
 
 from trtserve.engine.adapters import AdapterRef, LoraConfig, adapter_ref
 from trtserve.engine.errors import UserError
-from trtserve.engine.messages import AdapterCounts
+from trtserve.engine.stats import AdapterCounts
 from trtserve.models.decoder import DecoderModel
 from trtserve.models.lora import LoraWeights, load_lora
 from trtserve.runtime.adapter_cache import AdapterCache

@@ -396,8 +396,9 @@ class BlockManager:
             assert self._head[b] is None or self._key[b] is not None
         heads: dict[bytes, set] = {}
         for b, head in enumerate(self._head):
-            if head is not None:
-                heads.setdefault(head, set()).add(self._block_scope[b].version)  # type: ignore[union-attr]
+            scope = self._block_scope[b]
+            if head is not None and scope is not None:
+                heads.setdefault(head, set()).add(scope.version)
         assert heads == self._heads, "head keys differ from the first blocks holding them"
         assert self._frozen <= self._scope.keys()
         filled: dict[int, int] = {}  # the waste, recounted per block over every table holding it

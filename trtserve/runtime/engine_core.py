@@ -1,8 +1,9 @@
-"""The torch engine's step loop, synchronous: schedule -> run -> sample -> update.
+"""The torch engine's step loop, synchronous: schedule -> run -> sample -> emit.
 
 Single-threaded by design; the async backend (backends/torch_engine.py) drives it from its own
 thread. A request of n sequences is tracked as a group keyed by its RequestId; each sequence is a
-Request keyed by its SequenceId.
+Request keyed by its SequenceId. Optional parts (LoRA, speculation, the KV second tier, KV hand-off)
+attach through the step hooks of runtime/features/, as null objects when off.
 """
 
 from __future__ import annotations
@@ -10,92 +11,87 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, wait
-from pathlib import Path
+import weakref
 
 import torch
 
-from trtserve.engine.adapters import AdapterRef, LoraConfig
-from trtserve.engine.errors import UnsupportedError, UserError
+from trtserve.engine.errors import UserError
+from trtserve.engine.ids import RequestId, SequenceId
 from trtserve.engine.kv_cache_events import KVCacheListener
-from trtserve.engine.kv_transfer import KVHandle, KVHold, KVImport, KVPayload
-from trtserve.engine.layout import LORA_DIR
-from trtserve.engine.manifest import engine_fingerprint as manifest_fingerprint
-from trtserve.engine.messages import EngineStats, GenerateRequest, RequestId, SequenceId, SpecCounts, TokenDelta
+from trtserve.engine.manifest import engine_fingerprint
+from trtserve.engine.messages import GenerateRequest, TokenDelta
 from trtserve.engine.rules import check_request, finish_reason
 from trtserve.engine.run_config import RuntimeConfig
+from trtserve.engine.stats import EngineStats, KVCacheStats, PrefixCacheStats
 from trtserve.runtime import weights
-from trtserve.runtime.adapters import Adapters
 from trtserve.runtime.block_manager import BlockManager
+from trtserve.runtime.features import Features
+from trtserve.runtime.features.handoff import KVHandoff, holds_kv
+from trtserve.runtime.features.kv_tier import NoTier, Tier
+from trtserve.runtime.features.lora import make_lora
+from trtserve.runtime.features.speculation import NoSpeculation, Speculation
+from trtserve.runtime.grammar_queue import GrammarQueue
 from trtserve.runtime.guided import Grammars
-from trtserve.runtime.kv_export import KVHolds, check_import, contract_listener, import_blocks
+from trtserve.runtime.kv_export import contract_listener
 from trtserve.runtime.kv_tier import KVTier
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.runner import ModelRunner, StepLogits
-from trtserve.runtime.sampler import SampleRow, logprobs_of, sample
-from trtserve.runtime.scheduler import ScheduledChunk, Scheduler, SchedulerConfig, SchedulerOutput
-from trtserve.runtime.sizing import default_step_tokens, size_kv_cache
-from trtserve.runtime.speculative.speculator import Speculator, make_speculator
-from trtserve.runtime.speculative.verify import verify
+from trtserve.runtime.sampler import row_for, sample
+from trtserve.runtime.schedule import ScheduledChunk, SchedulerOutput
+from trtserve.runtime.scheduler import Scheduler
+from trtserve.runtime.sizing import scheduler_config, size_kv_cache
+from trtserve.runtime.speculative.speculator import make_speculator
 
 log = logging.getLogger(__name__)
-
-
-def engine_fingerprint(engine: LoadedEngine) -> str:
-    return manifest_fingerprint(engine.manifest)
 
 
 class EngineCore:
     def __init__(self, engine: LoadedEngine, cfg: RuntimeConfig | None = None, num_blocks: int | None = None):
         """num_blocks: the KV cache's size in blocks; None sizes it by `cfg` (size_kv_cache)."""
         cfg = cfg or RuntimeConfig()
-        b = engine.config.build_config
         self.engine = engine
-        self.max_seq_len = b.max_seq_len
+        self.max_seq_len = engine.config.build_config.max_seq_len
         self.enable_prefix_caching = cfg.enable_prefix_caching
-        # The LoRA adapters it serves (the engine dir's and the `lora` engine option's), loaded and checked
-        # now; None: none. An engine dir that packs adapters serves them without the option.
-        packed = engine.path / LORA_DIR
-        packed = {p.name: p for p in sorted(packed.iterdir()) if p.is_dir()} if packed.is_dir() else {}
-        lora = cfg.lora or (LoraConfig() if packed else None)
-        self.adapters = Adapters(lora, engine.model, packed) if lora is not None else None
-        self.sched_config = SchedulerConfig(
-            max_num_tokens=min(cfg.max_num_tokens or default_step_tokens(engine), b.max_num_tokens),
-            max_batch_size=b.batch_limit(cfg.max_batch_size),
-            max_seq_len=b.max_seq_len,
-            policy=cfg.capacity_policy,
-        )
+        self.fingerprint = engine_fingerprint(engine.manifest)
+        self.lora = make_lora(engine, cfg.lora)  # the LoRA adapters it serves, loaded and checked now
+        self.sched_config = scheduler_config(engine, cfg)
         if num_blocks is None:
             size = size_kv_cache(engine, cfg, self.sched_config.max_batch_size)
             log.info("%s", size.describe())
             num_blocks = size.num_blocks
-        # speculative decoding (the `speculative` engine option); None: off
-        self.speculator: Speculator | None = make_speculator(cfg.speculative, engine, cfg) if cfg.speculative else None
-        # the prefix cache's second tier (the `kv_offload` option), attached to each cache made; None: none
-        self.kv_tier = KVTier(cfg.kv_offload, engine_fingerprint(engine)) if cfg.kv_offload else None
+        spec = cfg.speculative
+        self.speculation = Speculation(make_speculator(spec, engine, cfg)) if spec else NoSpeculation()
+        self.tier = Tier(KVTier(cfg.kv_offload, self.fingerprint)) if cfg.kv_offload else NoTier()
+        self.handoff = KVHandoff(self.fingerprint)
+        self.features = Features(self.lora, self.speculation, self.tier, self.handoff)
         self.asleep = False  # sleep() released the KV cache
         self._make_kv_cache(num_blocks)
         vocab = engine.config.pretrained_config.vocab_size
         self.grammars = Grammars(engine.tokenizer, vocab, sorted(engine.eos_token_ids))  # compiled lazily
-        self._compiling: list[tuple[Request, Future]] = []  # constrained requests waiting for their grammar
+        self.compiling = GrammarQueue(self.grammars)  # constrained requests waiting for their grammar
         self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
-        self._decode_only: tuple[int, int] | None = None  # this step's (batch, proposals) if it ran decodes only
         self.steps = self.prompt_tokens = self.generated_tokens = 0
 
+    # ---- the KV cache ------------------------------------------------------------------------
     def _make_kv_cache(self, num_blocks: int) -> None:
         bs = self.engine.config.build_config.plugin_config.tokens_per_block
-        fingerprint = engine_fingerprint(self.engine)
-        self.blocks = BlockManager(num_blocks, bs, fingerprint, self.enable_prefix_caching)
-        self.holds = KVHolds(self.blocks)  # finished prefills' prompt KV, kept for export (disaggregation)
-        lora = self.adapters.cache if self.adapters is not None else None
-        self.scheduler = Scheduler(self.sched_config, self.blocks, lora, self.speculator)
+        self.blocks = BlockManager(num_blocks, bs, self.fingerprint, self.enable_prefix_caching)
+        self.scheduler = Scheduler(self.sched_config, self.blocks, self.lora, self.speculation)
         kv = self.engine.model.new_kv_cache(num_blocks, bs)
         self.kv_block_bytes = kv.data.nbytes // num_blocks
-        if self.kv_tier is not None:
-            self.kv_tier.attach(self.blocks, kv)
-        self.runner = ModelRunner(self.engine.model, kv, self.blocks, lora)
+        self.features.on_cache(self.blocks, kv)
+        self.runner = ModelRunner(self.engine.model, kv, self.blocks, self.lora)
+        # check()ed requests not yet added; a check against an old cache's size no longer holds
+        self._checked: weakref.WeakSet[GenerateRequest] = weakref.WeakSet()
+
+    def _remake_kv_cache(self, num_blocks: int) -> None:
+        """A new, empty KV cache; the counters carry on."""
+        old_blocks, old_scheduler = self.blocks, self.scheduler
+        self._make_kv_cache(num_blocks)
+        self.blocks.carry_over(old_blocks)
+        self.scheduler.carry_over(old_scheduler)
 
     def resize_kv_cache(self, num_blocks: int) -> None:
         """Replace the KV cache by an empty one of num_blocks, between requests only.
@@ -105,11 +101,8 @@ class EngineCore:
         """
         if self.has_unfinished():
             raise RuntimeError("the KV cache can only be resized while no request is in flight")
-        old_blocks, preemptions = self.blocks, self.scheduler.num_preemptions
         self._release_kv_cache()
-        self._make_kv_cache(num_blocks)
-        self.blocks.carry_over(old_blocks)
-        self.scheduler.num_preemptions = preemptions
+        self._remake_kv_cache(num_blocks)
 
     def sleep(self) -> None:
         """Release the KV cache (and on CUDA move the weights to host memory) between requests; its
@@ -118,17 +111,12 @@ class EngineCore:
             raise RuntimeError("the engine can only sleep while no request is in flight")
         self._release_kv_cache()
         weights.to_host(self.engine.model)
-        if self.speculator is not None:
-            self.speculator.sleep()  # a draft model's KV cache and weights too
+        self.features.sleep()
         self.asleep = True
 
     def _release_kv_cache(self) -> None:
-        """Drop the KV cache's storage (on CPU its pages go back to the system), its cached prefixes saved
-        in the second tier first, if there is one; running requests must be none."""
-        if self.kv_tier is not None:
-            self.kv_tier.save(self.blocks)
-            self.kv_tier.detach()  # it holds no reference to the old storage
-        self.holds.release_all()
+        """Drop the KV cache's storage (on CPU its pages go back to the system); no request is running."""
+        self.features.on_release_cache(self.blocks)
         self.blocks.clear()
         del self.runner  # frees the old storage before a new one is allocated: one cache at a time
 
@@ -137,22 +125,21 @@ class EngineCore:
         if not self.asleep:
             return
         weights.to_device(self.engine.model)
-        if self.speculator is not None:
-            self.speculator.wake_up()
-        old_blocks, preemptions = self.blocks, self.scheduler.num_preemptions
-        self._make_kv_cache(old_blocks.num_blocks)
-        self.blocks.carry_over(old_blocks)
-        self.scheduler.num_preemptions = preemptions
+        self.features.wake_up()
+        self._remake_kv_cache(self.blocks.num_blocks)
         self.asleep = False
 
     def close(self) -> None:
         """A clean stop: the second tier saves the cached prefixes and writes its index."""
-        if self.kv_tier is not None:
-            self.kv_tier.close(None if self.asleep else self.blocks)
+        self.features.close(None if self.asleep else self.blocks)
+
+    def tick(self) -> None:
+        """An idle engine's housekeeping: expire held KV, write the second tier's index."""
+        self.features.tick()
 
     # ---- requests --------------------------------------------------------------------------
     def check(self, req: GenerateRequest) -> None:
-        """Raise UserError if the request can never run on this engine."""
+        """Raise UserError if the request can never run on this engine; add_request does not check again."""
         vocab = self.engine.config.pretrained_config.vocab_size
         check_request(
             req, max_seq_len=self.max_seq_len, vocab_size=vocab, max_batch_size=self.sched_config.max_batch_size
@@ -166,64 +153,32 @@ class EngineCore:
             )
         if req.params.guided is not None:
             self.grammars.validate(req.params.guided)  # UserError for a spec that does not parse
-        if req.kv_transfer is not None:
-            self._check_kv_transfer(req)
-        if req.adapter is not None:
-            if self.adapters is None:
-                raise UserError(
-                    f"this engine serves no LoRA adapters (asked for {req.adapter.name}); "
-                    "start it with the `lora` engine option, or send the request to the base model"
-                )
-            self.adapters.check(req.adapter)
-
-    def adapter(self, name: str) -> AdapterRef:
-        """The served LoRA adapter named `name`; UserError if there is none."""
-        return self._lora(name).ref(name)
-
-    def load_adapter(self, name: str, path: str | Path) -> AdapterRef:
-        """Serve (or replace) adapter `name` from `path`, between steps (runtime/adapters.py: add)."""
-        return self._lora(name).add(name, path)
-
-    def unload_adapter(self, name: str) -> None:
-        self._lora(name).remove(name)
-
-    def _lora(self, name: str) -> Adapters:
-        if self.adapters is None:
-            raise UnsupportedError(
-                f"this engine serves no LoRA adapters (asked for {name}); start it with the `lora` engine option"
-            )
-        return self.adapters
+        self.features.check(req)
+        self._checked.add(req)
 
     def add_request(self, req: GenerateRequest) -> None:
-        self.check(req)
+        if req not in self._checked:
+            self.check(req)
+        self._checked.discard(req)
         if req.request_id in self.groups:
             raise ValueError(f"{req.request_id} was added twice")  # RequestIds are unique: a bug if seen
+        wants_prompt_lps = req.params.prompt_logprobs is not None
         r = Request(
             SequenceId(req.request_id),
             list(req.prompt_token_ids),
             req.params,
             next(self._arrival),
-            req.priority,
-            req.cache_salt,
-            cache_namespace=req.cache_namespace,
-            context_version=req.context_version,
-            adapter=req.adapter,
-            prompt_logprobs=[None] * len(req.prompt_token_ids) if req.params.prompt_logprobs is not None else None,
-            speculate=req.speculate,
+            req.options,
+            prompt_logprobs=[None] * len(req.prompt_token_ids) if wants_prompt_lps else None,
         )
-        if isinstance(req.kv_transfer, KVHold):
-            r.kv_hold = req.kv_transfer.hold_s
-        elif isinstance(req.kv_transfer, KVImport):  # the prefill's first token is this request's first output
-            r.kv_import, r.output_token_ids = req.kv_transfer, [req.kv_transfer.first_token]
         r.arrival_time = time.monotonic()
         r.make_generator()
         self.groups[req.request_id] = [r]
-        if req.adapter is not None:
-            self.adapters.enter(req.adapter)  # type: ignore[union-attr] - check() refused it without adapters
+        self.features.on_add(r)
         if req.params.guided is None:
             self.scheduler.add(r)
         else:  # joins the queue when its grammar is compiled (at once if cached): see _admit_compiled
-            self._compiling.append((r, self.grammars.submit(req.params.guided)))
+            self.compiling.submit(r, req.params.guided)
 
     def abort(self, request_id: RequestId, index: int | None = None) -> list[TokenDelta]:
         """Finish every sequence of the request (or only sequence `index`) now; their blocks are
@@ -232,28 +187,14 @@ class EngineCore:
         for r in list(self.groups.get(request_id, [])):
             if (index is None or r.index == index) and not r.is_finished:
                 self.scheduler.finish(r, "abort")
-                deltas.append(self._delta(r, [], None))
+                deltas.append(r.delta([], None))
         self._drop_if_done(request_id)
         return deltas
 
     def invalidate_cache(self, namespace: str | None, before_version: int | None = None) -> int:
         """Drop the namespace's cached prefixes (block_manager.py: invalidate); running requests keep theirs."""
-        if self.kv_tier is not None:
-            self.kv_tier.invalidate(namespace, before_version)
+        self.features.invalidate(namespace, before_version)
         return self.blocks.invalidate(namespace, before_version)
-
-    def _check_kv_transfer(self, req: GenerateRequest) -> None:
-        if req.params.n != 1 or req.params.prompt_logprobs is not None:
-            raise UserError("a disaggregated request (prefill or decode) takes n=1 and no prompt_logprobs")
-        if isinstance(req.kv_transfer, KVImport):
-            check_import(self.runner.kv, req.kv_transfer, len(req.prompt_token_ids), engine_fingerprint(self.engine))
-
-    def export_kv(self, handle: KVHandle) -> KVPayload:
-        """A copy of the prompt KV a finished KVHold request holds (UserError once released or expired)."""
-        return self.holds.export(self.runner.kv, handle, engine_fingerprint(self.engine))
-
-    def release_kv(self, handle: KVHandle) -> None:
-        self.holds.release(handle.request_id)
 
     def subscribe_kv_events(self, listener: KVCacheListener):
         """Hand `listener` the contract's prefix-cache events; returns the block manager's listener."""
@@ -262,35 +203,28 @@ class EngineCore:
         return converted
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.num_unfinished > 0 or bool(self._compiling)
+        return self.scheduler.num_unfinished > 0 or len(self.compiling) > 0
 
     # ---- the step --------------------------------------------------------------------------
     def step(self) -> list[TokenDelta]:
-        if self.kv_tier is not None:
-            self.kv_tier.tick()  # the second tier's index, every persist_interval_s
-        start, self._decode_only = time.perf_counter(), None
+        start = time.perf_counter()
+        self.features.tick()
         deltas = self._step()
-        if self._decode_only is not None:  # the speculation switch learns what a decode step costs
-            self.speculator.switch.observe(*self._decode_only, time.perf_counter() - start)  # type: ignore[union-attr]
+        self.speculation.step_ended(time.perf_counter() - start)
         return deltas
 
     def _step(self) -> list[TokenDelta]:
-        failed = self._admit_compiled()
-        if failed:
-            return failed
+        ready, failed_compiles = self.compiling.poll(wait_if_idle=not self.scheduler.num_unfinished)
+        for r in ready:
+            self.scheduler.add(r)
+        if failed_compiles:
+            return [d for r, err in failed_compiles for d in self._fail(r, err)]
         out = self.scheduler.schedule()
-        if (
-            self.speculator is not None
-            and out.chunks
-            and all(c.start >= c.request.num_prompt_tokens for c in out.chunks)
-        ):
-            self._decode_only = (len(out.chunks), sum(len(c.draft) for c in out.chunks))  # (batch, proposals)
+        self.speculation.scheduled(out)
         failed = [d for r, err in out.failed for d in self._failed(r, err)]  # adapters that would not load
         if not out.chunks:
             return failed
-        for r in out.kv_imports:  # disaggregated decodes: their prompt's KV, before the step reads it
-            import_blocks(self.runner.kv, self.blocks.block_table(r.seq), r.kv_import.payload)  # type: ignore[union-attr]
-            r.kv_import = None
+        self.features.before_run(out, self.runner.kv, self.blocks)
         self.steps += 1
         try:
             logits = self.runner.execute(out)
@@ -298,132 +232,65 @@ class EngineCore:
             log.exception("engine step failed")
             return failed + [d for c in out.chunks for d in self._fail(c.request, err)]
         self.prompt_tokens += self.scheduler.update(out)
-        if self.adapters is not None:
-            for c in out.chunks:
-                if c.request.adapter is not None:
-                    computed = max(min(c.end, c.request.num_prompt_tokens) - c.start, 0)
-                    self.adapters.count_tokens(c.request.adapter, prompt=computed)
-        prompt_lps = self._prompt_logprobs(out, logits)
+        self.features.after_run(out)
+        return failed + self._sample_and_emit(out, logits)
+
+    def _sample_and_emit(self, out: SchedulerOutput, logits: StepLogits) -> list[TokenDelta]:
+        """Each chunk that reaches its sequence's end picks (or verifies) its next tokens and emits them."""
+        prompt_lps = logits.prompt_logprobs(out)
         sampling = [
             (c.request, row)
             for c, row in zip(out.chunks, logits.sample_row, strict=True)
             if row is not None and not c.draft
         ]
         verifying = [(c, row) for c, row in zip(out.chunks, logits.sample_row, strict=True) if c.draft]
+        eos = self.engine.eos_token_ids
         try:
-            tokens, lps = self._sample([r for r, _ in sampling], logits.logits[[row for _, row in sampling]])
+            rows = [row_for(r, eos) for r, _ in sampling]
+            tokens, lps = sample(logits.logits[[row for _, row in sampling]], rows) if rows else ([], [])
         except Exception as err:
             log.exception("sampling failed")
-            return failed + [d for r, _ in sampling for d in self._fail(r, err)]
-        deltas: list[TokenDelta] = failed
+            return [d for r, _ in sampling for d in self._fail(r, err)]
+        deltas: list[TokenDelta] = []
         for c, row in verifying:
             try:
-                rows = logits.logits[row : row + 1 + len(c.draft)]
-                deltas.append(self._verify(c, rows, prompt_lps.get(c.request.seq)))
+                deltas.append(
+                    self._verify(c, logits.logits[row : row + 1 + len(c.draft)], prompt_lps.get(c.request.seq))
+                )
             except Exception as err:
                 log.exception("verification failed")
                 deltas += self._fail(c.request, err)
         for (r, row), tok, lp in zip(sampling, tokens, lps, strict=True):
             children = self._fork(r, logits.logits[[row]]) if r.params.n > 1 and not r.forked else []
-            deltas.append(self._emit(r, tok, lp, prompt_lps.get(r.seq)))
+            deltas.append(self._emit(r, [tok], [lp], prompt_lps.get(r.seq)))
             for child, (ctok, clp) in children:
-                deltas.append(self._emit(child, ctok, clp, None))
+                deltas.append(self._emit(child, [ctok], [clp], None))
         return deltas
-
-    def _admit_compiled(self) -> list[TokenDelta]:
-        """Constrained requests whose grammar is ready join the queue; a failed compile fails its request."""
-        if not self._compiling:
-            return []
-        if not self.scheduler.num_unfinished:  # nothing else to run: wait a little rather than spin
-            wait([f for _, f in self._compiling], timeout=0.02, return_when=FIRST_COMPLETED)
-        deltas, still = [], []
-        for r, fut in self._compiling:
-            if r.is_finished:  # aborted while its grammar compiled
-                continue
-            if not fut.done():
-                still.append((r, fut))
-            elif fut.exception() is not None:
-                deltas += self._fail(r, fut.exception())
-            else:
-                r.guided = self.grammars.state_of(fut.result())  # not from the LRU: it may have evicted it
-                self.scheduler.add(r)
-        self._compiling = still
-        return deltas
-
-    def _sample(self, reqs: list[Request], rows):
-        """rows: (len(reqs), vocab) logits, one row per request."""
-        if not reqs:
-            return [], []
-        return sample(rows, [self._row(r) for r in reqs])
-
-    def _row(self, r: Request, ahead: list[int] | None = None) -> SampleRow:
-        """ahead: proposals being verified, as if output already (its matcher stands after them)."""
-        banned = list(r.params.stop_token_ids) + ([] if r.params.ignore_eos else sorted(self.engine.eos_token_ids))
-        if r.guided is not None and ahead is None:
-            r.guided.sync(r.output_token_ids)  # a no-op unless a path dropped or replayed tokens
-        output = r.output_token_ids + ahead if ahead else r.output_token_ids
-        return SampleRow(r.params, r.prompt_token_ids, output, r.generator, banned, r.guided)
 
     def _verify(self, c: ScheduledChunk, rows: torch.Tensor, prompt_lps) -> TokenDelta:
-        """A speculating row: keep the proposals the target agrees with, release the rest's KV slots,
-        emit the kept ones and the target's next token. rows: (1 + len(draft), vocab)."""
-        r = c.request
-        if r.guided is not None:
-            r.guided.sync(r.output_token_ids)
-        verdict = verify(rows, c.draft, lambda kept: self._row(r, kept))
-        if r.guided is not None:
-            r.guided.sync(r.output_token_ids)  # back to the output: emitting accepts the kept tokens again
-        self.scheduler.settle(r, c.draft[: verdict.accepted])
-        return self._emit_all(r, verdict.tokens, verdict.logprobs, prompt_lps, (len(c.draft), verdict.accepted))
-
-    def _prompt_logprobs(self, out: SchedulerOutput, logits: StepLogits) -> dict[SequenceId, list]:
-        """Record the prompt logprobs each chunk computed; returns the lists completed this step."""
-        done = {}
-        for c, first in zip(out.chunks, logits.prompt_rows, strict=True):
-            r = c.request
-            if r.prompt_logprobs is None:
-                continue
-            positions = c.prompt_logprob_positions
-            if first is not None:
-                logp = torch.log_softmax(logits.logits[first : first + len(positions)], dim=-1)
-                for j, pos in enumerate(positions):
-                    r.prompt_logprobs[pos + 1] = logprobs_of(
-                        logp[j], r.prompt_token_ids[pos + 1], r.params.prompt_logprobs or 0
-                    )
-            if c.completes_prompt:
-                done[r.seq], r.prompt_logprobs = r.prompt_logprobs, None
-        return done
+        """A speculating row: emit the proposals the target kept and its next token; the rest's KV slots
+        are released. rows: (1 + len(draft), vocab)."""
+        verdict = self.speculation.verify(c, rows, self.engine.eos_token_ids)
+        self.scheduler.settle(c.request, c.draft[: verdict.accepted])
+        return self._emit(c.request, verdict.tokens, verdict.logprobs, prompt_lps, (len(c.draft), verdict.accepted))
 
     def _fork(self, parent: Request, row: torch.Tensor) -> list[tuple[Request, tuple[int, object]]]:
-        """Split a request of n sequences after its prompt: children share the prompt's blocks.
+        """Split a request of n sequences after its prompt: children share the prompt's blocks and options.
         row: (1, vocab) the parent's sampling logits, which each child samples on its own."""
         children = []
         for i in range(1, parent.params.n):
-            child = Request(
-                SequenceId(parent.seq.request, i),
-                parent.prompt_token_ids,
-                parent.params.model_copy(update={"n": 1}),
-                parent.arrival,
-                parent.priority,
-                parent.cache_salt,
-                cache_namespace=parent.cache_namespace,
-                context_version=parent.context_version,
-                adapter=parent.adapter,
-                speculate=parent.speculate,
-            )
+            seq, params = SequenceId(parent.seq.request, i), parent.params.model_copy(update={"n": 1})
+            child = Request(seq, parent.prompt_token_ids, params, parent.arrival, parent.options)
             child.make_generator()
             if parent.params.guided is not None:  # the parent has accepted nothing yet: a fresh matcher
                 child.guided = self.grammars.new_state(parent.params.guided)
             self.scheduler.fork(parent, child)
             self.groups[parent.seq.request].append(child)
-            tok, lp = sample(row, [self._row(child)])
+            tok, lp = sample(row, [row_for(child, self.engine.eos_token_ids)])
             children.append((child, (tok[0], lp[0])))
         return children
 
-    def _emit(self, r: Request, token: int, lp, prompt_lps) -> TokenDelta:
-        return self._emit_all(r, [token], [lp], prompt_lps)
-
-    def _emit_all(self, r: Request, tokens: list[int], lps: list, prompt_lps, verified=None) -> TokenDelta:
+    def _emit(self, r: Request, tokens: list[int], lps: list, prompt_lps, verified=None) -> TokenDelta:
         """Append tokens to the output until one finishes the sequence (the rest are dropped).
         verified: (proposed, accepted) when the tokens come from a verification (counted as emitted)."""
         kept = []
@@ -431,24 +298,22 @@ class EngineCore:
             kept.append(token)
             r.output_token_ids.append(token)
             self.generated_tokens += 1
-            if r.adapter is not None:
-                self.adapters.count_tokens(r.adapter, generated=1)  # type: ignore[union-attr]
+            self.features.on_token(r)
             finish, r.stop_reason = finish_reason(
                 token, len(r.output_token_ids), r.num_tokens, r.params, self.engine.eos_token_ids, self.max_seq_len
             )
             if r.guided is not None and r.guided.accept(token) and r.guided.is_terminated and not finish:
                 finish = "stop"  # the grammar is complete (its stop token was emitted though ignore_eos is set)
             if finish:
-                self.scheduler.finish(r, finish, keep_blocks=r.kv_hold is not None)
-                self._drop_if_done(r.seq.request)
+                self.scheduler.finish(r, finish, keep_blocks=holds_kv(r))
                 break
         if verified is not None:  # proposals after a token that finished the sequence were not used
-            self.speculator.record(r, verified[0], min(verified[1], len(kept)))  # type: ignore[union-attr]
+            self.speculation.record(r, verified[0], min(verified[1], len(kept)))
         kept_lps = lps[: len(kept)] if lps and lps[0] is not None else None
-        delta = self._delta(r, kept, kept_lps, prompt_lps)
-        if r.kv_hold is not None and r.is_finished:  # a disaggregated prefill: its prompt's KV waits for export
-            self.holds.hold(r.seq, r.num_prompt_tokens, r.kv_hold)
-            delta.kv_handle = KVHandle(r.seq.request, r.num_prompt_tokens, r.output_token_ids[0])
+        delta = r.delta(kept, kept_lps, prompt_lps)
+        if r.is_finished:
+            self.features.on_finish(r, delta)
+            self._drop_if_done(r.seq.request)
         return delta
 
     def _fail(self, r: Request, err: Exception) -> list[TokenDelta]:
@@ -458,7 +323,7 @@ class EngineCore:
     def _failed(self, r: Request, err: Exception) -> list[TokenDelta]:
         """The error delta of a request the scheduler has finished."""
         self._drop_if_done(r.seq.request)
-        d = self._delta(r, [], None)
+        d = r.delta([], None)
         d.error = f"{type(err).__name__}: {err}"
         return [d]
 
@@ -467,61 +332,17 @@ class EngineCore:
         # finished will never grow again.
         if all(x.is_finished for x in self.groups.get(request_id, [])):
             group = self.groups.pop(request_id, None)
-            if group and group[0].adapter is not None:
-                self.adapters.leave(group[0].adapter)  # type: ignore[union-attr]
-
-    def _delta(self, r: Request, tokens, lps, prompt_lps=None) -> TokenDelta:
-        first = len(r.output_token_ids) == len(tokens)
-        queued = (r.scheduled_time or time.monotonic()) - r.arrival_time if first else None
-        return TokenDelta(
-            request_id=r.seq.request,
-            index=r.index,
-            token_ids=tokens,
-            logprobs=lps,
-            prompt_logprobs=prompt_lps,
-            finish_reason=r.finish_reason if r.is_finished else None,
-            stop_reason=r.stop_reason,
-            num_prompt_tokens=r.num_prompt_tokens,
-            num_cached_tokens=r.num_cached_tokens,
-            num_preemptions=r.num_preemptions,
-            queue_time=queued,
-            spec=r.spec.snapshot() if r.spec is not None and r.spec.counts.drafts else None,
-        )
+            if group:
+                self.features.on_request_done(group[0])
 
     # ---- stats -----------------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        s = self.blocks.stats()
+        s, sched = self.blocks.stats(), self.scheduler
         return EngineStats(
-            running=len(self.scheduler.running),
-            waiting=len(self.scheduler.waiting),
-            kv_blocks_total=s.num_blocks,
-            kv_blocks_used=s.used,
-            kv_blocks_free=s.free,
-            kv_blocks_cached=s.cached,
-            kv_utilization=s.utilization,
-            kv_waste=s.waste,
-            prefix_queries=s.prefix_queries,
-            prefix_hits=s.prefix_hits,
-            preemptions=self.scheduler.num_preemptions,
-            prompt_tokens=self.prompt_tokens,
-            generated_tokens=self.generated_tokens,
-            steps=self.steps,
-            cache_invalidations=s.invalidations,
-            prefix_version_refusals=s.version_refusals,
-            prefix_by_namespace=s.by_namespace,
-            spec=self.speculator.totals_snapshot() if self.speculator is not None else SpecCounts(),
-            **self._adapter_stats(),
-            **(self.kv_tier.stats() if self.kv_tier is not None else {}),
-            kv_block_bytes=self.kv_block_bytes,
+            sched.stats(steps=self.steps, prompt_tokens=self.prompt_tokens, generated_tokens=self.generated_tokens),
+            KVCacheStats(s.num_blocks, s.used, s.free, s.cached, s.utilization, s.waste, self.kv_block_bytes),
+            PrefixCacheStats(s.prefix_queries, s.prefix_hits, s.invalidations, s.version_refusals, s.by_namespace),
+            self.speculation.stats(),
+            self.lora.stats(),
+            self.tier.stats(),
         )
-
-    def _adapter_stats(self) -> dict:
-        if self.adapters is None:
-            return {}
-        cache = self.adapters.cache
-        return {
-            "adapter_loads": cache.loads,
-            "adapter_evictions": cache.evictions,
-            "adapter_hits": cache.hits,
-            "by_adapter": dict(self.adapters.counts),
-        }

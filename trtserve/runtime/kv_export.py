@@ -15,9 +15,9 @@ from dataclasses import dataclass
 import torch
 
 from trtserve.engine.errors import UserError
+from trtserve.engine.ids import RequestId, SequenceId
 from trtserve.engine.kv_cache_events import KVCacheEvent, KVCacheListener, PrefixCleared, PrefixRemoved, PrefixStored
 from trtserve.engine.kv_transfer import KVHandle, KVImport, KVPayload
-from trtserve.engine.messages import RequestId, SequenceId
 from trtserve.models.kv_cache import PagedKVCache
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.kv_events import BlockRemoved, BlockStored, KVEvent, KVListener

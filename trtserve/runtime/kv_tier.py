@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from trtserve.engine.kv_offload import KVOffloadConfig
+from trtserve.engine.stats import KVTierStats
 from trtserve.models.kv_cache import PagedKVCache
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.kv_events import BlockRemoved, KVEvent
@@ -66,6 +67,11 @@ class KVTier:
         """The cache is being released (sleep): nothing is read from it until the next attach."""
         self.kv = None
 
+    def _attached(self) -> tuple[BlockStore, PagedKVCache]:
+        """The store and the cache: the block manager calls in only between attach and detach."""
+        assert self.store is not None and self.kv is not None, "the second tier is not attached to a cache"
+        return self.store, self.kv
+
     # ---- the block manager's side -------------------------------------------------------------
     def on_event(self, event: KVEvent) -> None:
         if not isinstance(event, BlockRemoved) or self.kv is None:
@@ -73,15 +79,15 @@ class KVTier:
         if event.evicted:  # its slots still hold the prefix: copy it out before they are reused
             self.spill(event.key, event.block, event.scope.namespace, event.scope.version)
         else:  # invalidated: its contents must never be reused
-            self.store.drop(event.key)  # type: ignore[union-attr]
+            self._attached()[0].drop(event.key)
             self._dirty = True
 
     def spill(self, key: bytes, block: int, namespace: str | None, version: int | None) -> None:
-        store = self.store
-        if key in store.entries:  # type: ignore[union-attr] - a restored block's copy is still here
-            store.entries.move_to_end(key)  # type: ignore[union-attr]
+        store, kv = self._attached()
+        if key in store.entries:  # a restored block's copy is still here
+            store.entries.move_to_end(key)
             return
-        store.put(key, self.kv.read_blocks([block]), namespace, version)  # type: ignore[union-attr]
+        store.put(key, kv.read_blocks([block]), namespace, version)
         self.spills += 1
         self._dirty = True
 
@@ -90,13 +96,14 @@ class KVTier:
 
     def restore(self, key: bytes, block: int) -> bool:
         """Copy the prefix `key` into cache block `block`; False (the entry dropped) if its checksum fails."""
-        data = self.store.get(key)  # type: ignore[union-attr]
+        store, kv = self._attached()
+        data = store.get(key)
         if data is None:
             self.refusals += 1
             self._dirty = True
             log.warning("kv_offload: a block failed its checksum; it is recomputed instead")
             return False
-        self.kv.write_blocks([block], data)  # type: ignore[union-attr]
+        kv.write_blocks([block], data)
         self.restores += 1
         self.hit_tokens += self.block_size
         return True
@@ -149,17 +156,16 @@ class KVTier:
         self.store.close()
         self.store = None
 
-    def stats(self) -> dict:
-        """EngineStats' kv_offload_* fields."""
+    def stats(self) -> KVTierStats:
         store = self.store
-        return {
-            "kv_offload_hit_tokens": self.hit_tokens,
-            "kv_offload_spills": self.spills,
-            "kv_offload_restores": self.restores,
-            "kv_offload_refusals": self.refusals,
-            "kv_offload_bytes": store.used_bytes if store is not None else 0,
-            "kv_offload_capacity_bytes": store.num_slots * store.geometry.nbytes if store is not None else 0,
-        }
+        return KVTierStats(
+            hit_tokens=self.hit_tokens,
+            spills=self.spills,
+            restores=self.restores,
+            refusals=self.refusals,
+            bytes=store.used_bytes if store is not None else 0,
+            capacity_bytes=store.num_slots * store.geometry.nbytes if store is not None else 0,
+        )
 
 
 def _pin(store: BlockStore, device: torch.device) -> None:

@@ -2,19 +2,22 @@
 
 Owners: the scheduler writes the scheduling state (status, num_computed_tokens, num_cached_tokens,
 scheduled_time, forked); the engine core writes the output (output_token_ids, prompt_logprobs,
-finish_reason via the scheduler's `finish`, the grammar matcher `guided`). Nothing else writes a Request.
+finish_reason via the scheduler's `finish`, the grammar matcher `guided`); a feature writes its own
+state (spec: speculation; kv_import: the KV hand-off). `options` is the front end's, read-only.
 """
 
 from __future__ import annotations
 
 import enum
+import time
 from dataclasses import dataclass, field
 
 import torch
 
-from trtserve.engine.adapters import AdapterRef
+from trtserve.engine.ids import SequenceId
 from trtserve.engine.kv_transfer import KVImport
-from trtserve.engine.messages import SequenceId
+from trtserve.engine.messages import TokenDelta
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 from trtserve.runtime.guided import GuidedState
 from trtserve.runtime.prefix_scope import PrefixScope
@@ -33,11 +36,8 @@ class Request:
     prompt_token_ids: list[int]
     params: SamplingParams
     arrival: int  # admission order (monotonic counter), for FCFS
-    priority: float = 0.0  # higher is served first
-    cache_salt: str | None = None
-    cache_namespace: str | None = None
-    context_version: int | None = None
-    adapter: AdapterRef | None = None  # the LoRA adapter it runs under; None: the base model
+    # the request's options as its front end made them (engine/request_options.py), never copied field by field
+    options: RequestOptions = field(default_factory=RequestOptions)
     output_token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0  # tokens whose K/V are in the cache
     num_cached_tokens: int = 0  # prompt tokens served by the prefix cache at first admission
@@ -51,10 +51,8 @@ class Request:
     arrival_time: float = 0.0  # time.monotonic() when added
     scheduled_time: float | None = None  # time.monotonic() when first admitted to the batch
     guided: GuidedState | None = None  # grammar matcher of a constrained sequence (engine core writes it)
-    speculate: bool = True  # False: the request opted out of speculative decoding
     spec: SpecState | None = None  # its speculative-decoding counts and switch-off (the speculator writes it)
-    kv_hold: float | None = None  # seconds to hold its prompt's KV once finished (a disaggregated prefill)
-    kv_import: KVImport | None = None  # its prompt's KV, written at admission (a disaggregated decode)
+    kv_import: KVImport | None = None  # its prompt's KV, until written at admission (a disaggregated decode)
 
     @property
     def index(self) -> int:
@@ -68,8 +66,9 @@ class Request:
     @property
     def prefix_scope(self) -> PrefixScope:
         """What another request must share to reuse this one's cached blocks (besides the tokens)."""
-        adapter = self.adapter.content_hash if self.adapter is not None else None
-        return PrefixScope(self.cache_salt, self.cache_namespace, self.context_version, adapter)
+        o = self.options
+        adapter = o.adapter.content_hash if o.adapter is not None else None
+        return PrefixScope(o.cache_salt, o.cache_namespace, o.context_version, adapter)
 
     @property
     def num_tokens(self) -> int:
@@ -95,3 +94,22 @@ class Request:
         # Seeds are taken modulo 2**64, torch's range; sequence i of n uses seed + i.
         g.manual_seed((seed + self.index) % 2**64 if seed is not None else int(torch.randint(0, 2**62, ()).item()))
         self.generator = g
+
+    def delta(self, tokens: list[int], lps, prompt_lps=None) -> TokenDelta:
+        """Its delta for `tokens`, just appended to its output (lps: their logprobs, when asked for)."""
+        first = len(self.output_token_ids) == len(tokens)
+        queued = (self.scheduled_time or time.monotonic()) - self.arrival_time if first else None
+        return TokenDelta(
+            request_id=self.seq.request,
+            index=self.index,
+            token_ids=tokens,
+            logprobs=lps,
+            prompt_logprobs=prompt_lps,
+            finish_reason=self.finish_reason if self.is_finished else None,
+            stop_reason=self.stop_reason,
+            num_prompt_tokens=self.num_prompt_tokens,
+            num_cached_tokens=self.num_cached_tokens,
+            num_preemptions=self.num_preemptions,
+            queue_time=queued,
+            spec=self.spec.snapshot() if self.spec is not None and self.spec.counts.drafts else None,
+        )

@@ -7,14 +7,16 @@ from dataclasses import dataclass
 
 import torch
 
+from trtserve.engine.ids import SequenceId
 from trtserve.models.batch import SeqChunk, make_batch
 from trtserve.models.decoder import DecoderModel
 from trtserve.models.kv_cache import PagedKVCache
 from trtserve.models.lora import LoraWeights
 from trtserve.models.lora_step import Stack, segments_of, stack
-from trtserve.runtime.adapter_cache import AdapterCache
 from trtserve.runtime.block_manager import BlockManager
-from trtserve.runtime.scheduler import SchedulerOutput
+from trtserve.runtime.features.lora import NoLora
+from trtserve.runtime.sampler import logprobs_of
+from trtserve.runtime.schedule import SchedulerOutput
 
 
 @dataclass
@@ -25,6 +27,24 @@ class StepLogits:
     sample_row: list[int | None]
     prompt_rows: list[int | None]  # per chunk: the row of its first prompt-logprob position, if any
 
+    def prompt_logprobs(self, out: SchedulerOutput) -> dict[SequenceId, list]:
+        """Record the prompt logprobs each chunk computed; returns the lists completed this step."""
+        done = {}
+        for c, first in zip(out.chunks, self.prompt_rows, strict=True):
+            r = c.request
+            if r.prompt_logprobs is None:
+                continue
+            positions = c.prompt_logprob_positions
+            if first is not None:
+                logp = torch.log_softmax(self.logits[first : first + len(positions)], dim=-1)
+                for j, pos in enumerate(positions):
+                    r.prompt_logprobs[pos + 1] = logprobs_of(
+                        logp[j], r.prompt_token_ids[pos + 1], r.params.prompt_logprobs or 0
+                    )
+            if c.completes_prompt:
+                done[r.seq], r.prompt_logprobs = r.prompt_logprobs, None
+        return done
+
 
 class ModelRunner:
     def __init__(
@@ -32,9 +52,9 @@ class ModelRunner:
         model: DecoderModel,
         kv: PagedKVCache,
         blocks: BlockManager,
-        adapters: AdapterCache[LoraWeights] | None = None,
+        lora: NoLora | None = None,
     ):
-        self.model, self.kv, self.blocks, self.adapters = model, kv, blocks, adapters
+        self.model, self.kv, self.blocks, self.lora = model, kv, blocks, lora or NoLora()
         self._stacks: OrderedDict[tuple[LoraWeights, ...], Stack] = OrderedDict()  # by adapter set, LRU
         self._last_set: tuple[LoraWeights, ...] = ()  # the previous step's adapters
 
@@ -59,8 +79,8 @@ class ModelRunner:
         group = cfg.num_attention_heads // cfg.num_key_value_heads
         batch = make_batch(seqs, self.kv.tokens_per_block, cfg.sliding_window, self.model.device, rows_per_seq, group)
         lora = None
-        if self.adapters is not None:  # each chunk's rows under its adapter (active: the scheduler holds it)
-            w = [self.adapters.weights(c.request.adapter) if c.request.adapter else None for c in step.chunks]
+        if self.lora.enabled:  # each chunk's rows under its adapter (active: the scheduler holds it)
+            w = [self.lora.weights(c.request) for c in step.chunks]
             lora = segments_of([(c.num_new_tokens, x) for c, x in zip(step.chunks, w, strict=True)])
             # deterministic mode runs per segment: it keeps a row's result independent of the other adapters
             stacked = lora is not None and not self.model.deterministic and self._stack(lora.adapters)

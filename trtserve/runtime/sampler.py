@@ -17,6 +17,7 @@ import torch
 
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 from trtserve.runtime.guided import GuidedState, apply_grammar_masks
+from trtserve.runtime.request import Request
 
 
 @dataclass
@@ -27,6 +28,15 @@ class SampleRow:
     generator: torch.Generator | None
     banned_until_min: Sequence[int] = ()  # EOS and stop ids, masked while output < min_tokens
     guided: GuidedState | None = None  # the sequence's grammar matcher, standing after output_ids
+
+
+def row_for(r: Request, eos_token_ids, ahead: list[int] | None = None) -> SampleRow:
+    """Sequence r's row. ahead: proposals being verified, as if output already (its matcher stands after them)."""
+    banned = list(r.params.stop_token_ids) + ([] if r.params.ignore_eos else sorted(eos_token_ids))
+    if r.guided is not None and ahead is None:
+        r.guided.sync(r.output_token_ids)  # a no-op unless a path dropped or replayed tokens
+    output = r.output_token_ids + ahead if ahead else r.output_token_ids
+    return SampleRow(r.params, r.prompt_token_ids, output, r.generator, banned, r.guided)
 
 
 # Repetition penalties below this divide as this: logits / 5e-324 overflowed to inf, and softmax and

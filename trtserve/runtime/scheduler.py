@@ -18,13 +18,15 @@ passed over (the requests behind it may run) until a running one releases a slot
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from trtserve.engine.run_config import CapacityPolicy
-from trtserve.runtime.adapter_cache import AdapterCache
+from trtserve.engine.stats import SchedulerStats
 from trtserve.runtime.block_manager import BlockManager
+from trtserve.runtime.features.lora import NoLora
+from trtserve.runtime.features.speculation import NoSpeculation
 from trtserve.runtime.request import Request, Status
-from trtserve.runtime.speculative.speculator import Speculator
+from trtserve.runtime.schedule import ScheduledChunk, SchedulerOutput
 
 
 @dataclass
@@ -35,67 +37,18 @@ class SchedulerConfig:
     policy: CapacityPolicy = "guaranteed_no_evict"
 
 
-@dataclass
-class ScheduledChunk:
-    request: Request
-    start: int  # first token position computed this step (the request's num_computed_tokens)
-    num_new_tokens: int  # tokens computed this step: positions [start, start + num_new_tokens)
-    # proposed tokens (speculative decoding) after the sequence's last token; they are the chunk's tail,
-    # counted in num_new_tokens, and each of the last 1 + len(draft) rows picks or verifies a token
-    draft: list[int] = field(default_factory=list)
-
-    @property
-    def end(self) -> int:
-        return self.start + self.num_new_tokens
-
-    @property
-    def token_ids(self) -> list[int]:
-        """The tokens this chunk computes (a speculating row's proposals included)."""
-        return self.request.all_token_ids[self.start : self.end] + self.draft
-
-    @property
-    def samples(self) -> bool:
-        """The chunk reaches the sequence's last token, so its last row's logits pick the next token."""
-        return self.end == self.request.num_tokens + len(self.draft)
-
-    @property
-    def prompt_logprob_positions(self) -> range:
-        """Positions p whose logits score prompt token p + 1 (empty unless prompt logprobs are wanted)."""
-        r = self.request
-        if not r.wants_prompt_logprobs:
-            return range(0)
-        return range(self.start, min(self.end, r.num_prompt_tokens - 1))
-
-    @property
-    def completes_prompt(self) -> bool:
-        return self.start < self.request.num_prompt_tokens <= self.end
-
-
-@dataclass
-class SchedulerOutput:
-    chunks: list[ScheduledChunk] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-    block_copies: list[tuple[int, int]] = field(default_factory=list)  # (src, dst) KV blocks to copy first
-    failed: list[tuple[Request, Exception]] = field(default_factory=list)  # finished: their adapter would not load
-    kv_imports: list[Request] = field(default_factory=list)  # admitted with their prompt's KV to write first
-
-    @property
-    def num_tokens(self) -> int:
-        return sum(c.num_new_tokens for c in self.chunks)
-
-
 class Scheduler:
     def __init__(
         self,
         config: SchedulerConfig,
         blocks: BlockManager,
-        adapters: AdapterCache | None = None,
-        speculator: Speculator | None = None,
+        lora: NoLora | None = None,
+        speculation: NoSpeculation | None = None,
     ):
         self.config = config
         self.blocks = blocks
-        self.adapters = adapters  # None: no request has an adapter
-        self.speculator = speculator  # None: no speculative decoding
+        self.lora = lora or NoLora()  # which adapters may be active (features/lora.py)
+        self.speculation = speculation or NoSpeculation()  # who speculates, with which proposals
         self.waiting: list[Request] = []  # ordered: higher priority first, then arrival
         self.running: list[Request] = []  # admission order
         self.num_preemptions = 0
@@ -115,25 +68,31 @@ class Scheduler:
         child.num_computed_tokens = parent.num_computed_tokens
         child.num_cached_tokens = parent.num_cached_tokens
         self._copies += self.blocks.fork(parent.seq, child.seq, parent.num_computed_tokens)
-        if child.adapter is not None:
-            held = self.adapters.acquire(child.adapter)  # type: ignore[union-attr]
-            assert held, "a forked child's adapter is its parent's, which is active"
+        held = self.lora.acquire(child)
+        assert held, "a forked child's adapter is its parent's, which is active"
         child.status = Status.RUNNING
         self.running.append(child)
 
     def finish(self, request: Request, reason: str, keep_blocks: bool = False) -> None:
-        """Remove a request wherever it is and free its blocks (keep_blocks: a held prefill's, kv_export.py)."""
+        """Remove a request wherever it is and free its blocks (keep_blocks: a held prefill's, features/handoff.py)."""
         if request in self.running:
             self.running.remove(request)
-            self._release_adapter(request)
+            self.lora.release(request)
         elif request in self.waiting:
             self.waiting.remove(request)
         if not keep_blocks:
             self.blocks.free(request.seq)
-        if self.speculator is not None:
-            self.speculator.forget(request)
+        self.speculation.forget(request)
         request.status = Status.FINISHED
         request.finish_reason = request.finish_reason or reason
+
+    def carry_over(self, old: Scheduler) -> None:
+        """Take over a replaced scheduler's counters (the KV cache was remade between requests)."""
+        self.num_preemptions = old.num_preemptions
+
+    def stats(self, **counts: int) -> SchedulerStats:
+        """counts: the engine core's steps, prompt_tokens and generated_tokens."""
+        return SchedulerStats(len(self.running), len(self.waiting), self.num_preemptions, **counts)
 
     @property
     def num_unfinished(self) -> int:
@@ -141,22 +100,21 @@ class Scheduler:
 
     @staticmethod
     def _order(r: Request) -> tuple[float, int, int]:
-        return (-r.priority, r.arrival, r.index)
+        return (-r.options.priority, r.arrival, r.index)
 
     # ---- the step ------------------------------------------------------------------------
     def schedule(self) -> SchedulerOutput:
         out = SchedulerOutput(block_copies=self._copies)
         self._copies = []
         budget = self.config.max_num_tokens
-        if self.speculator is not None:
-            self.speculator.plan(self.running)
+        self.speculation.plan(self.running)
         for req in list(self.running):
             if req not in self.running:  # preempted by an earlier request this step
                 continue
             n = min(req.num_tokens - req.num_computed_tokens, budget)
             if n <= 0:
                 continue
-            draft = self._draft(req, budget) if self.speculator is not None and n == 1 else []
+            draft = self._draft(req, budget) if n == 1 else []
             if draft and not self.blocks.append_slots(req.seq, req.num_computed_tokens + n + len(draft)):
                 draft = []  # no room for the proposals: a plain row, preempting nobody for them
             while not self.blocks.append_slots(req.seq, req.num_computed_tokens + n):
@@ -181,7 +139,7 @@ class Scheduler:
             req.params.max_tokens - len(req.output_token_ids) - 1,
             self.config.max_seq_len - req.num_tokens - 1,
         )
-        return self.speculator.draft(req, left)  # type: ignore[union-attr]
+        return self.speculation.draft(req, left)
 
     def _admit(self, out: SchedulerOutput, budget: int) -> None:
         i = 0
@@ -189,7 +147,7 @@ class Scheduler:
             req = self.waiting[i]
             if len(self.running) + self._num_seqs(req) > self.config.max_batch_size:
                 return
-            if req.adapter is not None and not self.adapters.can_acquire(req.adapter):  # type: ignore[union-attr]
+            if not self.lora.can_run(req):
                 i += 1  # max_loras other adapters are active: it waits, the requests behind it may run
                 continue
             # Prompt logprobs need every prompt position computed, so they bypass the prefix cache.
@@ -205,7 +163,7 @@ class Scheduler:
             if not self._acquire_adapter(req, out):
                 continue  # failed and finished: the next request is at index i now
             if not self.blocks.allocate(req.seq, cached, num_cached + n, req.prefix_scope):
-                self._release_adapter(req)
+                self.lora.release(req)
                 return  # FCFS: nothing behind the head of the queue jumps it
             self.waiting.pop(i)
             if req.num_computed_tokens == 0 and not req.output_token_ids:
@@ -239,18 +197,12 @@ class Scheduler:
 
     def _acquire_adapter(self, req: Request, out: SchedulerOutput) -> bool:
         """Hold the request's adapter (loading it if evicted); a load that fails finishes the request."""
-        if req.adapter is None:
-            return True
         try:
-            return self.adapters.acquire(req.adapter)  # type: ignore[union-attr]
+            return self.lora.acquire(req)
         except Exception as err:  # its files went away or changed: this request fails, not the engine
             self.finish(req, "error")
             out.failed.append((req, err))
             return False
-
-    def _release_adapter(self, req: Request) -> None:
-        if req.adapter is not None:
-            self.adapters.release(req.adapter)  # type: ignore[union-attr]
 
     def _worst_case(self, req: Request) -> int:
         """Blocks the request can ever hold: prompt + max_tokens, for each of its n sequences."""
@@ -271,14 +223,13 @@ class Scheduler:
         return held
 
     def _newest_running(self) -> Request:
-        return max(self.running, key=lambda r: (-r.priority, r.arrival, r.index))
+        return max(self.running, key=self._order)
 
     def _preempt(self, req: Request, out: SchedulerOutput) -> None:
         self.running.remove(req)
-        self._release_adapter(req)
+        self.lora.release(req)
         self.blocks.free(req.seq)
-        if self.speculator is not None:
-            self.speculator.forget(req)
+        self.speculation.forget(req)
         req.num_computed_tokens = 0
         req.num_preemptions += 1
         self.num_preemptions += 1

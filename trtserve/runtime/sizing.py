@@ -10,6 +10,7 @@ from trtserve.engine.errors import UserError
 from trtserve.engine.kv_sizing import KVCacheSize
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.runtime.loader import LoadedEngine
+from trtserve.runtime.scheduler import SchedulerConfig
 
 
 def available_memory(device: torch.device) -> int:
@@ -43,3 +44,14 @@ def default_step_tokens(engine: LoadedEngine) -> int:
     slower and holds every decode back for its whole length (docs/performance.md has the figures)."""
     limit = engine.config.build_config.max_num_tokens
     return min(CPU_STEP_TOKENS, limit) if engine.model.device.type == "cpu" else limit
+
+
+def scheduler_config(engine: LoadedEngine, cfg: RuntimeConfig) -> SchedulerConfig:
+    """The scheduler's budgets: the run config's, within the engine's build limits."""
+    b = engine.config.build_config
+    return SchedulerConfig(
+        max_num_tokens=min(cfg.max_num_tokens or default_step_tokens(engine), b.max_num_tokens),
+        max_batch_size=b.batch_limit(cfg.max_batch_size),
+        max_seq_len=b.max_seq_len,
+        policy=cfg.capacity_policy,
+    )

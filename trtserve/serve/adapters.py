@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from trtserve.engine.errors import UnsupportedError
 from trtserve.serve.admin_key import require_admin
 from trtserve.serve.errors import APIError, error_responses, parse_body
+from trtserve.serve.json_body import JsonBody
 from trtserve.serve.openapi import inline_schema
 from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.model import RepoModel
@@ -36,7 +37,7 @@ _RESPONSES = error_responses(400, 401, 403, 404, 501, 503, why=_WHY) | {
 }
 
 
-class LoadLoRAAdapterRequest(BaseModel):
+class LoadLoRAAdapterRequest(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     lora_name: str = Field(min_length=1)  # the model name requests select it by
@@ -45,7 +46,7 @@ class LoadLoRAAdapterRequest(BaseModel):
     base_model: str | None = None  # trtserve: the base model, when the server serves several
 
 
-class UnloadLoRAAdapterRequest(BaseModel):
+class UnloadLoRAAdapterRequest(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     lora_name: str = Field(min_length=1)

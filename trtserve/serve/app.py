@@ -21,7 +21,9 @@ from fastapi import FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
+from trtserve.engine.version import VERSION
 from trtserve.serve import durable
 from trtserve.serve.adapters import router as adapters_router
 from trtserve.serve.batch.routes import router as batch_router
@@ -32,7 +34,6 @@ from trtserve.serve.idempotency import IdempotencyMiddleware
 from trtserve.serve.kserve.routes import router as kserve_router
 from trtserve.serve.kv_offload import tier_root
 from trtserve.serve.load import LoadTracker
-from trtserve.serve.metrics import Metrics
 from trtserve.serve.middleware import ServerMiddleware
 from trtserve.serve.openai.embeddings import router as embeddings_router
 from trtserve.serve.openai.routes import router as openai_router
@@ -45,8 +46,9 @@ from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.repository.watch import install_watchers
 from trtserve.serve.responses.routes import install_responses
 from trtserve.serve.sleep import router as sleep_router
-from trtserve.serve.startup import StartupClock
 from trtserve.serve.state import ServerState
+from trtserve.serve.telemetry.metrics import Metrics
+from trtserve.serve.telemetry.startup import StartupClock
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +85,9 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
                 await task
             await repository.shutdown()
 
-    app = FastAPI(title="trtserve", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json")
+    app = FastAPI(
+        title="trtserve", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json"
+    )
     app.state.server = server
     install_handlers(app)
     install_openapi(app)  # documents those handlers' answers
@@ -123,13 +127,13 @@ class VersionServices:
     ):
         self.repository, self.config, self.metrics, self.features = repository, config, metrics, features
         self.load_watched = False  # serve/load.py's autoscaling gauges follow the first version loaded
-        self.startup = StartupClock()  # start-to-ready, once the first LLM version is (serve/startup.py)
+        self.startup = StartupClock()  # start-to-ready, once the first LLM version is (serve/telemetry/startup.py)
         metrics.add_collector(self.startup)
 
     async def ready(self, mv: ModelVersion) -> None:
-        if mv.tensor is not None:  # a tensor model is served by serve/tensors/, over no GenerationService
-            return
         engine = mv.engine
+        if engine is None:  # a kind that does not generate text (a tensor model: serve/tensors/) gets none
+            return
         for ref in engine.adapters():  # the engine dir's and --lora's LoRA adapters: model names win
             lora.check_name(self.repository.models, ref.name, mv.model)
         service = GenerationService(engine, engine.tokenizer, mv.model, self.config, self.metrics, str(mv.version))
@@ -144,7 +148,7 @@ class VersionServices:
         if self.config.warmup:  # one step of one token: it runs (and loads) the decode path too
             ids = list(engine.tokenizer.encode("Hello"))[:1] or [0]
             warmup = SamplingParams(max_tokens=1, temperature=0.0, ignore_eos=True)
-            await service.start("warmup", ids, warmup, internal=True).collect()
+            await service.start(ids, warmup, RequestOptions(client_id="warmup"), internal=True).collect()
         self.startup.ready(engine.stats().startup_seconds, mv.open_seconds, time.perf_counter() - start)
 
     @staticmethod
@@ -171,7 +175,7 @@ async def _load(server: ServerState) -> None:
 
 
 def utilisation(server: ServerState) -> dict:
-    """{"utilisation": serve/utilisation.py's snapshot} for GET /v2 and /health (none without metrics)."""
+    """{"utilisation": serve/telemetry/utilisation.py's snapshot} for GET /v2 and /health (none without metrics)."""
     return {"utilisation": server.metrics.utilisation()} if server.metrics is not None else {}
 
 

@@ -13,18 +13,20 @@ import copy
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.errors import EngineAsleepError, EngineDeadError
 from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.protocol import Engine
+from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.admission import Admission
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
-from trtserve.serve.metrics import Metrics
-from trtserve.serve.statistics import InferStatistics
+from trtserve.serve.telemetry.metrics import Metrics
+from trtserve.serve.telemetry.statistics import InferStatistics
 from trtserve.text.outputs import OutputProcessor, RequestOutput, TextDelta
 
 
@@ -69,32 +71,25 @@ class GenerationService:
 
     def start(
         self,
-        client_id: str,
         prompt_ids: list[int],
         params: SamplingParams,
+        options: RequestOptions,
         *,
         timeout: float | None = None,
-        priority: float = 0.0,
-        cache_salt: str | None = None,
         context: RequestContext | None = None,
         protocol: str = "http",
-        cache_namespace: str | None = None,
-        context_version: int | None = None,
         internal: bool = False,
-        adapter: AdapterRef | None = None,
-        speculate: bool = True,
     ) -> GenerationRun:
         """Check and admit a request now (UserError -> 400, APIError 429/503), run it when iterated.
-        client_id is only logged and echoed: the engine names the request itself. `protocol`
-        ("http" | "grpc") labels its latency metrics. `context` collects what the access log says of
-        it. `internal`: the server's own run (warmup, shadow), which observers do not see. `adapter`:
-        the LoRA adapter it runs under (default: this view's, `under`; None: the base model).
-        `speculate`: False opts this request out of speculative decoding (GenerateRequest.speculate)."""
+        `options`: the request's options as its front end parsed them (engine/request_options.py); a run
+        without an adapter runs under this view's (`under`). `protocol` ("http" | "grpc") labels its
+        latency metrics. `context` collects what the access log says of it. `internal`: the server's own
+        run (warmup, shadow), which observers do not see."""
         for hook in self.param_hooks:
             params = hook(params)
-        req = GenerateRequest(prompt_ids, params, priority, cache_salt, cache_namespace, context_version, client_id)
-        req.adapter = adapter if adapter is not None else self.adapter
-        req.speculate = speculate
+        if options.adapter is None and self.adapter is not None:
+            options = replace(options, adapter=self.adapter)
+        req = GenerateRequest(prompt_ids, params, options)
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
         run = GenerationRun(self, req, ticket, self.deadline(timeout), context, protocol, internal)
@@ -195,4 +190,4 @@ class GenerationRun:
 
 
 def client_id_or(req: GenerateRequest) -> str:
-    return req.client_id if req.client_id is not None else str(req.request_id)
+    return req.options.client_id if req.options.client_id is not None else str(req.request_id)

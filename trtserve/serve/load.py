@@ -2,7 +2,7 @@
 close the server is to refusing it. CPU utilisation says little about an LLM server (a full batch and
 an idle one can burn the same cores), so scale on these instead.
 
-Each is a Prometheus gauge on /metrics, labelled by model (serve/metrics.py registers them):
+Each is a Prometheus gauge on /metrics, labelled by model (serve/telemetry/metrics.py registers them):
 
 - `trtserve_queue_requests`: requests admitted but not yet producing their first token (waiting in
   the admission queue or the engine's). Scale out when it stays above ~0 per replica: KEDA
@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from prometheus_client.core import GaugeMetricFamily
 
-from trtserve.engine.messages import EngineStats
+from trtserve.engine.stats import EngineStats
 from trtserve.serve.admission import Admission
 
 WINDOW = 10.0  # seconds the tokens-per-second rate is averaged over
@@ -79,11 +79,11 @@ class LoadTracker:
 
     def signals(self) -> LoadSignals:
         s, gate = self.stats(), self.admission
-        prompt_rate, gen_rate = self.rate.observe(s.prompt_tokens, s.generated_tokens)
+        prompt_rate, gen_rate = self.rate.observe(s.scheduler.prompt_tokens, s.scheduler.generated_tokens)
         ratios = [
             gate.queued_requests / gate.max_requests,
             gate.queued_tokens / gate.max_tokens,
-            s.kv_utilization,
+            s.kv_cache.utilization,
         ]
         if self.batch_size:
             ratios.append(gate.in_flight / self.batch_size)
@@ -92,12 +92,12 @@ class LoadTracker:
             queue_tokens=gate.queued_tokens,
             prompt_tokens_per_s=prompt_rate,
             generation_tokens_per_s=gen_rate,
-            kv_usage=s.kv_utilization,
+            kv_usage=s.kv_cache.utilization,
             load=max(ratios),
         )
 
 
-# metric name -> help text, read by serve/metrics.py and by the manifest tests (deploy/keda/)
+# metric name -> help text, read by serve/telemetry/metrics.py and by the manifest tests (deploy/keda/)
 LOAD_METRICS = {
     "trtserve_queue_requests": "Requests admitted but not yet producing a token (autoscaling: queue depth).",
     "trtserve_queue_tokens": "Prompt tokens of requests not yet producing a token (prefill work waiting).",
@@ -107,7 +107,7 @@ LOAD_METRICS = {
 
 
 class LoadCollector:
-    """The gauges above for one model, computed at scrape time (registered by serve/metrics.py)."""
+    """The gauges above for one model, computed at scrape time (registered by serve/telemetry/metrics.py)."""
 
     def __init__(self, model: str, tracker: LoadTracker):
         self.model, self.tracker = model, tracker

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from trtserve.engine.messages import SpecCounts
+from trtserve.engine.stats import SpecCounts
 
 
 def total(counts: Iterable[SpecCounts | None]) -> SpecCounts:

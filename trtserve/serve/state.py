@@ -15,9 +15,9 @@ from trtserve.serve.config import ServeConfig
 
 if TYPE_CHECKING:
     from trtserve.serve.generation import GenerationService
-    from trtserve.serve.metrics import Metrics
     from trtserve.serve.repository.repository import Repository
     from trtserve.serve.repository.version import ModelVersion
+    from trtserve.serve.telemetry.metrics import Metrics
     from trtserve.state import StateStore
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trtserve.engine.messages import RequestId, SpecCounts, TokenDelta
+from trtserve.engine.ids import RequestId
+from trtserve.engine.messages import TokenDelta
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
+from trtserve.engine.stats import SpecCounts
 from trtserve.text.detokenizer import IncrementalDetokenizer, StopStringMatcher
 
 

@@ -52,13 +52,15 @@ from trtserve.backends.tensorrt_llm.stats_poller import IterationBusy, StatsPoll
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UnsupportedError, UserError
+from trtserve.engine.ids import RequestId
 from trtserve.engine.info import Capabilities, EngineInfo
 from trtserve.engine.layout import TOKENIZER_DIR, TRT_ENGINE_DIR, read_engine_config
 from trtserve.engine.manifest import engine_fingerprint, verify_engine_dir
-from trtserve.engine.messages import AdapterCounts, EngineStats, GenerateRequest, RequestId, TokenDelta
+from trtserve.engine.messages import GenerateRequest, TokenDelta
 from trtserve.engine.options import check_backend
 from trtserve.engine.rules import check_request, load_tokenizer
 from trtserve.engine.run_config import RuntimeConfig
+from trtserve.engine.stats import AdapterCounts, AdapterStats, EngineStats
 
 log = logging.getLogger(__name__)
 STATS_POLL_S = 1.0  # between stats rounds while TensorRT-LLM reports nothing (idle)
@@ -170,13 +172,13 @@ class TrtllmEngine:
                 "cannot chunk the context); shorten the prompt, or rebuild with a larger --max-num-tokens"
             )
         self._sleeper.check_awake()
-        if not request.speculate and self._speculates:
+        if not request.options.speculate and self._speculates:
             raise UserError(
                 "this TensorRT-LLM engine speculates for every request (TensorRT-LLM has no per-request switch); "
                 "send the request without the speculative-decoding opt-out, or serve it with the torch backend"
             )
-        if request.adapter is not None:
-            self._adapters.lookup(request.adapter)  # UserError: not served, or replaced since
+        if request.options.adapter is not None:
+            self._adapters.lookup(request.options.adapter)  # UserError: not served, or replaced since
 
     async def generate(self, request: GenerateRequest) -> AsyncIterator[TokenDelta]:
         """Stream the request's deltas; leaving early (cancel, disconnect) aborts it in TensorRT-LLM."""
@@ -192,8 +194,8 @@ class TrtllmEngine:
                 kw["guided_decoding"] = self._tllm.llmapi.GuidedDecodingParams(**kw["guided_decoding"])
             sp = self._tllm.SamplingParams(**kw)
             extra = {}
-            if request.adapter is not None:
-                served = self._adapters.lookup(request.adapter)
+            if request.options.adapter is not None:
+                served = self._adapters.lookup(request.options.adapter)
                 extra["lora_request"] = self._lora_request(served.spec.ref.name, served.int_id, str(served.spec.path))
             result = self.llm.generate_async(
                 list(request.prompt_token_ids), sampling_params=sp, streaming=True, **extra
@@ -202,7 +204,7 @@ class TrtllmEngine:
             raise UserError(f"TensorRT-LLM refused the request: {err}") from None
         self._results[rid] = (result, p.n, set())
         self._prompt_tokens += len(request.prompt_token_ids)
-        name = request.adapter.name if request.adapter is not None else None
+        name = request.options.adapter.name if request.options.adapter is not None else None
         self._count(name, requests=1, prompt_tokens=len(request.prompt_token_ids))
         tracker = DeltaTracker(rid, len(request.prompt_token_ids), frozenset(p.stop_token_ids), p.logprobs)
         tracker.read_spec = self._spec_per_request
@@ -281,8 +283,7 @@ class TrtllmEngine:
         return replace(
             stats,
             busy_seconds=self._poller.busy.seconds(),
-            adapter_loads=self._adapters.loads,
-            by_adapter=dict(self._by_adapter),
+            adapters=AdapterStats(loads=self._adapters.loads, by_adapter=dict(self._by_adapter)),
             spec=self._poller.spec.snapshot(),  # every iteration's acceptance (none: all 0)
         )
 

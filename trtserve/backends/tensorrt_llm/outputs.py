@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trtserve.backends.tensorrt_llm.spec_counts import request_counts
-from trtserve.engine.messages import RequestId, TokenDelta
+from trtserve.engine.ids import RequestId
+from trtserve.engine.messages import TokenDelta
 from trtserve.engine.sampling import TokenLogprob
 
 # TensorRT-LLM finish reason (executor enum name or LLM-API string) -> ours ("stop" | "length" | "abort")

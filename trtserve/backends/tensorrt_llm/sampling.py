@@ -62,12 +62,12 @@ def check_supported(
         refuse("prompt_logprobs")
     if any(len(words) != 1 for words in p.bad_words_ids):
         refuse("bad_words_ids")
-    if request.priority != 0.0:
+    if request.options.priority != 0.0:
         refuse("priority")
-    if request.cache_salt is not None:
+    if request.options.cache_salt is not None:
         refuse("cache_salt")
     for name in ("cache_namespace", "context_version"):
-        if getattr(request, name) is not None:
+        if getattr(request.options, name) is not None:
             refuse(name)
     if p.seed is not None and not 0 <= p.seed < 2**64:
         refuse("seed")

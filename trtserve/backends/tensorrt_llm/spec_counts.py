@@ -21,7 +21,7 @@ import logging
 import threading
 
 from trtserve.backends.tensorrt_llm.capabilities import Capabilities
-from trtserve.engine.messages import SpecCounts
+from trtserve.engine.stats import SpecCounts
 
 log = logging.getLogger(__name__)
 ITERATION_KEY = "specDecodingStats"

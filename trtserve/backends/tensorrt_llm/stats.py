@@ -10,7 +10,7 @@ blocks x tokensPerBlock: block-granular, unlike the torch engine's exact token c
 
 from __future__ import annotations
 
-from trtserve.engine.messages import EngineStats
+from trtserve.engine.stats import EngineStats, KVCacheStats, PrefixCacheStats, SchedulerStats
 
 
 def engine_stats(iteration: dict | None, *, prompt_tokens: int, generated_tokens: int) -> EngineStats:
@@ -25,20 +25,23 @@ def engine_stats(iteration: dict | None, *, prompt_tokens: int, generated_tokens
     used = int(kv.get("usedNumBlocks", 0))
     per_block = int(kv.get("tokensPerBlock", 0))
     return EngineStats(
-        running=int(it.get("numActiveRequests", 0)),
-        waiting=int(it.get("numQueuedRequests", 0)),
-        kv_blocks_total=total,
-        kv_blocks_used=used,
-        kv_blocks_free=int(kv.get("freeNumBlocks", total - used)),
-        kv_blocks_cached=0,
-        kv_utilization=used / total if total else 0.0,
-        kv_waste=0.0,
-        prefix_queries=int(kv.get("allocTotalBlocks", 0)) * per_block,
-        prefix_hits=int(kv.get("reusedBlocks", 0)) * per_block,
-        preemptions=0,
-        prompt_tokens=prompt_tokens,
-        generated_tokens=generated_tokens,
-        steps=int(it["iter"]) + 1 if "iter" in it else 0,
+        scheduler=SchedulerStats(
+            running=int(it.get("numActiveRequests", 0)),
+            waiting=int(it.get("numQueuedRequests", 0)),
+            prompt_tokens=prompt_tokens,
+            generated_tokens=generated_tokens,
+            steps=int(it["iter"]) + 1 if "iter" in it else 0,
+        ),
+        kv_cache=KVCacheStats(
+            blocks_total=total,
+            blocks_used=used,
+            blocks_free=int(kv.get("freeNumBlocks", total - used)),
+            utilization=used / total if total else 0.0,
+        ),
+        prefix_cache=PrefixCacheStats(
+            queries=int(kv.get("allocTotalBlocks", 0)) * per_block,
+            hits=int(kv.get("reusedBlocks", 0)) * per_block,
+        ),
     )
 
 

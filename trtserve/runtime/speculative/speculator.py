@@ -5,9 +5,9 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from trtserve.engine.messages import SpecCounts
 from trtserve.engine.options import EngineOptions
 from trtserve.engine.speculative import SpeculativeConfig
+from trtserve.engine.stats import SpecCounts
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.request import Request
 from trtserve.runtime.speculative.proposer import NgramProposer, Proposer
@@ -44,20 +44,25 @@ class Speculator:
             for (r, _), p in zip(asks, proposals, strict=True):
                 self._planned[r.seq] = p
                 rows_left -= len(p)
-        for r, _ in pending:  # no rows left for it this step
-            r.spec.idle += 1  # type: ignore[union-attr]
+        for r, _ in pending:  # no rows left for it this step (a candidate: _candidates gave it a SpecState)
+            if r.spec is not None:
+                r.spec.idle += 1
 
     def _candidates(self, running: list[Request]) -> list[tuple[Request, int]]:
         """The decoding sequences that speculate this step, in order, with how many tokens each may propose."""
         bar = self.switch.bar(len(running))
         probe = None
         if bar == PROBE:
-            held = [r for r in running if r.speculate]
+            held = [r for r in running if r.options.speculate]
             probe = max(held, key=lambda r: r.spec.idle if r.spec is not None else WINDOW, default=None)
             bar = math.inf
         out = []
         for r in running:
-            if not r.speculate or r.num_tokens - r.num_computed_tokens != 1 or (r.params.n > 1 and not r.forked):
+            if (
+                not r.options.speculate
+                or r.num_tokens - r.num_computed_tokens != 1
+                or (r.params.n > 1 and not r.forked)
+            ):
                 continue  # opted out, not decoding, or about to fork (scheduler._draft)
             if r.spec is None:
                 r.spec = SpecState()
@@ -85,7 +90,9 @@ class Speculator:
         self.proposer.wake_up()
 
     def record(self, r: Request, proposed: int, accepted: int) -> None:
-        r.spec.record(proposed, accepted, self.config.min_acceptance)  # type: ignore[union-attr]
+        if r.spec is None:  # verified: it was a candidate, which always has its SpecState
+            raise AssertionError(f"{r.seq} was verified without speculation state")
+        r.spec.record(proposed, accepted, self.config.min_acceptance)
         add_counts(self.totals, proposed, accepted)
 
     def totals_snapshot(self) -> SpecCounts:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 
-from trtserve.engine.messages import SpecCounts
+from trtserve.engine.stats import SpecCounts
 
 WINDOW = 8  # drafts the rolling acceptance rate is taken over
 RETRY_STEPS = 16  # decode steps a sequence below the acceptance floor runs plainly before it tries again

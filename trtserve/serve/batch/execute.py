@@ -13,7 +13,8 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError, describe_request_error, error_body
 from trtserve.serve.openai import protocol as p
 from trtserve.serve.openai.serving import OpenAIServing
-from trtserve.serve.repository.lookup import refuse_tensor
+from trtserve.serve.repository.kinds import FrontEnd
+from trtserve.serve.repository.lookup import refuse
 from trtserve.serve.state import ServerState
 
 # Below any online request's priority (the scheduler serves higher first and preempts lower first).
@@ -25,7 +26,7 @@ def serving_for(server: ServerState, model: str | None, user: str | None = None)
     """The OpenAI serving object that answers a line naming `model`, routed by the model
     repository exactly as an online request is (APIError 404 / 503 as online)."""
     mv = server.repository.route(model, user, None)
-    refuse_tensor(mv)  # a tensor model: the 400 naming its infer route, as online
+    refuse(mv, FrontEnd.GENERATE)  # a tensor model: the 400 naming its infer route, as online
     return OpenAIServing(mv.service)
 
 

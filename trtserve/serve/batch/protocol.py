@@ -7,7 +7,9 @@ import re
 import sqlite3
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
+
+from trtserve.serve.json_body import JsonBody
 
 ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
 FINAL = ("completed", "failed", "expired", "cancelled")
@@ -30,7 +32,7 @@ def window_seconds(window: str) -> int:
     return int(m[1]) * _UNIT[m[2]]
 
 
-class BatchCreate(BaseModel):
+class BatchCreate(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     input_file_id: str

@@ -4,6 +4,8 @@ shared-memory, trace and log-settings RPCs answer UNIMPLEMENTED."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2_grpc
@@ -17,7 +19,9 @@ from trtserve.serve.grpc.tensors import infer_response, infer_tensor, parameters
 from trtserve.serve.kserve.infer import infer_call
 from trtserve.serve.kserve.serving import KServeServing
 from trtserve.serve.repository.admin import version_parameter
-from trtserve.serve.repository.lookup import refuse_tensor, version_ready
+from trtserve.serve.repository.kinds import FrontEnd, Tensors
+from trtserve.serve.repository.lookup import refuse, version_ready
+from trtserve.serve.repository.repository import Repository
 from trtserve.serve.repository.router import parse_target
 from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.state import ServerState
@@ -34,6 +38,21 @@ UNSUPPORTED = (
     "TraceSetting",
     "LogSettings",
 )
+
+
+def _tensor_metadata(mv: ModelVersion, repo: Repository) -> dict:
+    return TensorServing.of(mv).model_metadata([str(v.version) for v in repo.models[mv.model].ready_versions()])
+
+
+# How each kind's tensors are described (serve/repository/kinds.py's `tensors`)
+_METADATA: dict[Tensors, Callable[[ModelVersion, Repository], dict]] = {
+    Tensors.TEXT: lambda mv, repo: KServeServing(mv.service).model_metadata(),
+    Tensors.CONFIG: _tensor_metadata,
+}
+_CONFIG: dict[Tensors, Callable[[ModelVersion], dict]] = {
+    Tensors.TEXT: lambda mv: KServeServing(mv.service).model_config(),
+    Tensors.CONFIG: lambda mv: TensorServing.of(mv).model_config(),
+}
 
 
 class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
@@ -57,7 +76,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     def serving(self, name: str, version: str, call: CallLog | None = None) -> KServeServing:
         """The LLM serving logic of the routed version (a tensor model is a 400 naming ModelInfer)."""
         mv = self.routed(name, version, call)
-        refuse_tensor(mv)
+        refuse(mv, FrontEnd.GENERATE)
         return KServeServing(mv.service)
 
     # ---- health ------------------------------------------------------------------------------------
@@ -85,18 +104,15 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     @unary
     async def ModelMetadata(self, request, context, call: CallLog):
         mv = self.routed(request.name, request.version)
-        if mv.is_tensor:
-            repo = self.server.repository
-            versions = [str(v.version) for v in repo.models[mv.model].ready_versions()]
-            meta = TensorServing.of(mv).model_metadata(versions)
-        else:
-            meta = KServeServing(mv.service).model_metadata()
+        refuse(mv, FrontEnd.INFER)
+        meta = _METADATA[mv.kind.tensors](mv, self.server.repository)
         return json_format.ParseDict(meta, pb.ModelMetadataResponse())
 
     @unary
     async def ModelConfig(self, request, context, call: CallLog):
         mv = self.routed(request.name, request.version)
-        cfg = TensorServing.of(mv).model_config() if mv.is_tensor else KServeServing(mv.service).model_config()
+        refuse(mv, FrontEnd.INFER)
+        cfg = _CONFIG[mv.kind.tensors](mv)
         return pb.ModelConfigResponse(config=json_format.ParseDict(cfg, model_config_pb2.ModelConfig()))
 
     @unary
@@ -137,7 +153,8 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def ModelInfer(self, request, context, call: CallLog):
         mv = self.routed(request.model_name, request.model_version, call)
         check_id(request.id)
-        if mv.is_tensor:
+        refuse(mv, FrontEnd.INFER)
+        if mv.kind.tensors is Tensors.CONFIG:  # the tensors of its config: one answer, no GenerationService
             call.rid = request.id or call.rid
             arrays = await infer_tensor(TensorServing.of(mv), request)
             return infer_response(mv.model, str(mv.version), request.id, arrays)

@@ -30,6 +30,8 @@ from trtserve.serve.grpc.calls import CallLog, admit, check_id, gone_code, metad
 from trtserve.serve.grpc.tensors import infer_response, infer_tensor, parameters, request_tensors
 from trtserve.serve.kserve.infer import InferCall, infer_call
 from trtserve.serve.kserve.serving import VERSION, KServeServing
+from trtserve.serve.repository.kinds import FrontEnd, Tensors
+from trtserve.serve.repository.lookup import refuse
 from trtserve.serve.tensors.serving import TensorServing
 
 EMPTY_FINAL = "triton_enable_empty_final_response"
@@ -95,7 +97,8 @@ class StreamSession:
         empty_final = params.get(EMPTY_FINAL, False)
         if not isinstance(empty_final, bool):
             raise APIError(400, f"parameter {EMPTY_FINAL!r} must be a bool_param")
-        if mv.is_tensor:  # not decoupled: one response per request
+        refuse(mv, FrontEnd.INFER)
+        if mv.kind.tensors is Tensors.CONFIG:  # not decoupled: one response per request
             self._send(req, await infer_tensor(TensorServing.of(mv), req), final=not empty_final)
             if empty_final:
                 self._send(req, {}, final=True)

@@ -8,11 +8,13 @@ import struct
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from trtserve.engine.sampling import GuidedDecoding, SamplingParams
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.errors import APIError
+from trtserve.serve.json_body import JsonBody
+from trtserve.serve.request_fields import RequestOptionFields
 from trtserve.serve.unicode import check_unicode
 from trtserve.tensor.types import DATATYPES
 
@@ -20,7 +22,7 @@ DTYPES = {name: dtype for name, (dtype, _) in DATATYPES.items()}  # KServe datat
 HEADER = "Inference-Header-Content-Length"
 
 
-class InferInput(BaseModel):
+class InferInput(JsonBody):
     model_config = ConfigDict(extra="forbid")
     name: str
     shape: list[int]
@@ -29,13 +31,13 @@ class InferInput(BaseModel):
     data: list[Any] | None = None
 
 
-class InferOutputSpec(BaseModel):
+class InferOutputSpec(JsonBody):
     model_config = ConfigDict(extra="forbid")
     name: str
     parameters: dict[str, Any] | None = None
 
 
-class InferRequest(BaseModel):
+class InferRequest(JsonBody):
     model_config = ConfigDict(extra="forbid")
     id: str | None = Field(None, max_length=MAX_CLIENT_ID)  # the client's; echoed back, never a key
     # The KServe SDK repeats the model (and version) in the body; the URL decides, as in Triton.
@@ -167,7 +169,7 @@ def _scalar(v):
     return v
 
 
-class GenerateInputs(BaseModel):
+class GenerateInputs(RequestOptionFields):
     """The TensorRT-LLM ensemble's optional inputs (besides text_input), as tensors, keys or parameters."""
 
     model_config = ConfigDict(extra="forbid")
@@ -197,13 +199,9 @@ class GenerateInputs(BaseModel):
     return_context_logits: bool = Field(False, le=False)
     return_generation_logits: bool = Field(False, le=False)
     timeout: float | None = Field(None, gt=0.0)
-    priority: float = Field(0.0, allow_inf_nan=False)
-    # trtserve extensions (parameters): a named context and its version, for the prefix cache
-    cache_namespace: str | None = Field(None, min_length=1, max_length=256)
-    context_version: int | None = Field(None, ge=0, le=2**63 - 1)
-    # trtserve extensions (parameters): false opts out of speculative decoding; return_spec_decode_stats
-    # adds the request's acceptance counts (`spec_decode`) to the response and the last streamed event
-    speculate: bool = True
+    # trtserve extension (parameters): adds the request's acceptance counts (`spec_decode`) to the
+    # response and the last streamed event; priority, the prefix-cache fields and `speculate` come
+    # from RequestOptionFields (serve/request_fields.py)
     return_spec_decode_stats: bool = False
 
     # guided decoding, as TensorRT-LLM's Triton backend names it (guided_decoding_guide_type / _guide)

@@ -4,6 +4,7 @@ TensorServing (tensor models: infer, metadata, config; generate is LLM-only)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
@@ -14,13 +15,36 @@ from trtserve.serve.kserve import docs as doc
 from trtserve.serve.kserve import tensors
 from trtserve.serve.kserve.protocol import HEADER
 from trtserve.serve.kserve.serving import KServeServing
+from trtserve.serve.repository.kinds import FrontEnd, Tensors
 from trtserve.serve.repository.lookup import routed, version_ready
 from trtserve.serve.repository.router import parse_target
+from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.tensors.serving import TensorServing
 from trtserve.serve.tensors.statistics import model_stats
 from trtserve.serve.unicode import check_unicode
 
 router = APIRouter()
+
+# How each kind's tensors are served (serve/repository/kinds.py's `tensors`): metadata, config, infer.
+_METADATA: dict[Tensors, Callable[[ModelVersion, list[str]], dict]] = {
+    Tensors.TEXT: lambda mv, versions: {**KServeServing(mv.service).model_metadata(), "versions": versions},
+    Tensors.CONFIG: lambda mv, versions: TensorServing.of(mv).model_metadata(versions),
+}
+_CONFIG: dict[Tensors, Callable[[ModelVersion], dict]] = {
+    Tensors.TEXT: lambda mv: KServeServing(mv.service).model_config(),
+    Tensors.CONFIG: lambda mv: TensorServing.of(mv).model_config(),
+}
+
+
+async def _infer_text(mv: ModelVersion, raw: bytes, request: Request):
+    return await KServeServing(mv.service).infer(raw, request.headers, request, request_context(request.scope))
+
+
+async def _infer_config(mv: ModelVersion, raw: bytes, request: Request):
+    return await tensors.infer(TensorServing.of(mv), raw, request.headers.get(HEADER))
+
+
+_INFER = {Tensors.TEXT: _infer_text, Tensors.CONFIG: _infer_config}
 
 
 def _serving(request: Request, model: str, version: str | None = None) -> KServeServing:
@@ -44,7 +68,9 @@ async def _json(request: Request):
 
 @router.get("/v2", **doc.SERVER)
 async def server_metadata(request: Request):
-    metrics = request.app.state.server.metrics  # utilisation detail (serve/utilisation.py) beside Triton's fields
+    metrics = (
+        request.app.state.server.metrics
+    )  # utilisation detail (serve/telemetry/utilisation.py) beside Triton's fields
     extra = {"utilisation": metrics.utilisation()} if metrics is not None else {}
     return KServeServing.server_metadata() | extra
 
@@ -73,12 +99,9 @@ async def version_statistics(request: Request, model: str, version: str):
 @router.get("/v2/models/{model}", **doc.METADATA)
 @router.get("/v2/models/{model}/versions/{version}", **doc.METADATA)
 async def model_metadata(request: Request, model: str, version: str | None = None):
-    mv = routed(request, model, version, tensor_ok=True)
+    mv = routed(request, model, version, front_end=FrontEnd.INFER)
     m = request.app.state.server.repository.model(parse_target(model).model, adapters=True)
-    versions = [str(v.version) for v in m.ready_versions()]
-    if mv.is_tensor:
-        return TensorServing.of(mv).model_metadata(versions)
-    return {**KServeServing(mv.service).model_metadata(), "versions": versions}
+    return _METADATA[mv.kind.tensors](mv, [str(v.version) for v in m.ready_versions()])
 
 
 @router.get("/v2/models/{model}/ready", **doc.READY)
@@ -93,21 +116,16 @@ async def model_ready(request: Request, model: str, version: str | None = None):
 @router.get("/v2/models/{model}/config", **doc.METADATA)
 @router.get("/v2/models/{model}/versions/{version}/config", **doc.METADATA)
 async def model_config(request: Request, model: str, version: str | None = None):
-    mv = routed(request, model, version, tensor_ok=True)
-    if mv.is_tensor:
-        return TensorServing.of(mv).model_config()
-    return KServeServing(mv.service).model_config()
+    mv = routed(request, model, version, front_end=FrontEnd.INFER)
+    return _CONFIG[mv.kind.tensors](mv)
 
 
 @router.post("/v2/models/{model}/infer", **doc.INFER)
 @router.post("/v2/models/{model}/versions/{version}/infer", **doc.INFER)
 async def infer(request: Request, model: str, version: str | None = None):
     raw = await request.body()  # read before routing: no await between the choice and admission
-    mv = routed(request, model, version, tensor_ok=True)
-    if mv.is_tensor:
-        return await tensors.infer(TensorServing.of(mv), raw, request.headers.get(HEADER))
-    serving = KServeServing(mv.service)
-    return await serving.infer(raw, request.headers, request, request_context(request.scope))
+    mv = routed(request, model, version, front_end=FrontEnd.INFER)
+    return await _INFER[mv.kind.tensors](mv, raw, request)
 
 
 @router.post("/v2/models/{model}/generate", **doc.GENERATE)

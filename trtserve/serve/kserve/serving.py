@@ -70,13 +70,14 @@ class KServeServing:
         }
 
     # ---- requests -> runs ------------------------------------------------------------------------
-    def _start(self, prompt: str, g: GenerateInputs, rid: str, context: RequestContext, **kw) -> GenerationRun:
-        """kw: timeout, priority (default: g's), protocol."""
+    def _start(
+        self, prompt: str, g: GenerateInputs, rid: str, context: RequestContext, priority: float | None = None, **kw
+    ) -> GenerationRun:
+        """priority: the infer call's (default: g's); kw: timeout (default: g's), protocol."""
         ids = list(self.tok.encode(prompt))
-        kw = {"timeout": g.timeout, "priority": g.priority, **kw}
-        kw |= {"cache_namespace": g.cache_namespace, "context_version": g.context_version, "speculate": g.speculate}
         params = g.sampling_params([list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words])
-        return self.svc.start(rid, ids, params, context=context, **kw)
+        given = {"client_id": rid} | ({} if priority is None else {"priority": priority})
+        return self.svc.start(ids, params, g.request_options(**given), context=context, **{"timeout": g.timeout} | kw)
 
     def _text(self, prompt: str, out: RequestOutput, g: GenerateInputs) -> list[str]:
         prefix = "" if g.exclude_input_in_output else prompt

@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 
 from trtserve.serve.errors import APIError, error_responses
 from trtserve.serve.openai.embeddings_protocol import EmbeddingRequest, EmbeddingSpec, response
+from trtserve.serve.repository.kinds import FrontEnd
 from trtserve.serve.repository.lookup import routed
 from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.tensors.serving import TensorServing
@@ -27,16 +28,20 @@ def _examples(request: Request) -> str:
         {
             mv.model
             for mv in request.app.state.server.repository.versions()
-            if mv.tensor is not None and EmbeddingSpec.of(mv.tensor.config) is not None
+            if mv.kind.serves(FrontEnd.EMBEDDINGS)
+            and mv.tensor is not None
+            and EmbeddingSpec.of(mv.tensor.config) is not None
         }
     )
     return f"e.g. {', '.join(repr(n) for n in names)}" if names else "and this server has none loaded"
 
 
 def _spec(request: Request, mv: ModelVersion) -> EmbeddingSpec:
-    if not mv.is_tensor:
+    if not mv.kind.serves(FrontEnd.EMBEDDINGS):
         raise APIError(
-            404, f"model {mv.model!r} is an LLM; /v1/embeddings needs an embedding model, {_examples(request)}", "model"
+            404,
+            f"model {mv.model!r} is {mv.kind.noun}; /v1/embeddings needs an embedding model, {_examples(request)}",
+            "model",
         )
     serving = TensorServing.of(mv)  # 503 if it was unloaded since routing
     spec = EmbeddingSpec.of(serving.config)
@@ -111,7 +116,7 @@ _WHY = {404: "No such model, or the model is not an embedding model (an LLM, a c
 
 @router.post("/v1/embeddings", responses=error_responses(400, 401, 404, 413, 429, 503, why=_WHY))
 async def embeddings(body: EmbeddingRequest, request: Request):
-    mv = routed(request, body.model, key=body.user, tensor_ok=True)
+    mv = routed(request, body.model, key=body.user, front_end=None)  # _spec answers a 404 for other kinds
     spec = _spec(request, mv)
     serving = TensorServing.of(mv)
     dimensions = _dimensions(body, spec, mv.model)

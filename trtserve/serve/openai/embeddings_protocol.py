@@ -8,8 +8,9 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
 
+from trtserve.serve.json_body import JsonBody
 from trtserve.tensor.types import TensorModelConfig
 
 MAX_INPUTS = 2048  # OpenAI's limit on one call's inputs
@@ -61,7 +62,7 @@ _INPUT_SCHEMA = WithJsonSchema(
 )
 
 
-class EmbeddingRequest(BaseModel):
+class EmbeddingRequest(JsonBody):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None  # the repository's default model when left out

@@ -5,13 +5,15 @@ from __future__ import annotations
 import time
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, field_validator, model_validator
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.sampling import MAX_LOGPROBS, GuidedDecoding, SamplingParams, TokenLogprob
 from trtserve.serve import speculative
+from trtserve.serve.json_body import JsonBody
 from trtserve.serve.openai import schema_rules as rules
 from trtserve.serve.openai.tools import Tool, ToolCall, ToolChoice, ToolPlan
+from trtserve.serve.request_fields import RequestOptionFields
 from trtserve.serve.unicode import check_unicode
 from trtserve.text.outputs import CompletionOutput, RequestOutput
 
@@ -51,13 +53,13 @@ def _is_token_id(key: str) -> bool:
     return k.isascii() and k.isdigit() and len(k) <= 10 and int(k) < 2**31
 
 
-class StreamOptions(BaseModel):
+class StreamOptions(JsonBody):
     model_config = ConfigDict(extra="forbid")
     include_usage: bool = False
     continuous_usage_stats: bool = False
 
 
-class JsonSchemaFormat(BaseModel):
+class JsonSchemaFormat(JsonBody):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     name: str = Field("response", max_length=64)
     description: str | None = None
@@ -65,7 +67,7 @@ class JsonSchemaFormat(BaseModel):
     strict: bool | None = None  # the output always follows the schema; accepted for compatibility
 
 
-class ResponseFormat(BaseModel):
+class ResponseFormat(JsonBody):
     model_config = ConfigDict(extra="forbid", json_schema_extra=rules.response_format_rules)
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
@@ -77,7 +79,7 @@ class ResponseFormat(BaseModel):
         return self
 
 
-class LoRARequest(BaseModel):
+class LoRARequest(JsonBody):
     """TensorRT-LLM's `lora_request` field: the LoRA adapter to run under, by its served name. The
     adapter must be served already (POST /v1/load_lora_adapter); lora_int_id and lora_path are
     accepted for TensorRT-LLM's clients and not used (a request never loads an adapter)."""
@@ -89,7 +91,7 @@ class LoRARequest(BaseModel):
     lora_path: str | None = None
 
 
-class SamplingFields(BaseModel):
+class SamplingFields(RequestOptionFields):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=rules.sampling_rules)
@@ -128,15 +130,9 @@ class SamplingFields(BaseModel):
     stream: bool = False
     stream_options: StreamOptions | None = None
     timeout: float | None = Field(None, gt=0.0)  # seconds; trtserve extension
-    priority: float = Field(0.0, allow_inf_nan=False)  # higher is served first; trtserve extension
-    cache_salt: str | None = None  # isolates prefix-cache entries; trtserve extension
-    # trtserve extensions: a named context and its version; prefixes cached under another version are not reused
-    cache_namespace: str | None = Field(None, min_length=1, max_length=256)
-    context_version: int | None = Field(None, ge=0, le=2**63 - 1)
     lora_request: LoRARequest | None = None  # TensorRT-LLM's adapter selection; `model: NAME` does the same
-    # trtserve extensions: false opts out of speculative decoding (docs/speculative.md); true adds the
-    # request's acceptance counts to `usage.spec_decode` (and to the last streamed chunk)
-    speculate: bool = True
+    # trtserve extension: true adds the request's acceptance counts to `usage.spec_decode` (and to the
+    # last streamed chunk)
     return_spec_decode_stats: bool = False
 
     @field_validator("stop")
@@ -249,13 +245,13 @@ class CompletionRequest(SamplingFields):
         return v
 
 
-class TextPart(BaseModel):
+class TextPart(JsonBody):
     model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(JsonBody):
     model_config = ConfigDict(extra="forbid")
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
@@ -302,7 +298,7 @@ class ChatCompletionRequest(SamplingFields):
         return ToolPlan(self.tools, self.tool_choice, template, self.parallel_tool_calls)
 
 
-class TokenizeRequest(BaseModel):
+class TokenizeRequest(JsonBody):
     # exactly one of prompt or messages (both are non-null when given)
     model_config = ConfigDict(extra="forbid", json_schema_extra=rules.tokenize_rules)
     model: str | None = None
@@ -326,7 +322,7 @@ class TokenizeRequest(BaseModel):
         return self
 
 
-class DetokenizeRequest(BaseModel):
+class DetokenizeRequest(JsonBody):
     model_config = ConfigDict(extra="forbid")
     model: str | None = None
     tokens: list[TokenId] = Field(description=rules.TOKEN_IDS.capitalize() + ".")

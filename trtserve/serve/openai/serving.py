@@ -69,16 +69,7 @@ class OpenAIServing:
         self, client_id: str, ids: list[int], params: SamplingParams, body: p.SamplingFields, context: RequestContext
     ) -> GenerationRun:
         return self.svc.start(
-            client_id,
-            ids,
-            params,
-            timeout=body.timeout,
-            priority=body.priority,
-            cache_salt=body.cache_salt,
-            cache_namespace=body.cache_namespace,
-            context_version=body.context_version,
-            context=context,
-            speculate=body.speculate,
+            ids, params, body.request_options(client_id=client_id), timeout=body.timeout, context=context
         )
 
     @staticmethod

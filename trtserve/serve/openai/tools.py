@@ -15,13 +15,14 @@ import json
 import uuid
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from trtserve.engine.sampling import GuidedDecoding
+from trtserve.serve.json_body import JsonBody
 from trtserve.text.tool_calls import PARSERS, ParsedCall, ToolCallDelta, ToolCallParser, family_of_template
 
 
-class FunctionDef(BaseModel):
+class FunctionDef(JsonBody):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")
     description: str | None = None
@@ -29,18 +30,18 @@ class FunctionDef(BaseModel):
     strict: bool | None = None
 
 
-class Tool(BaseModel):
+class Tool(JsonBody):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function"] = "function"
     function: FunctionDef
 
 
-class NamedFunction(BaseModel):
+class NamedFunction(JsonBody):
     model_config = ConfigDict(extra="forbid")
     name: str
 
 
-class NamedToolChoice(BaseModel):
+class NamedToolChoice(JsonBody):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function"] = "function"
     function: NamedFunction
@@ -49,13 +50,13 @@ class NamedToolChoice(BaseModel):
 ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 
 
-class FunctionCall(BaseModel):
+class FunctionCall(JsonBody):
     model_config = ConfigDict(extra="forbid")
     name: str
     arguments: str  # JSON text, as OpenAI sends it
 
 
-class ToolCall(BaseModel):
+class ToolCall(JsonBody):
     model_config = ConfigDict(extra="forbid")
     id: str
     type: Literal["function"] = "function"

@@ -85,19 +85,19 @@ class ReceiptBook:
             model_version=_model_version(svc),
             engine=self.identity,
             adapter=None
-            if req.adapter is None
-            else {"name": req.adapter.name, "content_hash": req.adapter.content_hash},
+            if req.options.adapter is None
+            else {"name": req.options.adapter.name, "content_hash": req.options.adapter.content_hash},
             protocol=run.protocol,
-            client_id=req.client_id,
+            client_id=req.options.client_id,
             params=req.params.model_dump(mode="json"),
             prompt_token_ids=None if self.mode == "hashes" else prompt,
             prompt_sha256=token_sha256(prompt),
             num_prompt_tokens=len(prompt),
             outputs=outputs,
             cache={
-                "namespace": req.cache_namespace,
-                "context_version": req.context_version,
-                "salted": req.cache_salt is not None,
+                "namespace": req.options.cache_namespace,
+                "context_version": req.options.context_version,
+                "salted": req.options.cache_salt is not None,
                 "cached_tokens": out.num_cached_tokens,
                 "preemptions": run.preemptions,
             },

@@ -13,9 +13,11 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field
 
 from trtserve.engine.errors import UnsupportedError, UserError
+from trtserve.engine.request_options import RequestOptions
 from trtserve.serve.admin_key import require_admin
 from trtserve.serve.errors import APIError, error_responses, parse_body
 from trtserve.serve.generation import GenerationService
+from trtserve.serve.json_body import JsonBody
 from trtserve.serve.openapi import inline_schema
 from trtserve.serve.receipts.book import engine_identity
 from trtserve.serve.receipts.model import Receipt
@@ -31,14 +33,14 @@ from trtserve.serve.receipts.replay import (
 router = APIRouter()
 
 
-class InvalidateRequest(BaseModel):
+class InvalidateRequest(JsonBody):
     model_config = ConfigDict(extra="forbid")
     namespace: str = Field(min_length=1, max_length=256)
     before_version: int | None = Field(None, ge=0)  # only versions older than this (and unversioned blocks)
     model: str | None = None  # one model's engines; default: every loaded one
 
 
-class ReplayRequest(BaseModel):
+class ReplayRequest(JsonBody):
     model_config = ConfigDict(extra="forbid")
     receipt: Receipt
     prompt_token_ids: list[int] | None = None  # for a receipt stored with --receipts hashes
@@ -119,14 +121,13 @@ async def replay(request: Request):
         raise APIError(409, str(err)) from None
     prompt, params = prompt_of(receipt, body.prompt_token_ids), params_of(receipt)
     c = receipt.cache
-    run = svc.start(
-        f"replay-{receipt.id}",
-        prompt,
-        params,
+    options = RequestOptions(
+        client_id=f"replay-{receipt.id}",
         cache_namespace=c.namespace,
         context_version=c.context_version,
         adapter=adapter,
     )
+    run = svc.start(prompt, params, options)
     out = await run.collect()
     outputs = sequences_of(out.outputs)
     result = ReplayResult(engine=identity, outputs=outputs, cached_tokens=out.num_cached_tokens, receipt=run.receipt_id)

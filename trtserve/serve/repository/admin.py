@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trtserve.serve.admin_key import ADAPTER_PATHS, RECEIPT_PATHS, require_admin
 from trtserve.serve.errors import APIError, error_responses
+from trtserve.serve.json_body import JsonBody
 from trtserve.serve.openapi import inline_schema
 from trtserve.serve.repository import operations
 from trtserve.serve.repository.repository import Repository
@@ -32,12 +33,12 @@ ADMIN = {"responses": error_responses(400, 401, 403, 404, 409, 503, why=_ADMIN_W
 TRITON = {"responses": error_responses(400, 401, 403, 404, 409, 503, kserve=True, why=_ADMIN_WHY)}
 
 
-class IndexBody(BaseModel):
+class IndexBody(JsonBody):
     model_config = ConfigDict(extra="allow")  # Triton's index request takes other keys; they are ignored
     ready: bool = False  # only the ready models
 
 
-class LoadParameters(BaseModel):
+class LoadParameters(JsonBody):
     """Triton's load/unload body: {"parameters": {"version": "2"}}; other parameters are ignored."""
 
     model_config = ConfigDict(extra="allow")
@@ -121,13 +122,13 @@ def _parse(model: type[BaseModel], body: dict):
 
 
 # ---- trtserve's admin routes -------------------------------------------------------------------------
-class VersionsBody(BaseModel):
+class VersionsBody(JsonBody):
     model_config = ConfigDict(extra="forbid")
     versions: list[int] | None = None
     reload: bool = False  # load: a READY version loads again from its dir and replaces the serving one
 
 
-class VersionBody(BaseModel):
+class VersionBody(JsonBody):
     model_config = ConfigDict(extra="forbid")
     version: int = Field(ge=1)
 

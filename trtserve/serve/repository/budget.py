@@ -22,7 +22,7 @@ class KVBudget:
 
     def share(self, mv: ModelVersion) -> int:
         own = self.models[mv.model].policy.kv_cache_memory
-        llms = sum(1 for m in self.models.values() if not all(v.is_tensor for v in m.versions.values()))
+        llms = sum(1 for m in self.models.values() if any(v.kind.kv_cache for v in m.versions.values()))
         return int(own) if own is not None else self.total // (2 * max(1, llms))
 
     def used(self) -> int:
@@ -30,7 +30,7 @@ class KVBudget:
 
     def reserve(self, mv: ModelVersion) -> RuntimeConfig:
         """The run config to open `mv` with, its KV bytes counted as used; UserError if it does not fit."""
-        if self.total is None or mv.is_tensor:  # tensor models hold no KV cache
+        if self.total is None or not mv.kind.kv_cache:  # tensor models hold no KV cache
             return self.run
         need, free = self.share(mv), self.total - self.used()
         if need > free:

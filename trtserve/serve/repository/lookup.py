@@ -8,33 +8,40 @@ from fastapi import Request
 
 from trtserve.serve.context import request_context
 from trtserve.serve.errors import APIError
+from trtserve.serve.repository.kinds import FrontEnd
 from trtserve.serve.repository.repository import Repository
 from trtserve.serve.repository.router import parse_target
 from trtserve.serve.repository.version import ModelVersion
 
 SESSION_HEADER = "x-session-id"
+_WANTS = {FrontEnd.GENERATE: "an LLM", FrontEnd.INFER: "a KServe model", FrontEnd.EMBEDDINGS: "an embedding model"}
 
 
 def routed(
-    request: Request, spec: str | None, version: str | None = None, key: str | None = None, tensor_ok: bool = False
+    request: Request,
+    spec: str | None,
+    version: str | None = None,
+    key: str | None = None,
+    *,
+    front_end: FrontEnd | None = FrontEnd.GENERATE,
 ) -> ModelVersion:
     """The READY version for `spec` (APIError 404 / 503 otherwise), sticky on `key` or X-Session-Id.
-    tensor_ok: the route serves tensor models too (KServe infer, metadata); else they are a 400."""
+    front_end: what the route serves, a version whose kind it does not serve is a 400 (`refuse`);
+    None: the route answers that itself (/v1/embeddings: a 404 naming the models it serves)."""
     repo: Repository = request.app.state.server.repository
     mv = repo.route(spec, key if key is not None else request.headers.get(SESSION_HEADER), version)
     request_context(request.scope).routed(mv.model, mv.version)
-    if not tensor_ok:
-        refuse_tensor(mv)
+    if front_end is not None:
+        refuse(mv, front_end)
     return mv
 
 
-def refuse_tensor(mv: ModelVersion) -> None:
-    """A route that generates text, asked for a tensor model: say which route serves it."""
-    if mv.is_tensor:
+def refuse(mv: ModelVersion, front_end: FrontEnd = FrontEnd.GENERATE) -> None:
+    """A route asked for a model whose kind it does not serve: say which route serves it."""
+    if not mv.kind.serves(front_end):
         raise APIError(
             400,
-            f"model {mv.model!r} is a tensor model, not an LLM; send its inputs to POST /v2/models/{mv.model}/infer "
-            "(KServe v2, or gRPC ModelInfer)",
+            f"model {mv.model!r} is {mv.kind.noun}, not {_WANTS[front_end]}; {mv.kind.hint.format(model=mv.model)}",
             "model",
         )
 

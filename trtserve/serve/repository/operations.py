@@ -8,11 +8,11 @@ import logging
 
 from trtserve.engine.errors import UserError
 from trtserve.serve.errors import APIError
-from trtserve.serve.metrics import Metrics
 from trtserve.serve.repository.guard import parse_rules
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.policy import Guard, Shadow
 from trtserve.serve.repository.version import ModelVersion
+from trtserve.serve.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 

@@ -28,15 +28,15 @@ from trtserve.engine.run_config import RuntimeConfig
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import APIError
 from trtserve.serve.kv_offload import with_tier_path
-from trtserve.serve.metrics import Metrics
 from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.budget import KVBudget
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.router import Target, parse_target
 from trtserve.serve.repository.scan import scan, scan_versions
-from trtserve.serve.repository.tensors import is_ensemble, open_version, wanted_versions
+from trtserve.serve.repository.tensors import is_ensemble, wanted_versions
 from trtserve.serve.repository.tensors import resolve as resolve_tensor
 from trtserve.serve.repository.version import ModelVersion, State
+from trtserve.serve.telemetry.metrics import Metrics
 from trtserve.tensor.types import TensorModel
 
 log = logging.getLogger(__name__)
@@ -117,9 +117,8 @@ class Repository:
         return self.started and all(m.default_version() is not None for m in self.models.values() if m.wants_loaded())
 
     def alive(self) -> bool:
-        engines = [mv.engine or mv.tensor for mv in self.versions() if mv.state == State.READY]
-        engines = [e for e in engines if e is not None]
-        return any(e.health() for e in engines) if engines else self.started
+        served = [mv.served_model for mv in self.versions() if mv.state == State.READY and mv.served_model is not None]
+        return any(s.health() for s in served) if served else self.started
 
     # ---- loading ---------------------------------------------------------------------------------
     async def startup(self) -> None:
@@ -174,7 +173,7 @@ class Repository:
         """The old engine serves until the new one is warm; then new requests go to the new one
         and the old drains. A failed reload leaves the old one serving."""
         async with m.lock:
-            new = ModelVersion(old.model, old.version, old.path)
+            new = ModelVersion(old.model, old.version, old.path, kind=old.kind, config_dir=old.config_dir)
             await self._open(new)
             if new.state != State.READY:
                 raise APIError(400, f"failed to reload {old.name} ({new.reason}); the loaded one keeps serving")
@@ -195,28 +194,9 @@ class Repository:
         """tensor/types.py's Resolver over this repository: an ensemble's step -> its READY model."""
         return resolve_tensor(self.models, name, version)
 
-    async def _open_tensor(self, mv: ModelVersion) -> None:
-        """Open a tensor model's version (no KV budget): READY, or UNAVAILABLE with why."""
-        mv.state, mv.reason = State.LOADING, ""
-        log.info("loading %s from %s", mv.name, mv.path)
-        try:
-            async with self._opening:
-                mv.tensor = await asyncio.to_thread(open_version, mv, self.resolve)
-            self.metrics.add_tensor(mv.model, str(mv.version), mv.tensor.stats)
-            for ready in self.on_ready:
-                await ready(mv)
-            mv.state = State.READY
-            log.info("ready: %s", mv.name)
-        except Exception as err:  # the others keep serving; this one says why
-            user = isinstance(err, UserError)  # a bad config.pbtxt or model file: its sentence says what to fix
-            log.error("loading %s failed: %s", mv.name, err, exc_info=not user)
-            await self._release(mv)
-            mv.state, mv.reason = State.UNAVAILABLE, str(err) if user else f"{type(err).__name__}: {err}"
-
     async def _open(self, mv: ModelVersion) -> None:
-        """Reserve its KV budget, open and warm up its engine: READY, or UNAVAILABLE with why."""
-        if mv.is_tensor:
-            return await self._open_tensor(mv)
+        """Reserve its KV budget (kinds that hold a KV cache), open it the way its kind does and warm it
+        up (the ready listeners): READY, or UNAVAILABLE with why."""
         try:
             run = with_tier_path(self.budget.reserve(mv), self.kv_tier_root, mv.model, mv.version)
         except UserError as err:
@@ -225,23 +205,22 @@ class Repository:
         mv.state, mv.reason = State.LOADING, ""
         log.info("loading %s from %s", mv.name, mv.path)
         try:
-            async with self._opening:  # one engine opens at a time (imports are not thread-safe)
+            async with self._opening:  # one opens at a time (imports are not thread-safe)
                 start = time.perf_counter()
-                engine = await asyncio.to_thread(self.factory, mv.path, run)
+                mv.served_model = await asyncio.to_thread(mv.kind.open, self, mv, run)
                 mv.open_seconds = time.perf_counter() - start
-            mv.engine = engine
-            self.metrics.add_engine(mv.model, str(mv.version), engine.stats)
+            mv.kind.add_metrics(self.metrics, mv, mv.served_model)
             for ready in self.on_ready:
                 await ready(mv)
             mv.state = State.READY
             log.info("ready: %s", mv.name)
         except Exception as err:  # the others keep serving; this one says why
-            if isinstance(err, UserError):  # a bad engine dir or run config: its message says what to fix
-                log.error("loading %s failed: %s", mv.name, err)
-            else:
-                log.exception("loading %s failed", mv.name)
+            user = isinstance(
+                err, UserError
+            )  # a bad engine dir, run config or config.pbtxt: its sentence says what to fix
+            log.error("loading %s failed: %s", mv.name, err, exc_info=not user)
             await self._release(mv)
-            mv.state, mv.reason = State.UNAVAILABLE, f"{type(err).__name__}: {err}"
+            mv.state, mv.reason = State.UNAVAILABLE, str(err) if user else f"{type(err).__name__}: {err}"
 
     def finished(self, mv: ModelVersion, run, ok: bool) -> None:
         """A client request on `mv` ended (its GenerationService's observer): guards and shadows see it."""
@@ -266,7 +245,7 @@ class Repository:
         """Drain: new requests go elsewhere at once, in-flight ones finish (or the drain timeout
         passes), then the engine stops and its memory goes back to the system."""
         async with m.lock:
-            if mv.engine is not None or mv.tensor is not None:
+            if mv.served_model is not None:
                 await self._drain(mv, self.config.drain_timeout if timeout is None else timeout)
 
     async def _drain(self, mv: ModelVersion, limit: float) -> None:
@@ -281,25 +260,20 @@ class Repository:
     async def _release(self, mv: ModelVersion) -> None:
         for release in self.on_release:
             release(mv)
-        engine, mv.engine = mv.engine, None
-        tensor, mv.tensor = mv.tensor, None
-        if engine is not None:  # a replacement of the same version may already be registered
-            self.metrics.remove_engine(mv.model, str(mv.version), engine.stats)
-        if tensor is not None:
-            self.metrics.remove_tensor(mv.model, str(mv.version), tensor.stats)
+        served, mv.served_model = mv.served_model, None
+        if served is not None:
+            mv.kind.remove_metrics(self.metrics, mv, served)
         self.budget.release(mv)
-        for closing in (engine, tensor):
-            if closing is not None:
-                await asyncio.to_thread(closing.shutdown)
-        del engine, tensor, closing
+        if served is not None:
+            await asyncio.to_thread(served.shutdown)
+        del served
         gc.collect()
         _trim_heap()
 
     async def shutdown(self) -> None:
         for mv in sorted(self.versions(), key=lambda v: v.tensor is None or v.tensor.config.kind != "ensemble"):
-            for closing in (mv.tensor, mv.engine):
-                if closing is not None:
-                    await asyncio.to_thread(closing.shutdown)
+            if mv.served_model is not None:  # ensembles first: they hold their steps' models
+                await asyncio.to_thread(mv.served_model.shutdown)
 
 
 def _trim_heap() -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from trtserve.engine.errors import UserError
 from trtserve.engine.manifest import MANIFEST, verify_engine_dir
 from trtserve.engine.open import preflight
+from trtserve.serve.repository.kinds import detect
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.policy import Policy, read_policy
 from trtserve.serve.repository.router import ascii_int
@@ -39,8 +40,8 @@ def scan(path: Path, model_name: str | None = None) -> dict[str, RepoModel]:
         raise UserError(f"{path} does not exist or is not a directory; give an engine dir or a model repository")
     if is_engine_dir(path):
         name = model_name or path.resolve().name
-        config_dir = path if (path / CONFIG_FILE).is_file() else None
-        return {name: RepoModel(name, None, {1: ModelVersion(name, 1, path, config_dir=config_dir)}, Policy())}
+        kind, config = detect(path, path)  # the engine dir is its own model dir
+        return {name: RepoModel(name, None, {1: ModelVersion(name, 1, path, kind=kind, config_dir=config)}, Policy())}
     models = {}
     for model_dir in sorted(p for p in path.iterdir() if p.is_dir() and not p.name.startswith(".")):
         versions = scan_versions(model_dir)
@@ -56,16 +57,17 @@ def scan(path: Path, model_name: str | None = None) -> dict[str, RepoModel]:
 
 def scan_versions(model_dir: Path) -> dict[int, ModelVersion]:
     """Version dirs are named by positive integers; anything else (policy.yaml, notes) is skipped."""
-    return {
-        int(p.name): ModelVersion(model_dir.name, int(p.name), p, config_dir=config_dir(model_dir, p))
-        for p in model_dir.iterdir()
-        if p.is_dir() and (ascii_int(p.name) or 0) > 0
-    }
+    versions = {}
+    for p in model_dir.iterdir():
+        if p.is_dir() and (ascii_int(p.name) or 0) > 0:
+            kind, config = detect(model_dir, p)
+            versions[int(p.name)] = ModelVersion(model_dir.name, int(p.name), p, kind=kind, config_dir=config)
+    return versions
 
 
 def config_dir(model_dir: Path, version_dir: Path) -> Path | None:
-    """Where a version's config.pbtxt lives: the Triton model dir, or a tensor engine dir itself;
-    None for an LLM engine dir."""
+    """The tensor kind's detector (serve/repository/kinds.py): where a version's config.pbtxt lives,
+    the Triton model dir or a tensor engine dir itself; None when it is not a tensor model."""
     if (model_dir / CONFIG_FILE).is_file():
         return model_dir
     if (version_dir / CONFIG_FILE).is_file() and is_engine_dir(version_dir):

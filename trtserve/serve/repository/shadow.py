@@ -11,8 +11,9 @@ import random
 from collections import deque
 from dataclasses import dataclass, field
 
-from trtserve.serve.metrics import Metrics
+from trtserve.engine.request_options import RequestOptions
 from trtserve.serve.repository.version import ModelVersion
+from trtserve.serve.telemetry.metrics import Metrics
 
 log = logging.getLogger(__name__)
 PRIORITY = -1e9  # below every client priority
@@ -80,9 +81,8 @@ class ShadowMirror:
     async def _mirror(self, run, target: ModelVersion, stats: ShadowStats) -> None:
         req = run.req
         try:
-            shadow = target.service.start(
-                f"shadow-{req.request_id}", list(req.prompt_token_ids), req.params, priority=PRIORITY, internal=True
-            )
+            options = RequestOptions(client_id=f"shadow-{req.request_id}", priority=PRIORITY)
+            shadow = target.service.start(list(req.prompt_token_ids), req.params, options, internal=True)
             out = await shadow.collect()
         except Exception as err:  # the shadow's failure is the shadow's business, never the client's
             log.warning("shadow request on %s failed: %s", target.name, err)

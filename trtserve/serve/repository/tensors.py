@@ -5,10 +5,12 @@ opening one version, and the resolver that hands an ensemble the READY model of 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.manifest import verify_engine_dir
 from trtserve.serve.errors import APIError
+from trtserve.serve.repository.kinds import Repo, Tensors
 from trtserve.serve.repository.model import RepoModel
 from trtserve.serve.repository.router import Target
 from trtserve.serve.repository.scan import is_engine_dir
@@ -17,6 +19,9 @@ from trtserve.tensor.config import read_config, select_versions
 from trtserve.tensor.kinds import open_model
 from trtserve.tensor.types import ModelNotReady, Resolver, TensorError, TensorModel, TensorModelConfig
 
+if TYPE_CHECKING:
+    from trtserve.engine.run_config import RuntimeConfig
+
 
 class ModelNotFound(TensorError):
     """An ensemble step names a model the repository does not have."""
@@ -24,14 +29,15 @@ class ModelNotFound(TensorError):
     status, code = 404, "NOT_FOUND"
 
 
-def is_tensor_model(m: RepoModel) -> bool:
-    return bool(m.versions) and all(mv.is_tensor for mv in m.versions.values())
+def has_config_tensors(m: RepoModel) -> bool:
+    """Every version is of a kind served by its config's tensors (what an ensemble step can name)."""
+    return bool(m.versions) and all(mv.kind.tensors is Tensors.CONFIG for mv in m.versions.values())
 
 
 def model_config(m: RepoModel) -> TensorModelConfig | None:
     """The config.pbtxt of a Triton model dir (UserError when it is bad); None when each version
     carries its own (tensor engine dirs) or the model is an LLM."""
-    if m.dir is None or not is_tensor_model(m) or not (m.dir / "config.pbtxt").is_file():
+    if m.dir is None or not has_config_tensors(m) or not (m.dir / "config.pbtxt").is_file():
         return None
     return read_config(m.dir, m.name)
 
@@ -57,7 +63,7 @@ def is_ensemble(m: RepoModel) -> bool:
 def resolve(models: dict[str, RepoModel], name: str, version: int) -> TensorModel:
     """The READY tensor model answering (name, version or -1: the routing choice)."""
     m = models.get(name)
-    if m is None or not is_tensor_model(m):
+    if m is None or not has_config_tensors(m):
         what = "is not in the repository" if m is None else "is an LLM, not a tensor model"
         raise ModelNotFound(f"model {name!r} {what}; an ensemble step names a tensor model of this repository")
     try:
@@ -67,6 +73,11 @@ def resolve(models: dict[str, RepoModel], name: str, version: int) -> TensorMode
     if mv.tensor is None:
         raise ModelNotReady(f"model {mv.name} is {mv.state.value}; retry later")
     return mv.tensor
+
+
+def open_tensor(repo: Repo, mv: ModelVersion, run: RuntimeConfig) -> TensorModel:
+    """The tensor kind's opener (serve/repository/kinds.py): no KV cache, steps resolved by the repository."""
+    return open_version(mv, repo.resolve)
 
 
 def open_version(mv: ModelVersion, resolver: Resolver) -> TensorModel:

@@ -6,16 +6,18 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError, model_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError, model_validator
 
+from trtserve.serve.json_body import JsonBody
 from trtserve.serve.openai.schema_rules import absent, present
 from trtserve.serve.openai.tools import FunctionDef, NamedFunction, NamedToolChoice, Tool, ToolPlan
+from trtserve.serve.request_fields import RequestOptionFields
 from trtserve.serve.unicode import check_unicode
 
 ItemStatus = Literal["in_progress", "completed", "incomplete"]
 
 
-class _Item(BaseModel):
+class _Item(JsonBody):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
 
@@ -114,7 +116,7 @@ def check_items(items: list) -> None:
 _TAGS = {"str", "message", "function_call", "function_call_output"}  # union branches pydantic puts in a path
 
 
-class FunctionTool(BaseModel):
+class FunctionTool(JsonBody):
     """A function the model may call (Responses' flat shape: no `function` wrapper)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -129,23 +131,23 @@ class FunctionTool(BaseModel):
         return Tool(function=FunctionDef(name=self.name, description=self.description, parameters=schema))
 
 
-class FunctionChoice(BaseModel):
+class FunctionChoice(JsonBody):
     model_config = ConfigDict(extra="forbid")
     type: Literal["function"]
     name: str
 
 
-class TextFormatText(BaseModel):
+class TextFormatText(JsonBody):
     model_config = ConfigDict(extra="forbid")
     type: Literal["text"]
 
 
-class TextFormatJsonObject(BaseModel):
+class TextFormatJsonObject(JsonBody):
     model_config = ConfigDict(extra="forbid")
     type: Literal["json_object"]
 
 
-class TextFormatJsonSchema(BaseModel):
+class TextFormatJsonSchema(JsonBody):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
     type: Literal["json_schema"]
     name: str = Field(min_length=1, max_length=64)
@@ -154,7 +156,7 @@ class TextFormatJsonSchema(BaseModel):
     strict: bool | None = None  # the output always follows the schema; accepted for compatibility
 
 
-class TextConfig(BaseModel):
+class TextConfig(JsonBody):
     model_config = ConfigDict(extra="forbid")
     format: Annotated[TextFormatText | TextFormatJsonObject | TextFormatJsonSchema, Field(discriminator="type")] = (
         TextFormatText(type="text")
@@ -202,7 +204,7 @@ def _rules(schema: dict[str, Any]) -> None:
         props["store"]["description"] = "true (and background) only on a server with a state dir."
 
 
-class ResponsesRequest(BaseModel):
+class ResponsesRequest(RequestOptionFields):
     """POST /v1/responses."""
 
     model_config = ConfigDict(extra="forbid", json_schema_extra=_rules)
@@ -234,8 +236,6 @@ class ResponsesRequest(BaseModel):
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
     timeout: float | None = Field(None, gt=0.0)  # seconds
-    priority: float = Field(0.0, allow_inf_nan=False)
-    speculate: bool = True  # false: no speculative decoding for it
     return_spec_decode_stats: bool = False  # true: its acceptance counts in usage.spec_decode
 
     @model_validator(mode="before")

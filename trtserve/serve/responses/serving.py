@@ -145,8 +145,7 @@ class ResponsesServing:
         ids = self.chat.encode_chat(chat.messages, True, plan.template_tools())
         params = chat.sampling_params(self.chat.max_tokens(req.max_output_tokens, len(ids)), None, guided=plan.guided())
         rid = new_id("resp")
-        kw = {"timeout": req.timeout, "priority": req.priority, "speculate": req.speculate}
-        run = self.chat.svc.start(rid, ids, params, context=context, **kw)
+        run = self.chat.svc.start(ids, params, req.request_options(client_id=rid), timeout=req.timeout, context=context)
         return Turn(rid, req, run, plan, self.chat.served_name, stored)
 
     async def _save(self, turn: Turn, body: dict) -> None:

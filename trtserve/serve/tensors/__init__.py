@@ -4,6 +4,6 @@ statistics extension's entries, and their Prometheus series.
 serving.py     an infer request (decoded tensors, parameters, requested outputs) -> output arrays
 statistics.py  Triton's model_stats entries for tensor models and LLM versions alike
 
-Their Prometheus series are serve/tensor_metrics.py's (serve/metrics.py registers them; the
+Their Prometheus series are serve/telemetry/tensor_metrics.py's (serve/telemetry/metrics.py registers them; the
 repository, which these modules read, imports metrics).
 """

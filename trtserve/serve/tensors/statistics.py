@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from trtserve.serve.errors import APIError
-from trtserve.serve.statistics import InferStatistics
+from trtserve.serve.telemetry.statistics import InferStatistics
 from trtserve.tensor.stats import DURATIONS, Duration
 
 if TYPE_CHECKING:

@@ -3,21 +3,22 @@ latencies and finishes also by protocol ("http" | "grpc").
 
 Latency histograms are observed per request by the serving layer; engine gauges and cumulative
 counters are read from `Engine.stats()` at scrape time, so they are exact, not sampled. The
-process_* series are prometheus-client's ProcessCollector's plus serve/utilisation.py's.
+process_* series are prometheus-client's ProcessCollector's plus serve/telemetry/utilisation.py's.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from trtserve.engine.messages import EngineStats
-from trtserve.serve.kv_tier_metrics import kv_tier_families
+from trtserve.engine.stats import EngineStats
 from trtserve.serve.load import LoadCollector, LoadTracker
-from trtserve.serve.tensor_metrics import TensorCollector
-from trtserve.serve.utilisation import UtilisationCollector, snapshot
+from trtserve.serve.telemetry.kv_tier_metrics import kv_tier_families
+from trtserve.serve.telemetry.tensor_metrics import TensorCollector
+from trtserve.serve.telemetry.utilisation import UtilisationCollector, snapshot
 from trtserve.tensor.stats import ModelStatistics
 
 _LATENCY = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -32,25 +33,31 @@ class _EngineCollector:
     def collect(self):
         stats = [(key, s()) for key, s in list(self.engines.items())]
         gauges = {
-            "trtserve_num_requests_running": ("Sequences in the running batch.", "running"),
-            "trtserve_num_requests_waiting": ("Requests waiting in the engine's queue.", "waiting"),
-            "trtserve_kv_cache_usage_ratio": ("Fraction of KV blocks in use.", "kv_utilization"),
-            "trtserve_kv_cache_waste_ratio": ("Allocated but unfilled KV token slots / allocated slots.", "kv_waste"),
-            "trtserve_kv_cache_cached_blocks": ("Free KV blocks holding a reusable prefix.", "kv_blocks_cached"),
-            "trtserve_kv_cache_free_blocks": ("Free KV blocks with no cached prefix.", "kv_blocks_free"),
-            "trtserve_kv_cache_total_blocks": ("KV blocks in the pool.", "kv_blocks_total"),
+            "trtserve_num_requests_running": ("Sequences in the running batch.", "scheduler.running"),
+            "trtserve_num_requests_waiting": ("Requests waiting in the engine's queue.", "scheduler.waiting"),
+            "trtserve_kv_cache_usage_ratio": ("Fraction of KV blocks in use.", "kv_cache.utilization"),
+            "trtserve_kv_cache_waste_ratio": (
+                "Allocated but unfilled KV token slots / allocated slots.",
+                "kv_cache.waste",
+            ),
+            "trtserve_kv_cache_cached_blocks": ("Free KV blocks holding a reusable prefix.", "kv_cache.blocks_cached"),
+            "trtserve_kv_cache_free_blocks": ("Free KV blocks with no cached prefix.", "kv_cache.blocks_free"),
+            "trtserve_kv_cache_total_blocks": ("KV blocks in the pool.", "kv_cache.blocks_total"),
         }
         yield from _per_engine(GaugeMetricFamily, gauges, stats)
         counters = {
-            "trtserve_prompt_tokens": ("Prompt tokens computed (prefix-cache hits excluded).", "prompt_tokens"),
-            "trtserve_generation_tokens": ("Tokens generated.", "generated_tokens"),
-            "trtserve_prefix_cache_queries": ("Prompt tokens looked up in the prefix cache.", "prefix_queries"),
-            "trtserve_prefix_cache_hits": ("Prompt tokens found in the prefix cache.", "prefix_hits"),
-            "trtserve_num_preemptions": ("Requests preempted for lack of KV blocks.", "preemptions"),
-            "trtserve_prefix_cache_invalidations": ("POST /v1/cache/invalidate calls.", "cache_invalidations"),
+            "trtserve_prompt_tokens": (
+                "Prompt tokens computed (prefix-cache hits excluded).",
+                "scheduler.prompt_tokens",
+            ),
+            "trtserve_generation_tokens": ("Tokens generated.", "scheduler.generated_tokens"),
+            "trtserve_prefix_cache_queries": ("Prompt tokens looked up in the prefix cache.", "prefix_cache.queries"),
+            "trtserve_prefix_cache_hits": ("Prompt tokens found in the prefix cache.", "prefix_cache.hits"),
+            "trtserve_num_preemptions": ("Requests preempted for lack of KV blocks.", "scheduler.preemptions"),
+            "trtserve_prefix_cache_invalidations": ("POST /v1/cache/invalidate calls.", "prefix_cache.invalidations"),
             "trtserve_prefix_cache_version_refusals": (
                 "Prefix lookups whose prompt was cached only under another context_version.",
-                "prefix_version_refusals",
+                "prefix_cache.version_refusals",
             ),
         }
         yield from _per_engine(CounterMetricFamily, counters, stats)
@@ -71,11 +78,11 @@ class _EngineCollector:
 
 def _per_engine(family, table: dict[str, tuple[str, str]], stats, part=lambda s: s):
     """One metric family per `name: (doc, field)` of `table`, one sample per engine: its stats' `field`
-    (of `part(stats)`, e.g. the speculative counts)."""
+    (dotted, e.g. "scheduler.running"; of `part(stats)`, e.g. the speculative counts)."""
     for name, (doc, field) in table.items():
         f = family(name, doc, labels=["model", "version"])
         for key, s in stats:
-            f.add_metric(list(key), getattr(part(s), field))
+            f.add_metric(list(key), attrgetter(field)(part(s)))
         yield f
 
 
@@ -88,7 +95,7 @@ def _by_namespace(stats):
     ):
         c = CounterMetricFamily(name, doc, labels=["model", "version", "namespace"])
         for key, s in stats:
-            for namespace, counts in s.prefix_by_namespace.items():
+            for namespace, counts in s.prefix_cache.by_namespace.items():
                 c.add_metric([*key, namespace], counts[i])
         yield c
 
@@ -97,9 +104,12 @@ def _by_adapter(stats):
     """LoRA adapters: the adapter cache's counters, and each adapter's requests and tokens (label
     `adapter`: its name; only adapters an operator loaded, so the series stay bounded)."""
     cache = {
-        "trtserve_lora_adapter_loads": ("LoRA adapters loaded into memory (again after an eviction).", "adapter_loads"),
-        "trtserve_lora_adapter_evictions": ("LoRA adapters evicted from memory (LRU).", "adapter_evictions"),
-        "trtserve_lora_adapter_hits": ("Times a request's LoRA adapter was found in memory.", "adapter_hits"),
+        "trtserve_lora_adapter_loads": (
+            "LoRA adapters loaded into memory (again after an eviction).",
+            "adapters.loads",
+        ),
+        "trtserve_lora_adapter_evictions": ("LoRA adapters evicted from memory (LRU).", "adapters.evictions"),
+        "trtserve_lora_adapter_hits": ("Times a request's LoRA adapter was found in memory.", "adapters.hits"),
     }
     yield from _per_engine(CounterMetricFamily, cache, stats)
     per = {
@@ -110,7 +120,7 @@ def _by_adapter(stats):
     for name, (doc, field) in per.items():
         c = CounterMetricFamily(name, doc, labels=["model", "version", "adapter"])
         for key, s in stats:
-            for adapter, counts in s.by_adapter.items():
+            for adapter, counts in s.adapters.by_adapter.items():
                 c.add_metric([*key, adapter], getattr(counts, field))
         yield c
 
@@ -183,7 +193,9 @@ class Metrics:
         self.rollbacks = Counter("trtserve_rollbacks", "Routing rollbacks by cause.", ["model", "cause"], registry=reg)
         self._engines = _EngineCollector()
         reg.register(self._engines)
-        self._tensors = TensorCollector()  # tensor models' inference / execution series (serve/tensor_metrics.py)
+        self._tensors = (
+            TensorCollector()
+        )  # tensor models' inference / execution series (serve/telemetry/tensor_metrics.py)
         reg.register(self._tensors)
         ProcessCollector(registry=reg)  # process_cpu_seconds_total, process_resident_memory_bytes, open fds
         self._utilisation = UtilisationCollector(self._engine_stats)
@@ -210,7 +222,7 @@ class Metrics:
         return {key: s() for key, s in list(self._engines.engines.items())}
 
     def utilisation(self) -> dict:
-        """serve/utilisation.py's `snapshot` of this server: the process, every loaded engine, the GPUs."""
+        """serve/telemetry/utilisation.py's `snapshot` of this server: the process, every loaded engine, the GPUs."""
         return snapshot(self._engine_stats(), self._utilisation.window)
 
     def add_collector(self, collector) -> None:

@@ -1,10 +1,13 @@
 """Start-to-ready, broken down: what a replica scaled from zero makes its first request wait for.
 
-Measured from the process's start (the OS's record of it: process_start) to the first LLM version
-being ready:
+Measured from the interpreter's first import of trtserve (`trtserve.STARTED_AT`, the first line a
+`trtserve` command runs) to the first LLM version being ready. Not the process's start: a script that
+installs and builds and then `exec`s the server keeps its process, and with it the OS's start time. So
+the clock leaves out whatever ran before the exec, and the interpreter's own boot before trtserve's
+import (about 20 ms: site, encodings).
 
-- imports: the interpreter and the packages (trtserve, the web stack, torch, tokenizers), and whatever
-  else opening the engine took that the engine did not measure itself (reading tokenizer.json);
+- imports: the packages (trtserve, the web stack, torch, tokenizers), and whatever else opening the
+  engine took that the engine did not measure itself (reading tokenizer.json);
 - verify: checking the engine dir's files against its manifest (sha256) before serving;
 - weights: reading the weights (memory-mapped) and building the model from them (the engine's figure);
 - kv_cache: allocating the KV cache (the engine's figure);
@@ -18,12 +21,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
-from pathlib import Path
 
-import psutil
 from prometheus_client.core import GaugeMetricFamily
+
+import trtserve
 
 log = logging.getLogger(__name__)
 _verify_seconds = 0.0  # the CLI's check of the engine dir before the app exists
@@ -40,23 +42,16 @@ def verifying():
         _verify_seconds += time.perf_counter() - start
 
 
-def process_start() -> float:
-    """When this process started, as time.time(). On Linux from its start tick and the boot-time clock:
-    psutil's create_time adds the boot time /proc/stat gives in whole seconds, which puts the start up
-    to a second early (the same error for every process of one boot)."""
-    try:
-        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()  # after the command's name
-        since_boot = int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
-        return time.time() - (time.clock_gettime(time.CLOCK_BOOTTIME) - since_boot)
-    except (OSError, ValueError, IndexError, AttributeError):  # not Linux
-        return psutil.Process().create_time()
+def started_at() -> float:
+    """The clock's zero, as time.time(): when this interpreter first imported trtserve."""
+    return trtserve.STARTED_AT
 
 
 class StartupClock:
     """One per app; `ready` records the first LLM version's start-to-ready."""
 
     def __init__(self):
-        self.process_start = process_start()  # wall clock, as time.time()
+        self.started_at = started_at()  # wall clock, as time.time()
         self.app_created = time.time()
         self.phases: dict[str, float] | None = None
 
@@ -64,9 +59,9 @@ class StartupClock:
         """engine_phases: EngineStats.startup_seconds; open_seconds: the engine factory's wall time."""
         if self.phases is not None:
             return
-        total = time.time() - self.process_start
+        total = time.time() - self.started_at
         weights, kv_cache = engine_phases.get("weights", 0.0), engine_phases.get("kv_cache", 0.0)
-        before_app = self.app_created - self.process_start - _verify_seconds
+        before_app = self.app_created - self.started_at - _verify_seconds
         phases = {
             "imports": before_app + max(open_seconds - weights - kv_cache, 0.0),
             "verify": _verify_seconds,
@@ -86,7 +81,7 @@ class StartupClock:
     def collect(self):
         g = GaugeMetricFamily(
             "trtserve_startup_seconds",
-            "Seconds from the process's start to ready, by phase (total: all of them), once ready.",
+            "Seconds from trtserve's first import to ready, by phase (total: all of them), once ready.",
             labels=["phase"],
         )
         for phase, seconds in (self.phases or {}).items():

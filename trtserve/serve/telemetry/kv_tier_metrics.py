@@ -24,32 +24,32 @@ def kv_tier_families(stats):
         "trtserve_kv_tier_capacity_bytes", "Bytes of KV blocks each tier can hold.", labels=[*_LABELS, "tier"]
     )
     for key, s in stats:
-        second = s.kv_offload_hit_tokens
-        hits.add_metric([*key, "1"], s.prefix_hits - second)
+        second = s.kv_tier.hit_tokens
+        hits.add_metric([*key, "1"], s.prefix_cache.hits - second)
         hits.add_metric([*key, "2"], second)
-        held.add_metric([*key, "1"], (s.kv_blocks_used + s.kv_blocks_cached) * s.kv_block_bytes)
-        held.add_metric([*key, "2"], s.kv_offload_bytes)
-        capacity.add_metric([*key, "1"], s.kv_blocks_total * s.kv_block_bytes)
-        capacity.add_metric([*key, "2"], s.kv_offload_capacity_bytes)
+        held.add_metric([*key, "1"], (s.kv_cache.blocks_used + s.kv_cache.blocks_cached) * s.kv_cache.block_bytes)
+        held.add_metric([*key, "2"], s.kv_tier.bytes)
+        capacity.add_metric([*key, "1"], s.kv_cache.blocks_total * s.kv_cache.block_bytes)
+        capacity.add_metric([*key, "2"], s.kv_tier.capacity_bytes)
     yield from (hits, held, capacity)
     for name, doc, field in (
         (
             "trtserve_kv_offload_spills",
             "KV blocks copied into the second tier as they were evicted.",
-            "kv_offload_spills",
+            "spills",
         ),
         (
             "trtserve_kv_offload_restores",
             "KV blocks copied back from the second tier on a prefix hit.",
-            "kv_offload_restores",
+            "restores",
         ),
         (
             "trtserve_kv_offload_refusals",
             "Second-tier blocks refused (checksum failed) and recomputed.",
-            "kv_offload_refusals",
+            "refusals",
         ),
     ):
         c = CounterMetricFamily(name, doc, labels=_LABELS)
         for key, s in stats:
-            c.add_metric(list(key), getattr(s, field))
+            c.add_metric(list(key), getattr(s.kv_tier, field))
         yield c

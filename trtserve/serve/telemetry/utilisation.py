@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Mapping
 import psutil
 from prometheus_client.core import GaugeMetricFamily
 
-from trtserve.engine.messages import EngineStats
+from trtserve.engine.stats import EngineStats
 
 log = logging.getLogger(__name__)
 BUSY_WINDOW_S = 60.0  # the recent window busy_ratio is taken over

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The kernel lanes under each ISA cap below this CPU's own (TRTSERVE_ISA; docs/performance.md, "CPU
+# paths"): the kernel unit tests and the golden tests that run the kernels, once per cap, so one
+# machine runs the AVX2 EPYC and AVX-512 EPYC paths too. The CPU's own path runs in the main suite
+# (scripts/test.sh). `--full`: all of tests/golden per cap. ISA_CAPS="scalar avx2" picks the caps
+# (scalar, no C kernels, is no shipped path and is not run by default). Other arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+golden=(
+  tests/golden/test_decode_step_kernel.py  # the one-call step against op by op, verification rows
+  tests/golden/test_greedy_vs_hf.py        # the kernels' decode against HF transformers
+  tests/golden/test_deterministic.py
+  tests/golden/test_family_spec.py
+  tests/golden/test_quant_engine.py        # W8A16 / W4A16 / FP8 linears on the kernels
+  tests/golden/test_quant_crosscheck.py
+  tests/golden/test_lora.py                # LoRA rows in the step
+)
+if [ "${1:-}" = "--full" ]; then
+  shift
+  golden=(tests/golden)
+fi
+units=(tests/unit/test_kernel_*.py tests/unit/test_quant_kernels.py tests/unit/test_quant_widen.py)
+isa() { .venv/bin/python -c 'import sys; from trtserve.kernels import native; sys.exit(native.main(sys.argv))' "$@"; }
+caps=${ISA_CAPS:-$(isa | grep -vx scalar || true)}  # the caps below this CPU's level, lowest first
+status=0
+for cap in $caps; do
+  # torch reads its caps at its first CPU op: they go in the environment before pytest starts
+  mapfile -t env < <(TRTSERVE_ISA="$cap" isa env)
+  echo "== TRTSERVE_ISA=$cap ${env[*]}"
+  start=$SECONDS
+  env TRTSERVE_ISA="$cap" "${env[@]}" .venv/bin/python -m pytest -q -p no:cacheprovider "${units[@]}" "${golden[@]}" "$@" ||
+    status=1  # every lane runs; the script fails if one did
+  echo "== TRTSERVE_ISA=$cap: $((SECONDS - start)) s"
+done
+exit $status
