@@ -62,7 +62,8 @@ def trtllm_engine_dir(tmp_path_factory, tiny_llama) -> Path:
 
 @pytest.fixture
 def engine(fake_trtllm, trtllm_engine_dir, monkeypatch):
-    """A TrtllmEngine over `trtllm_engine_dir` on the release's fake, polling stats every 0.1 s."""
+    """A TrtllmEngine over `trtllm_engine_dir` on the release's fake, polling stats every 0.1 s while idle
+    (the wait for an iteration stays the adapter's own: the stats tests pin it against the fakes' bursts)."""
     from trtserve.backends.tensorrt_llm import engine as engine_module
     from trtserve.backends.tensorrt_llm.engine import TrtllmEngine
     from trtserve.engine.run_config import RuntimeConfig

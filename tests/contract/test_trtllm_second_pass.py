@@ -273,14 +273,16 @@ def test_blackwell_rules_match_the_fake_trtllm_build(fake_trtllm):
 
 
 # ---- 6. stats under load: /metrics moves while a long request decodes ----------------------------------
-@pytest.mark.parametrize("release", ["1.0", "1.2"])
+@pytest.mark.parametrize("release", ["1.0", "1.1", "1.2"])
 def test_stats_move_during_a_long_request(engine, fake_trtllm):
+    """1.0-1.2 deliver iteration stats in bursts 0.2 s apart to one shared result that stays done after a
+    wait times out (third pass, item 1): the steps /metrics reports must still move while one request runs."""
     [llm] = fake_trtllm.INSTANCES
-    assert llm.idle_stats_at_once  # this release's get_stats drains until the load stops
+    assert llm.idle_stats_at_once and llm.facts.stats_result == "shared"
 
     async def run():
         steps = []
-        gen = engine.generate(req(max_tokens=150, temperature=0.0, ignore_eos=True))
+        gen = engine.generate(req(max_tokens=240, temperature=0.0, ignore_eos=True))  # about 1 s of decode
         async for d in gen:
             steps.append(engine.stats().scheduler.steps)
             if d.finish_reason:
@@ -288,8 +290,8 @@ def test_stats_move_during_a_long_request(engine, fake_trtllm):
         return steps
 
     steps = asyncio.run(run())
-    during = [s for s in steps[:-10] if s]  # well before the request ends
-    assert len(set(during)) > 5, f"iteration stats froze while the request decoded: {sorted(set(steps))}"
+    during = [s for s in steps[: len(steps) * 4 // 5] if s]  # well before the request ends
+    assert len(set(during)) >= 3, f"iteration stats froze while the request decoded: {sorted(set(steps))}"
 
 
 # ---- 7. the checkpoint/ of every engine dir is what trtllm-build accepts ------------------------------
@@ -316,7 +318,8 @@ def test_kv_offload_maps_to_the_host_pool(fake_trtllm, trtllm_engine_dir):
     engine = open_engine(trtllm_engine_dir, kv_offload=KVOffloadConfig(bytes="2MiB"))
     try:
         kv = fake_trtllm.INSTANCES[0].llm_args.kv_cache_config
-        assert (kv.host_cache_size, kv.onboard_blocks, kv.enable_block_reuse) == (2 << 20, True, True)
+        onboard = getattr(kv, "onboard_blocks", True)  # main has no such field: blocks always come back
+        assert (kv.host_cache_size, onboard, kv.enable_block_reuse) == (2 << 20, True, True)
     finally:
         engine.shutdown()
     with pytest.raises(UserError, match="kv_offload.path .* pinned host memory"):

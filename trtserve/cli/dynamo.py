@@ -50,12 +50,15 @@ def command(engine_dir: Path, role: str, namespace: str, served_model_name: str 
 def _dry_run(engine_dir: Path, backend: str, namespace: str, name: str, build) -> None:
     from trtserve.dynamo.trtllm import dry_run_lines
 
+    transceiver = "DEFAULT"
     if backend == "trtllm":
+        from trtserve.backends.tensorrt_llm.capabilities import for_planning
         from trtserve.backends.tensorrt_llm.llm import read_options
 
         read_options(engine_dir)  # the options file trtserve wrote must be there and readable
+        transceiver = for_planning(None).transceiver_default  # the installed release's spelling, else 1.2's
     block = build.plugin_config.tokens_per_block
-    for line in dry_run_lines(engine_dir, backend, namespace, name, block):
+    for line in dry_run_lines(engine_dir, backend, namespace, name, block, transceiver):
         click.echo(line)
 
 

@@ -9,7 +9,9 @@ line, so the flags asked for are not always the engine's:
     those three with paged context FMHA      -> FP8 context FMHA follows the KV cache (on with FP8 KV, off without)
     an INT8 KV cache                         -> paged context FMHA off
 and on Blackwell (100 <= SM < 120) it raises RuntimeError for INT8/INT4 weight-only formats and the INT8
-KV cache, SmoothQuant, and per-channel / per-token scaling. Paged context FMHA off means no KV block
+KV cache, SmoothQuant, and per-channel / per-token scaling. Which QuantAlgo is which is quantization/mode.py's
+`QuantMode.from_quant_algo`: W4A8_AWQ is `use_weight_only(use_int4_weights=True, per_group=True)`, an INT4
+weight-only mode there (its FP8 activations are not a QuantMode flag), so it is refused like W4A16_AWQ. Paged context FMHA off means no KV block
 reuse and no chunked context (`trtGptModelInflightBatching.cpp`), so the run-time options follow it.
 Pure functions: nothing here imports tensorrt_llm.
 """
@@ -19,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 FP8_FMHA_ALGOS = frozenset({"FP8", "W4A8_AWQ", "NVFP4"})
-# QuantMode of each QuantAlgo that builder.py's Blackwell check looks at
-INT_WEIGHT_ONLY = frozenset({"W8A16", "W4A16", "W4A16_AWQ", "W8A16_GPTQ", "W4A16_GPTQ"})
+# QuantMode of each QuantAlgo that builder.py's Blackwell check looks at (mode.py from_quant_algo):
+# is_int8_weight_only / is_int4_weight_only
+INT_WEIGHT_ONLY = frozenset({"W8A16", "W4A16", "W4A16_AWQ", "W4A8_AWQ", "W8A16_GPTQ", "W4A16_GPTQ"})
 SMOOTHQUANT = frozenset(
     {
         "W8A8_SQ_PER_CHANNEL",
@@ -31,6 +34,9 @@ SMOOTHQUANT = frozenset(
     }
 )
 PER_CHANNEL_OR_TOKEN = frozenset({"FP8_PER_CHANNEL_PER_TOKEN"})
+# what trtserve produces that trtllm-build takes on Blackwell (mode.py: neither is weight-only, SmoothQuant
+# or per-channel / per-token)
+BLACKWELL_FORMATS = ("FP8", "NVFP4")
 FP8_FMHA_MIN_SM = (8, 9)
 BLACKWELL = ((10, 0), (12, 0))  # [from, to): SM 10.x and 11.x (SM 12.x is not in builder.py's check)
 
@@ -81,6 +87,6 @@ def blackwell_problem(quant_algo: str | None, kv_algo: str | None, sm: str | Non
         return None
     return (
         f"trtllm-build refuses {what} on Blackwell GPUs (SM {sm}; builder.py: not supported on SM>=100); "
-        "use FP8, W4A8_AWQ or NVFP4 with an FP8 or unquantized KV cache there, or --backend trtllm with a "
-        "ModelOpt-exported checkpoint"
+        f"use {' or '.join(BLACKWELL_FORMATS)} with an FP8 or unquantized KV cache there, or --backend trtllm "
+        "with a ModelOpt-exported checkpoint"
     )

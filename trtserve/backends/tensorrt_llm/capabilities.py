@@ -63,6 +63,13 @@ class ReleaseLine:
     spec_iteration_stats: bool = True
     # CompletionOutput.request_perf_metrics.speculative_decoding filled (SamplingParams.return_perf_metrics)
     spec_request_metrics: bool = False
+    # llmapi KvCacheConfig.tokens_per_block: the PyTorch backend's KV block size (default 32). Read in the
+    # llm_args.py that still has speculative_model_dir and DecodingBaseConfig.from_dict (placed as 1.1) and
+    # in later ones; 1.0's KvCacheConfig has no such field
+    kv_tokens_per_block: bool = True
+    # CacheTransceiverConfig.backend's spelling (a Literal): lower case in 1.0's llm_args.py, upper case from
+    # the 1.1 line on (read in both)
+    transceiver_default: str = "DEFAULT"
 
 
 RELEASES: dict[str, ReleaseLine] = {
@@ -78,6 +85,8 @@ RELEASES: dict[str, ReleaseLine] = {
             # _torch/pyexecutor/py_executor.py _update_iter_stats fills specdec_stats from PR #9855 on
             # (merged 2025-12, placed by date, not read at the tag); the perf-metrics section stays zero
             spec_iteration_stats=False,
+            kv_tokens_per_block=False,
+            transceiver_default="default",
         ),
         ReleaseLine(
             "1.1",
@@ -130,6 +139,9 @@ class Capabilities:
     torch_logprobs: str = TOPK_WITH_SAMPLED  # what the PyTorch backend returns for logprobs=k (the table's)
     spec_iteration_stats: bool = True  # speculative-decoding acceptance in iteration stats (the table's)
     spec_request_metrics: bool = False  # ... and per request in its perf metrics (the table's)
+    kv_tokens_per_block: bool = True  # KvCacheConfig.tokens_per_block (introspected, else the table's)
+    kv_cache_fields: frozenset[str] | None = None  # KvCacheConfig's fields when introspected (None: unknown)
+    transceiver_default: str = "DEFAULT"  # cache_transceiver_config.backend for its default (the table's)
 
     @property
     def sleep_arg(self) -> str | None:
@@ -178,6 +190,8 @@ def from_table(line: str, version: str | None, how: str) -> Capabilities:
         torch_logprobs=r.torch_logprobs,
         spec_iteration_stats=r.spec_iteration_stats,
         spec_request_metrics=r.spec_request_metrics,
+        kv_tokens_per_block=r.kv_tokens_per_block,
+        transceiver_default=r.transceiver_default,
     )
 
 
@@ -221,8 +235,11 @@ def probe(tllm: ModuleType, *, serve_cli: bool = False) -> Capabilities:
     caps = _with_tensorrt(caps, tensorrt, _has_module(f"{tllm.__name__}.commands.build"))
     serve = _serve_backend_choices(tllm) if serve_cli else None
     lora_fields = _lora_fields(tllm)
+    kv_fields = _model_fields(tllm, "KvCacheConfig")
     return replace(
         caps,
+        kv_cache_fields=kv_fields,
+        kv_tokens_per_block="tokens_per_block" in kv_fields if kv_fields is not None else caps.kv_tokens_per_block,
         lora_fields=lora_fields if lora_fields is not None else caps.lora_fields,
         serve_backends=serve if serve is not None else caps.serve_backends,
         torch_args=torch_args if torch_args is not None else caps.torch_args,

@@ -48,7 +48,7 @@ from trtserve.backends.tensorrt_llm.sleep import Sleeper
 from trtserve.backends.tensorrt_llm.spec_counts import PERF_METRICS_FLAG, log_what_is_reported
 from trtserve.backends.tensorrt_llm.speculative import SPEC_OPTION, speculative_options
 from trtserve.backends.tensorrt_llm.stats import engine_stats
-from trtserve.backends.tensorrt_llm.stats_poller import IterationBusy, StatsPoller  # noqa: F401 - re-exported
+from trtserve.backends.tensorrt_llm.stats_poller import STATS_WAIT_S, IterationBusy, StatsPoller  # noqa: F401
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UnsupportedError, UserError
@@ -64,6 +64,7 @@ from trtserve.engine.stats import AdapterCounts, AdapterStats, EngineStats
 
 log = logging.getLogger(__name__)
 STATS_POLL_S = 1.0  # between stats rounds while TensorRT-LLM reports nothing (idle)
+# STATS_WAIT_S (stats_poller.py): a stats round ends after this long without an iteration
 
 # Under Dynamo an engine dir of this backend runs in Dynamo's own TensorRT-LLM worker (docs/dynamo.md).
 _NO_KV_TRANSFER = (
@@ -86,8 +87,9 @@ class TrtllmEngine:
         kv_tokens = None
         if cfg.kv_cache_memory:
             kv_tokens = int(cfg.kv_cache_memory) // ecfg.pretrained_config.kv_bytes_per_token()
+        built = read_options(path)
         options = apply_runtime(
-            read_options(path),
+            built,
             kv_cache_tokens=kv_tokens,
             enable_prefix_caching=cfg.enable_prefix_caching,
             max_batch_size=cfg.max_batch_size,
@@ -113,11 +115,12 @@ class TrtllmEngine:
         self._by_adapter: dict[str, AdapterCounts] = {}  # adapter name -> its requests' counts
         log.info("starting %s for a %s engine dir: %s", self.capabilities.label, manifest.backend, path)
         self._guided_backend = options.get(GUIDED_BACKEND_KEY)  # None: guided requests are refused (400)
-        self._logprobs = support(self.capabilities, manifest.backend, options)
+        self._logprobs = support(self.capabilities, manifest.backend, options, built)
         # the longest prompt TensorRT-LLM takes (None: max_seq_len's rule); the TensorRT path without
         # chunked context stops at max_num_tokens
         self._max_input = max_input_len(path, manifest.backend, ecfg, options)
-        self._sleeper = Sleeper(self._tllm, self.capabilities, manifest.backend, options)
+        tp = int(manifest.build_config.get("tp_size", 1))
+        self._sleeper = Sleeper(self._tllm, self.capabilities, manifest.backend, options, tp)
         self.info = EngineInfo(
             backend=manifest.backend,
             backend_version=manifest.toolchain.get("tensorrt_llm", "unknown"),  # the release that built it
@@ -139,7 +142,6 @@ class TrtllmEngine:
                 lora=self._adapters.table is not None,  # TensorRT-LLM's LoRARequest per request
             ),
         )
-        tp = int(manifest.build_config.get("tp_size", 1))
         try:
             self.llm = create_llm(
                 self._tllm, self.capabilities, manifest.backend, path, options, path / TOKENIZER_DIR, tp
@@ -153,7 +155,7 @@ class TrtllmEngine:
         # when TensorRT-LLM last showed it moves: an iteration's stats, a streamed output, or an idle poll
         self._beat = time.monotonic()
         self._closed = False
-        self._poller = StatsPoller(self.llm, self._touch, lambda: not self._results, STATS_POLL_S)
+        self._poller = StatsPoller(self.llm, self._touch, lambda: not self._results, STATS_POLL_S, STATS_WAIT_S)
 
     # ---- the Engine interface ---------------------------------------------------------------
     def check(self, request: GenerateRequest) -> None:
@@ -202,6 +204,7 @@ class TrtllmEngine:
             )
         except ValueError as err:  # TensorRT-LLM's own argument checks (lengths, n vs max_batch_size, ...)
             raise UserError(f"TensorRT-LLM refused the request: {err}") from None
+        self._poller.submitted()  # TensorRT-LLM's stats result moves again (stats_poller.py)
         self._results[rid] = (result, p.n, set())
         self._prompt_tokens += len(request.prompt_token_ids)
         name = request.options.adapter.name if request.options.adapter is not None else None

@@ -19,7 +19,8 @@ from trtserve.backends.tensorrt_llm.compat import workflow_problem
 MIN_SM = (8, 0)  # Ampere: the oldest architecture on TensorRT-LLM's supported-hardware page (1.x docs)
 BLACKWELL_WORKFLOW = "build --backend tensorrt --quant w8a16|w4a16*|w8a8_sq|fp8_pcpt, --kv-cache-quant int8"
 BLACKWELL_WHY = (
-    "trtllm-build refuses INT8/INT4 weight-only, SmoothQuant, per-token FP8 and the INT8 KV cache on SM>=100"
+    "trtllm-build refuses INT8/INT4 weight-only (W4A8_AWQ included), SmoothQuant, per-token FP8 and the INT8 KV "
+    "cache on SM>=100"
 )
 
 

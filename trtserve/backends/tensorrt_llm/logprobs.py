@@ -6,6 +6,10 @@ are then computed from the generation logits (executor/base_worker.py `_get_logp
 TensorRT builds turn it on (serve_plan.tensorrt_runtime_options): the executor keeps a logits buffer
 of max_batch_size x vocab floats and copies a request's logits out only when it asks for logprobs.
 An engine dir built before that is refused logprobs with a 400 that names the setting.
+What it costs: the logits buffer, and a single-GPU LLM that gathers generation logits runs its executor
+worker in-process rather than in a process of its own, which upstream's llm.py warns may hurt streaming
+performance. It is an LLM argument, so it cannot be switched per request: a run started
+with `logprobs=False` (serve_plan.apply_runtime) drops it, and logprobs are then refused in one sentence.
 PyTorch path: 1.0 returns the sampled token's logprob only; 1.1 the top k, which may leave the sampled
 token out; 1.2 and later the top k and the sampled token (capabilities.py, SAMPLED_ONLY ...).
 """
@@ -29,14 +33,20 @@ class LogprobSupport:
     why_not: str  # the sentence a refused request gets
 
 
-def support(caps: Capabilities, backend: str, options: dict) -> LogprobSupport:
-    """What the engine of `backend` ("tensorrt" | "trtllm") on `caps`, created with `options`, returns."""
+def support(caps: Capabilities, backend: str, options: dict, built: dict | None = None) -> LogprobSupport:
+    """What the engine of `backend` ("tensorrt" | "trtllm") on `caps`, created with `options`, returns.
+    built: the engine dir's options as written (to tell a run that turned the logits off from a dir without)."""
     if backend == "tensorrt":
         on = bool(options.get(GATHER_KEY))
         why = (
             f"logprobs on a TensorRT engine need TensorRT-LLM started with {GATHER_KEY}: true, which this engine "
             "dir's llm_api_options.yaml lacks; rebuild it with `trtserve build ... --backend tensorrt --force`"
         )
+        if not on and (built or {}).get(GATHER_KEY):
+            why = (
+                f"this TensorRT engine was started without {GATHER_KEY} (the run's logprobs: false, which spares "
+                "TensorRT-LLM's in-process worker and logits buffer); restart it with logprobs on to ask for them"
+            )
         return LogprobSupport(on, MAX_LOGPROBS if on else 0, True, why)
     if caps.torch_logprobs == SAMPLED_ONLY:
         why = f"{caps.label} returns the sampled token's logprob only; ask for top_logprobs 0, or use 1.1 or later"

@@ -27,6 +27,7 @@ from trtserve.engine.kv_offload import KVOffloadConfig
 from trtserve.engine.layout import EngineBuildConfig
 
 KV_FRACTION = 0.9  # TensorRT-LLM's default share of free GPU memory for the KV cache (must be < 1)
+TOKENS_PER_BLOCK = 32  # the PyTorch backend's KV block size unless kv_cache_config.tokens_per_block says
 # the sleep switches trtserve sets: main's sleep_config; not 1.1-1.2's enable_sleep, which upstream runs
 # only without CUDA graphs
 SLEEP_BY_DEFAULT = frozenset({"sleep_config"})
@@ -53,6 +54,7 @@ def llm_api_options(
             )
         if dtype != "auto":  # "auto": TensorRT-LLM takes it from the checkpoint's quantization config
             kv["dtype"] = dtype
+    kv |= block_size(limits.plugin_config.tokens_per_block, caps)
     options = {
         "max_batch_size": limits.max_batch_size,
         "max_num_tokens": limits.max_num_tokens,
@@ -70,6 +72,20 @@ def llm_api_options(
     if caps.sleep_arg in SLEEP_BY_DEFAULT:  # sleep / wake-up (sleep.py) at no cost to CUDA graphs
         options[caps.sleep_arg] = SLEEP_ARGS[caps.sleep_arg]
     return {**options, **sampler_options(caps)}
+
+
+def block_size(tokens_per_block: int, caps: Capabilities) -> dict:
+    """`kv_cache_config` fields that make the PyTorch backend's KV blocks `tokens_per_block` tokens long (the
+    block size the engine dir records and Dynamo's router is told); UserError where the release cannot."""
+    if tokens_per_block == TOKENS_PER_BLOCK:
+        return {}  # every release's default: nothing written, so any release loads the YAML
+    if not caps.kv_tokens_per_block:
+        raise UserError(
+            f"--tokens-per-block {tokens_per_block} cannot be applied on {caps.label}: its KvCacheConfig has no "
+            f"tokens_per_block, so TensorRT-LLM would run {TOKENS_PER_BLOCK}-token blocks; build without "
+            "--tokens-per-block, or for TensorRT-LLM 1.1 or later"
+        )
+    return {"tokens_per_block": tokens_per_block}
 
 
 def sampler_options(caps: Capabilities) -> dict:
@@ -125,9 +141,27 @@ def fit_options(options: dict, backend: str, caps: Capabilities, options_file: s
             f"{options_file} sets {', '.join(unknown)}, which {caps.label} does not take as an LLM argument; "
             "rebuild the engine dir with `trtserve build ... --force` on this host"
         )
+    _check_kv_fields(out.get("kv_cache_config") or {}, caps, options_file)
     if "lora_config" in out:
         check_fields(out["lora_config"], caps.lora_fields, caps.label)
     return out
+
+
+def _check_kv_fields(kv: dict, caps: Capabilities, options_file: str) -> None:
+    """One sentence for a kv_cache_config field this release's KvCacheConfig lacks (it would raise a pydantic
+    error from inside TensorRT-LLM)."""
+    if "tokens_per_block" in kv and not caps.kv_tokens_per_block:
+        raise UserError(
+            f"{options_file} sets kv_cache_config.tokens_per_block {kv['tokens_per_block']}, which {caps.label} "
+            f"does not take (it runs {TOKENS_PER_BLOCK}-token blocks); rebuild the engine dir with "
+            "`trtserve build ... --force` on this host, without --tokens-per-block"
+        )
+    unknown = sorted(set(kv) - caps.kv_cache_fields) if caps.kv_cache_fields is not None else []
+    if unknown:
+        raise UserError(
+            f"{options_file} sets kv_cache_config.{', kv_cache_config.'.join(unknown)}, which {caps.label}'s "
+            "KvCacheConfig does not have; rebuild the engine dir with `trtserve build ... --force` on this host"
+        )
 
 
 def apply_runtime(
@@ -138,12 +172,16 @@ def apply_runtime(
     max_batch_size: int | None = None,
     max_num_tokens: int | None = None,
     kv_offload: KVOffloadConfig | None = None,
+    logprobs: bool = True,
 ) -> dict:
     """Our `trtserve run` settings on top of the built options: a KV budget in tokens, prefix reuse
     (never where the built options turned it off: a TensorRT engine without paged context FMHA),
-    lower batch limits (a TensorRT engine cannot go above the limits it was built with) and the
-    second KV tier (kv_offload.py)."""
+    lower batch limits (a TensorRT engine cannot go above the limits it was built with), the
+    second KV tier (kv_offload.py) and, with logprobs False, a TensorRT engine started without
+    gather_generation_logits (logprobs.py says what it costs; logprobs are then refused)."""
     out = {**options, "kv_cache_config": dict(options.get("kv_cache_config", {}))}
+    if not logprobs and out.get(GATHER_KEY):
+        out[GATHER_KEY] = False
     built_reuse = bool(out["kv_cache_config"].get("enable_block_reuse", True))
     out["kv_cache_config"]["enable_block_reuse"] = enable_prefix_caching and built_reuse
     if kv_offload is not None:

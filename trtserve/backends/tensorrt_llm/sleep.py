@@ -5,7 +5,8 @@ options set only the latter, serve_plan.SLEEP_BY_DEFAULT) releases the memory of
 the given `ExecutorMemoryType` tags on `LLM._collective_rpc("sleep", (tags,))` and restores it on
 `_collective_rpc("wakeup", (tags,))` (upstream's tests/unittest/llmapi/test_llm_sleep*.py). It is a
 private call of TensorRT-LLM's LLM, so its name is kept here and nowhere else. TensorRT engines and
-1.0 have nothing of the kind.
+1.0 have nothing of the kind. On main the worker's sleep raises NotImplementedError unless world_size is 1
+(executor/base_worker.py), so a tensor-parallel engine is refused here first.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ TAG_MODULES = ("llmapi.llm_args", "_torch.virtual_memory")
 DRAIN_POLL_S = 0.02  # while sleep() waits for the requests in flight
 
 
-def sleep_problem(caps: Capabilities, backend: str, options: dict) -> str | None:
-    """Why this engine cannot sleep, as one sentence; None if it can."""
+def sleep_problem(caps: Capabilities, backend: str, options: dict, tp: int = 1) -> str | None:
+    """Why this engine cannot sleep, as one sentence; None if it can. tp: its tensor_parallel_size."""
     if backend != "trtllm":
         return "sleep / wake-up is not available on TensorRT engines (--backend tensorrt); serve a trtllm or torch engine dir"
     if caps.sleep_arg is None:
@@ -39,6 +40,12 @@ def sleep_problem(caps: Capabilities, backend: str, options: dict) -> str | None
         return (
             f"this engine dir's TensorRT-LLM options lack {caps.sleep_arg} (it was planned for a release without "
             "it); rebuild it with `trtserve build ... --backend trtllm --force` on this host"
+        )
+    if tp > 1:
+        return (
+            f"sleep / wake-up on {caps.label} needs a single GPU (its worker releases memory only with world_size "
+            f"1), but this engine dir runs tensor-parallel on {tp}; build it with --tp-size 1 to sleep, or serve it "
+            "without sleep"
         )
     return None
 
@@ -59,8 +66,8 @@ class Sleeper:
     """The engine's sleep state: from sleep() until wake_up() new requests get EngineAsleepError (HTTP 503);
     sleep() lets the requests in flight finish before the memory goes."""
 
-    def __init__(self, tllm: ModuleType, caps: Capabilities, backend: str, options: dict):
-        self._tllm, self._problem = tllm, sleep_problem(caps, backend, options)
+    def __init__(self, tllm: ModuleType, caps: Capabilities, backend: str, options: dict, tp: int = 1):
+        self._tllm, self._problem = tllm, sleep_problem(caps, backend, options, tp)
         self.llm = None  # set once the LLM exists
         self.asleep = False  # refusing requests (from the start of sleep() to the end of wake_up())
         self._released = False

@@ -12,9 +12,12 @@ What TensorRT-LLM takes (tensorrt_llm/llmapi/llm_args.py; release lines placed b
     declare `supports_backend(backend) -> backend == "pytorch"`: a TensorRT engine cannot run them, and
     trtllm-build's --speculative_decoding_mode offers no n-gram or draft-model mode the LLM API drives.
     Per request, TensorRT-LLM has no switch: its executor turns speculation off for a whole step only.
-In an options YAML the config is a dict with `decoding_type` (the name DecodingBaseConfig.from_dict
-dispatches on); `decoding_config` turns it into the installed release's class, which also lets an
-engine dir's YAML carry EAGLE-3 or MTP configs written by hand.
+In an options YAML the config is a dict with `decoding_type`, which trtllm-serve and Dynamo's worker read
+with the release's own llm_args.py (`update_llm_args_with_extra_options`): 1.0-1.1 dispatch through
+DecodingBaseConfig.from_dict's table ("DraftTarget"), 1.2 and main through the SpeculativeConfig
+discriminated union on each class's Literal, where the draft-model one is "Draft_Target" (DRAFT_TARGET_TYPE).
+`decoding_config` turns either spelling into the installed release's class, which also lets an engine dir's
+YAML carry EAGLE-3 or MTP configs written by hand.
 """
 
 from __future__ import annotations
@@ -31,7 +34,8 @@ SPEC_OPTION = "speculative_config"  # the LLM argument (and options YAML key)
 # decoding_type -> the llmapi class (DecodingBaseConfig.from_dict's table, 1.0 to main)
 DECODING_CLASSES = {
     "NGram": "NGramDecodingConfig",
-    "DraftTarget": "DraftTargetDecodingConfig",
+    "DraftTarget": "DraftTargetDecodingConfig",  # from_dict's key (1.0-1.1)
+    "Draft_Target": "DraftTargetDecodingConfig",  # the class's Literal (1.2 on)
     "Eagle": "EagleDecodingConfig",
     "Eagle3": "Eagle3DecodingConfig",  # 1.2 and later; an EagleDecodingConfig before
     "MTP": "MTPDecodingConfig",
@@ -43,6 +47,9 @@ DRAFT_FIELDS = {
     "1.2": ("speculative_model", True),
     "main": ("speculative_model", True),
 }
+
+# release line -> the draft-model config's decoding_type that release's YAML reader takes (see above)
+DRAFT_TARGET_TYPE = {"1.0": "DraftTarget", "1.1": "DraftTarget", "1.2": "Draft_Target", "main": "Draft_Target"}
 
 
 def speculative_options(spec: SpeculativeConfig, line: str, backend: str) -> dict:
@@ -66,7 +73,8 @@ def speculative_options(spec: SpeculativeConfig, line: str, backend: str) -> dic
         out = {"decoding_type": "NGram", **out, "max_matching_ngram_size": spec.prompt_lookup_max}
         out |= {"is_keep_all": True, "is_use_oldest": False, "is_public_pool": False}
     else:
-        out = {"decoding_type": "DraftTarget", **out, draft_field: str(draft_checkpoint(spec.draft_engine_dir))}
+        draft = str(draft_checkpoint(spec.draft_engine_dir))
+        out = {"decoding_type": DRAFT_TARGET_TYPE[line], **out, draft_field: draft}
     if has_concurrency:
         out["max_concurrency"] = spec.batch_limit
     return out

@@ -19,14 +19,16 @@ class StrictBaseModel(BaseModel):
     model_config = ConfigDict(extra="forbid", arbitrary_types_allowed=True)
 
 
-class KvCacheConfig(StrictBaseModel):
+class KvCacheConfigBase(StrictBaseModel):
+    """The KvCacheConfig fields of every release from 1.0 to main; each release's class adds its own
+    (release_kv_cache_config), and unknown fields raise (StrictBaseModel)."""
+
     enable_block_reuse: bool = True
     max_tokens: int | None = None
     max_attention_window: list[int] | None = None
     sink_token_length: int | None = None
     free_gpu_memory_fraction: float | None = None  # None: the C++ default 0.9
     host_cache_size: int | None = None  # bytes of the secondary (host) pool; evicted reusable blocks go there
-    onboard_blocks: bool = True
     cross_kv_cache_fraction: float | None = None
     secondary_offload_min_priority: int | None = None
     event_buffer_max_size: int = 0
@@ -40,6 +42,27 @@ class KvCacheConfig(StrictBaseModel):
         if v is not None and not 0 < v < 1:
             raise ValueError("free_gpu_memory_fraction must be in (0, 1)")
         return v
+
+
+class KvCacheConfig(KvCacheConfigBase):
+    """1.0's: `onboard_blocks` (host-pool blocks copied back on a hit; removed on main by PR #12449)."""
+
+    onboard_blocks: bool = True
+
+
+# fields some releases add to KvCacheConfigBase: name -> (type, default)
+KV_CACHE_EXTRA_FIELDS = {
+    "onboard_blocks": (bool, True),  # 1.0-1.2
+    "tokens_per_block": (int, 32),  # 1.1 on (llm_args.py KvCacheConfig, the PyTorch backend's block size)
+}
+
+
+def release_kv_cache_config(facts) -> type:
+    """The release's llmapi.KvCacheConfig: the shared fields plus those of its facts row's kv_cache_fields."""
+    extra = {name: spec for name, spec in KV_CACHE_EXTRA_FIELDS.items() if name in facts.kv_cache_fields}
+    if set(extra) == {"onboard_blocks"}:
+        return KvCacheConfig
+    return create_model("KvCacheConfig", __base__=KvCacheConfigBase, __module__="tensorrt_llm.llmapi.llm_args", **extra)
 
 
 class CudaGraphConfig(StrictBaseModel):
@@ -64,7 +87,7 @@ class BaseLlmArgs(StrictBaseModel):
     enable_chunked_prefill: bool = False
     gather_generation_logits: bool = False
     guided_decoding_backend: Literal["xgrammar", "llguidance"] | None = None
-    kv_cache_config: KvCacheConfig = Field(default_factory=KvCacheConfig)
+    kv_cache_config: KvCacheConfigBase = Field(default_factory=KvCacheConfig)  # the release's class
     enable_lora: bool = False
     lora_config: object | None = None  # the release's LoraConfig (its own class: lora_helper / _torch.peft)
     speculative_config: object | None = None  # the release's *DecodingConfig (its llm_args.py)

@@ -12,7 +12,8 @@ plugin config nested, plus rank{r}.engine). Qwen checkpoints: tensorrt_llm/model
 modules from the first --lora_dir's adapter_config.json when not given.
 
 builder.py's `build()` then rewrites the FMHA flags by quantization and GPU, and refuses some formats on
-Blackwell (RuntimeError) — `_builder_rules` below, in upstream's order. The GPU's SM comes from the
+Blackwell (RuntimeError) — `_builder_rules` below, in upstream's order, asking quantization/mode.py's
+QuantMode (quant_mode.py) what each format is, as builder.py does (so W4A8_AWQ is INT4 weight-only). The GPU's SM comes from the
 FAKE_TRTLLM_SM environment variable (a test hook standing in for get_sm_version(); default 9.0).
 """
 
@@ -24,6 +25,7 @@ import os
 import sys
 from pathlib import Path
 
+from trtllm_fake_core import quant_mode
 from trtllm_fake_core.lora import DEFAULT_TRTLLM_TO_HF, LORA_MODULE_IDS, hf_modules
 
 FEATURE = ["enable", "disable"]
@@ -93,17 +95,6 @@ def _plugin_config(args, ckpt: dict) -> dict:
     return pc
 
 
-_WEIGHT_ONLY = {"W8A16", "W4A16", "W4A16_AWQ", "W8A16_GPTQ", "W4A16_GPTQ"}  # QuantMode.is_int8/int4_weight_only
-_ACT_AND_WEIGHT = {  # QuantMode.has_act_and_weight_quant (SmoothQuant)
-    "W8A8_SQ_PER_CHANNEL",
-    "W8A8_SQ_PER_TENSOR_PLUGIN",
-    "W8A8_SQ_PER_CHANNEL_PER_TOKEN_PLUGIN",
-    "W8A8_SQ_PER_CHANNEL_PER_TENSOR_PLUGIN",
-    "W8A8_SQ_PER_TENSOR_PER_TOKEN_PLUGIN",
-}
-_PER_CHANNEL_OR_TOKEN = _ACT_AND_WEIGHT - {"W8A8_SQ_PER_TENSOR_PLUGIN"} | {"FP8_PER_CHANNEL_PER_TOKEN"}
-
-
 def _builder_rules(pc: dict, algo: str | None, kv: str | None, sm: int) -> None:
     """builder.py build(): the FMHA flags rewritten in place; RuntimeError on Blackwell for what it refuses."""
     fp8_kv, int8_kv = kv == "FP8", kv == "INT8"
@@ -117,12 +108,13 @@ def _builder_rules(pc: dict, algo: str | None, kv: str | None, sm: int) -> None:
         pc["use_fp8_context_fmha"] = fp8_kv
     if pc["use_paged_context_fmha"] and int8_kv:
         pc["use_paged_context_fmha"] = False  # "... doesn't work with int8 kv cache currently."
-    if 100 <= sm < 120:
-        if algo in _WEIGHT_ONLY or int8_kv:
+    if 100 <= sm < 120:  # the QuantMode predicates of quantization/mode.py (quant_mode.py)
+        mode = quant_mode.from_quant_algo(algo, kv)
+        if quant_mode.is_int8_weight_only(mode) or quant_mode.is_int4_weight_only(mode) or "INT8_KV_CACHE" in mode:
             raise RuntimeError("INT8/INT4 quantization is not supported on SM>=100.")
-        if algo in _ACT_AND_WEIGHT:
+        if quant_mode.has_act_and_weight_quant(mode):
             raise RuntimeError("SmoothQuant is not supported on SM>=100.")
-        if algo in _PER_CHANNEL_OR_TOKEN:
+        if mode & {"PER_CHANNEL", "PER_TOKEN"}:
             raise RuntimeError("Per-channel or per-token scaling is not supported on SM>=100.")
 
 

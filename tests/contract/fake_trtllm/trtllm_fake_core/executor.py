@@ -15,7 +15,10 @@ Imitates tensorrt_llm/llmapi/llm.py and tensorrt_llm/executor/result.py (1.0 to 
     LLM.get_stats(timeout) -> [dict]                iteration stats drained since the last call, dicts
                                                     with camelCase keys (1.0 on); "blocking" releases (facts.py)
                                                     return [] at once while idle and drain until a quiet gap
-    LLM.get_stats_async(timeout)                    the same, yielded one by one as they arrive
+    LLM.get_stats_async(timeout)                    yielded one by one as they arrive; on 1.0-1.2 one shared
+                                                    IterationResult (below): done after a wait times out until
+                                                    the next generate_async, fed in 0.2 s bursts, and a
+                                                    "not available yet" warning per call before any request
     LLM._collective_rpc("sleep"|"wakeup", (tags,))  needs the release's sleep argument; requests fail asleep
     LLM.shutdown()
 Logprobs (SamplingParams.logprobs=k): the toy distribution ranks token t by (t - greedy) mod vocab, with
@@ -48,6 +51,8 @@ from trtllm_fake_core.toy_model import next_greedy
 
 FAIL_TOKEN = 2
 STEP_S = 0.004  # one engine iteration
+DISPATCH_S = 0.2  # executor/proxy.py dispatch_stats_task: time.sleep(0.2) between stats deliveries
+NOT_READY = "Iteration statistics are not available yet"  # executor.py aget_stats, printed per call
 INSTANCES: list = []  # every LLM created, for tests to inspect
 
 
@@ -107,6 +112,44 @@ class GenerationResult:
             raise item
         self.outputs, self.finished = item
         return self
+
+
+class IterationResult:
+    """executor/result.py IterationResult (1.0-1.2): the one object every get_stats_async call returns.
+    `__anext__` waits `timeout` for the next iteration; when none comes it marks itself done, and stays
+    done (yielding nothing at once) until generate_async calls `mark_undone`."""
+
+    def __init__(self):
+        self._done = False
+        self._timeout = 2.0
+        self.queue: queue.Queue = queue.Queue()
+
+    def set_timeout(self, timeout: float) -> None:
+        self._timeout = timeout
+
+    def mark_undone(self) -> None:
+        self._done = False
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        if self._done:
+            raise StopAsyncIteration
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return self.queue.get_nowait()
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    self._done = True
+                    raise StopAsyncIteration from None
+                await asyncio.sleep(STEP_S / 2)
+
+
+async def _nothing():
+    return
+    yield
 
 
 class FakeLLM:
@@ -174,7 +217,12 @@ class FakeLLM:
         self._reuse = kv.enable_block_reuse
         self._active: list[GenerationResult] = []
         self._lock = threading.Lock()
-        self._stats: queue.Queue = queue.Queue()
+        self._stats: queue.Queue = queue.Queue()  # what get_stats and a per-call get_stats_async drain
+        # the shared IterationResult's feed (upstream has one queue; the fake feeds the two paths apart,
+        # and no test uses both on one LLM)
+        self._iter_result: IterationResult | None = None
+        self._undispatched: list[dict] = []
+        self.not_ready_warnings = 0  # "statistics are not available yet" printed (test hook)
         self._stats_idle = True  # no request since the last idle get_stats
         self._iter = self._alloc_total = self._reused = self._next_id = self.stats_calls = 0
         self._seen_blocks: set[tuple] = set()
@@ -184,10 +232,13 @@ class FakeLLM:
         self.aborted_ids: list[int] = []
         self._thread = threading.Thread(target=self._run, name="fake-trtllm-executor", daemon=True)
         self._thread.start()
+        if self.facts.stats_result == "shared":
+            threading.Thread(target=self._dispatch_stats, name="fake-trtllm-stats", daemon=True).start()
         INSTANCES.append(self)
 
     def engine_tokens_per_block(self, cfg: dict) -> int:
-        return 32  # the PyTorch backend's KV manager default
+        # KvCacheConfig.tokens_per_block where the release has it (1.1 on); 32 otherwise
+        return getattr(self.llm_args.kv_cache_config, "tokens_per_block", 32)
 
     def generate_async(self, inputs, sampling_params=None, streaming=False, lora_request=None, **kwargs):
         if self._stop.is_set():
@@ -213,6 +264,9 @@ class FakeLLM:
             self._next_id += 1
             result = GenerationResult(self._next_id, inputs, params, streaming)
             result.lora_request, result.offset = lora_request, offset
+            if self.facts.stats_result == "shared":  # BaseLLM: _maybe_initialize_iteration_results, mark_undone
+                self._iter_result = self._iter_result or IterationResult()
+                self._iter_result.mark_undone()
             self._account_prompt(inputs)
             self._active.append(result)
             self._stats_idle = False
@@ -234,8 +288,18 @@ class FakeLLM:
         return out
 
     def get_stats_async(self, timeout: float = 2):
-        """IterationResult: `async for` yields each iteration's stats as it arrives, until none comes for `timeout`."""
+        """`async for` yields each iteration's stats as it arrives, until none comes for `timeout`: the shared
+        IterationResult (1.0-1.2), else a fresh drain per call."""
         self.stats_calls += 1
+        if self.facts.stats_result == "shared":
+            if self._iter_result is None:
+                self.not_ready_warnings += 1
+                print(
+                    f"{NOT_READY}. To collect runtime statistics, call get_stats_async() after prompts are submitted."
+                )
+                return _nothing()
+            self._iter_result.set_timeout(timeout)
+            return self._iter_result
 
         async def stream():
             if self.idle_stats_at_once and self._stats_idle:
@@ -255,10 +319,21 @@ class FakeLLM:
 
         return stream()
 
+    def _dispatch_stats(self) -> None:
+        """executor/proxy.py dispatch_stats_task: every 0.2 s, what the executor reported since, at once."""
+        while not self._stop.wait(DISPATCH_S):
+            with self._lock:
+                burst, self._undispatched = self._undispatched, []
+                target = self._iter_result
+            for item in burst if target is not None else []:
+                target.queue.put(item)
+
     def _collective_rpc(self, method: str, args: tuple = ()):
         arg = self.facts.sleep_arg
         if method not in ("sleep", "wakeup") or arg is None or getattr(self.llm_args, arg, None) in (None, False):
             raise RuntimeError(f"{method} is not available: the LLM was created without sleep support")
+        if self.tensor_parallel_size > 1:  # executor/base_worker.py (main): sleep / wakeup need world_size 1
+            raise NotImplementedError(f"{method} is only supported with world_size == 1")
         self.rpc_calls.append((method, args))
         self.asleep = method == "sleep"
 
@@ -284,7 +359,9 @@ class FakeLLM:
                     self._step(r)
                 self._active = [r for r in self._active if not r._done_sent]
                 if batch:
-                    self._stats.put(self._iteration_stats(len(batch)))
+                    stats = self._iteration_stats(len(batch))
+                    self._stats.put(stats)
+                    self._undispatched.append(stats)
                     self._iter += 1
             time.sleep(STEP_S)
 

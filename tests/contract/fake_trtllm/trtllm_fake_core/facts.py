@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 # KvCacheConfig (llmapi, 1.0 to main): the fields the fakes declare, binding order first
+# (1.0's; facts rows list each release's)
 KV_CACHE_FIELDS = (
     "enable_block_reuse",
     "max_tokens",
@@ -27,6 +28,10 @@ KV_CACHE_FIELDS = (
     "copy_on_partial_reuse",
     "dtype",
 )
+# 1.1 adds tokens_per_block (the PyTorch backend's KV block size; placed by content: in the llm_args.py with
+# speculative_model_dir and from_dict, absent from 1.0's); main drops onboard_blocks (PR #12449)
+KV_CACHE_FIELDS_1_1 = (*KV_CACHE_FIELDS, "tokens_per_block")
+KV_CACHE_FIELDS_MAIN = tuple(f for f in KV_CACHE_FIELDS_1_1 if f != "onboard_blocks")
 # (field, lower bound exclusive, upper bound exclusive): KvCacheConfig's validators
 KV_CACHE_RANGES = (("free_gpu_memory_fraction", 0.0, 1.0),)
 
@@ -76,12 +81,18 @@ class ReleaseFacts:
     # get_stats: "blocking" ([] at once while idle; drains until a quiet gap of `timeout`) | "drain"
     stats: str
     sleep_arg: str | None  # the LLM argument that turns sleep / wake-up on
+    # get_stats_async: "shared" (executor/result.py IterationResult, 1.0-1.2: one result for every call,
+    # created by the first generate_async, done after a wait times out until the next generate_async,
+    # fed in bursts 0.2 s apart by the proxy's dispatcher thread; before the first request each call prints
+    # "statistics are not available yet") | "per_call" (a fresh drain each call; main, not pinned)
+    stats_result: str
     llmapi_exports: frozenset[str] = field(
         default=frozenset({"LLM", "KvCacheConfig", "CudaGraphConfig", "GuidedDecodingParams", "LoRARequest"})
     )
     # the TensorRT path (all releases that have it): logprobs need gather_generation_logits=True; prompts
     # longer than min(max_seq_len - 1, max_num_tokens) fail without chunked context (trtGptModel.h)
     trt_logprobs_need_gather: bool = True
+    kv_cache_fields: tuple[str, ...] = KV_CACHE_FIELDS  # llmapi.KvCacheConfig's (the fakes' slice)
     # speculative decoding's acceptance on the PyTorch backend (speculation.py): iteration stats'
     # specDecodingStats filled (py_executor.py _update_iter_stats, PR #9855, merged 2025-12, placed by
     # date), and request_perf_metrics.speculative_decoding filled (executor/result.py, PR #17082, 2026-07-31)
@@ -105,6 +116,7 @@ FACTS: dict[str, ReleaseFacts] = {
             torch_logprobs="sampled",  # PR #6097: top-k on the TensorRT path only
             stats="blocking",  # executor.py GenerationExecutor.get_stats (fact sheet 10.5)
             sleep_arg=None,
+            stats_result="shared",
             spec_iteration_stats=False,
         ),
         ReleaseFacts(
@@ -120,6 +132,8 @@ FACTS: dict[str, ReleaseFacts] = {
             torch_logprobs="topk",  # PR #7756 in, PR #9374 (sampled token always) not
             stats="blocking",
             sleep_arg="enable_sleep",
+            stats_result="shared",
+            kv_cache_fields=KV_CACHE_FIELDS_1_1,
             spec_iteration_stats=False,  # PR #9855 is after release/1.1 was cut
         ),
         ReleaseFacts(
@@ -135,6 +149,8 @@ FACTS: dict[str, ReleaseFacts] = {
             torch_logprobs="topk+sampled",
             stats="blocking",  # fact sheet 11.6: 1.2 behaves like 1.0
             sleep_arg="enable_sleep",
+            stats_result="shared",
+            kv_cache_fields=KV_CACHE_FIELDS_1_1,
         ),
         ReleaseFacts(
             "main",
@@ -149,6 +165,8 @@ FACTS: dict[str, ReleaseFacts] = {
             torch_logprobs="topk+sampled",
             stats="drain",  # not pinned on main
             sleep_arg="sleep_config",
+            stats_result="per_call",  # not pinned on main
+            kv_cache_fields=KV_CACHE_FIELDS_MAIN,
             spec_request_metrics=True,
         ),
     )

@@ -3,13 +3,15 @@
 from pathlib import Path
 from typing import ClassVar
 
-from trtllm_fake_core.args import StrictBaseModel, TrtLlmArgsBase, release_torch_args
+from trtllm_fake_core.args import StrictBaseModel, TrtLlmArgsBase, release_kv_cache_config, release_torch_args
+from trtllm_fake_core.extra_options import from_dict_table, options_loader
 from trtllm_fake_core.facts import FACTS
 
 # instantiate_sampler (tensorrt_llm/_torch/pyexecutor/_util.py, 1.0) uses TRTLLMSampler when
 # enable_trtllm_sampler is set, else TorchSampler, which decodes greedily unless enable_mixed_sampler
 # is set. Both removed in 1.1. The fields come from the facts table.
 TorchLlmArgs = release_torch_args(FACTS["1.0"])
+KvCacheConfig = release_kv_cache_config(FACTS["1.0"])  # its fields: the facts row's kv_cache_fields
 
 
 class TrtLlmArgs(TrtLlmArgsBase):
@@ -71,3 +73,16 @@ class MTPDecodingConfig(DecodingBaseConfig):
 
     def supports_backend(self, backend: str) -> bool:
         return backend == "pytorch"
+
+
+# trtllm-serve's (and Dynamo's) reading of the options YAML: speculative_config through from_dict's table
+update_llm_args_with_extra_options = options_loader(
+    from_dict_table(
+        {
+            "NGram": NGramDecodingConfig,
+            "DraftTarget": DraftTargetDecodingConfig,
+            "Eagle": EagleDecodingConfig,
+            "MTP": MTPDecodingConfig,
+        }
+    )
+)

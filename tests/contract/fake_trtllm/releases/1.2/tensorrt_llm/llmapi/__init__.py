@@ -1,6 +1,6 @@
 """tensorrt_llm/llmapi/__init__.py (1.2): the LLM and the config classes trtserve builds."""
 
-from trtllm_fake_core.args import CudaGraphConfig, KvCacheConfig  # noqa: F401
+from trtllm_fake_core.args import CudaGraphConfig  # noqa: F401
 from trtllm_fake_core.executor import RequestError  # noqa: F401
 from trtllm_fake_core.guided import GuidedDecodingParams  # noqa: F401
 
@@ -10,6 +10,7 @@ from tensorrt_llm.llmapi.llm_args import (  # noqa: F401
     DraftTargetDecodingConfig,
     Eagle3DecodingConfig,
     EagleDecodingConfig,
+    KvCacheConfig,
     MTPDecodingConfig,
     NGramDecodingConfig,
 )

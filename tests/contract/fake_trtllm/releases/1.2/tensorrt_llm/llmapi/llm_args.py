@@ -3,13 +3,15 @@
 from pathlib import Path
 
 from pydantic import AliasChoices, Field, NonNegativeFloat, NonNegativeInt
-from trtllm_fake_core.args import StrictBaseModel, TrtLlmArgsBase, release_torch_args
+from trtllm_fake_core.args import StrictBaseModel, TrtLlmArgsBase, release_kv_cache_config, release_torch_args
 from trtllm_fake_core.decoding import decoding_configs
+from trtllm_fake_core.extra_options import discriminated_union, options_loader
 from trtllm_fake_core.facts import FACTS
 
 # sampler_type replaced enable_trtllm_sampler / enable_mixed_sampler in 1.1; "auto" is TorchSampler unless
 # beam search is asked for, and it honours each request's sampling settings. Removed on main (PR #18232).
 TorchLlmArgs = release_torch_args(FACTS["1.2"])
+KvCacheConfig = release_kv_cache_config(FACTS["1.2"])  # its fields: the facts row's kv_cache_fields
 
 
 class TrtLlmArgs(TrtLlmArgsBase):
@@ -40,4 +42,13 @@ class DecodingBaseConfig(StrictBaseModel):
 # Eagle, Eagle3, NGram, DraftTarget and MTP: the same on every release from 1.1 (trtllm_fake_core/decoding.py)
 EagleDecodingConfig, Eagle3DecodingConfig, NGramDecodingConfig, DraftTargetDecodingConfig, MTPDecodingConfig = (
     decoding_configs(DecodingBaseConfig, "speculative_model")
+)
+
+
+# trtllm-serve's (and Dynamo's) reading of the options YAML: speculative_config through the SpeculativeConfig
+# discriminated union (DraftTarget's Literal is "Draft_Target")
+update_llm_args_with_extra_options = options_loader(
+    discriminated_union(
+        DraftTargetDecodingConfig, Eagle3DecodingConfig, EagleDecodingConfig, MTPDecodingConfig, NGramDecodingConfig
+    )
 )

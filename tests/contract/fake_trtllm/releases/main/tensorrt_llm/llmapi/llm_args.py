@@ -8,12 +8,15 @@ from trtllm_fake_core.args import (  # noqa: F401 - ExecutorMemoryType, SleepCon
     ExecutorMemoryType,
     SleepConfig,
     StrictBaseModel,
+    release_kv_cache_config,
     release_torch_args,
 )
 from trtllm_fake_core.decoding import decoding_configs
+from trtllm_fake_core.extra_options import discriminated_union, options_loader
 from trtllm_fake_core.facts import FACTS
 
-TorchLlmArgs = release_torch_args(FACTS["main"])  # sleep_config; no sampler keys
+TorchLlmArgs = release_torch_args(FACTS["main"])
+KvCacheConfig = release_kv_cache_config(FACTS["main"])  # its fields: the facts row's kv_cache_fields
 
 
 # Speculative decoding configs on main (nvidia.github.io/TensorRT-LLM/1.4.0rc4 llm-api reference):
@@ -48,3 +51,12 @@ EagleDecodingConfig, Eagle3DecodingConfig, NGramDecodingConfig, DraftTargetDecod
 
 class NGramDecodingConfig(NGramDecodingConfig):  # main adds spec_dec_variant
     spec_dec_variant: PositiveInt = 1
+
+
+# trtllm-serve's (and Dynamo's) reading of the options YAML: speculative_config through the SpeculativeConfig
+# discriminated union (DraftTarget's Literal is "Draft_Target")
+update_llm_args_with_extra_options = options_loader(
+    discriminated_union(
+        DraftTargetDecodingConfig, Eagle3DecodingConfig, EagleDecodingConfig, MTPDecodingConfig, NGramDecodingConfig
+    )
+)
