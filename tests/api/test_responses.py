@@ -284,7 +284,7 @@ def test_idempotency_key_replays_the_response(live, model):
     ("body", "words"),
     [
         ({"input": []}, "at least one item"),
-        ({"input": [{"type": "input_image", "image_url": "x"}]}, "message, function_call or function_call_output"),
+        ({"input": [{"type": "input_image", "image_url": "x"}]}, "message, function_call, function_call_output or reasoning"),
         ({"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]}, "input"),
         ({"input": "x", "tools": [{"type": "web_search"}]}, "tools"),
         ({"input": "x", "tool_choice": "required"}, "needs tools"),
@@ -293,7 +293,7 @@ def test_idempotency_key_replays_the_response(live, model):
         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": "x", "temperature": 3}, "temperature"),
         ({"input": "x", "background": True, "stream": True}, "background"),
-        ({"input": "x", "reasoning": {"effort": "low"}}, "reasoning"),
+        ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning"),
         ({"input": "x", "max_output_tokens": 100000}, "max_seq_len"),
     ],
 )  # fmt: skip

@@ -46,6 +46,18 @@ from trtserve.cli.speculative import speculative_options, with_speculative
 )
 @click.option("--batch-max-in-flight", type=int, help="Batch API requests generating at once [4].")
 @click.option(
+    "--reasoning-parser", help="Split replies into reasoning and answer: think, harmony, none [the chat template's]."
+)
+@click.option(
+    "--tool-call-parser",
+    help="Tool-call format: hermes, qwen3_coder, llama3_json, pythonic, mistral, harmony, deepseek_v3 [the template's].",
+)
+@click.option(
+    "--default-chat-template-kwargs",
+    callback=lambda ctx, param, v: _json_object(v, "--default-chat-template-kwargs"),
+    help="Template variables of every chat request, as JSON, e.g. '{\"enable_thinking\": false}'.",
+)
+@click.option(
     "--ray",
     "use_ray",
     is_flag=True,
@@ -93,6 +105,20 @@ def command(
     if use_ray:
         return _run_ray(engine_dir, cfg, ray_flags)
     serve(engine_dir, cfg)
+
+
+def _json_object(value: str | None, flag: str) -> dict | None:
+    import json
+
+    if value is None:
+        return None
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        parsed = None
+    if not isinstance(parsed, dict):
+        raise click.BadParameter(f"{flag} takes a JSON object, e.g. '{{\"enable_thinking\": false}}'")
+    return parsed
 
 
 def with_adapters(cfg, adapters: dict[str, str]):

@@ -46,7 +46,24 @@ class ServeConfig(BaseModel):
     idempotency_ttl: float = Field(86400.0, gt=0)  # seconds an Idempotency-Key's stored response is kept
     batch_max_in_flight: int = Field(4, ge=1)  # batch lines generating at once (they also run at the lowest priority)
     max_file_bytes: int = Field(100 << 20, ge=1024)  # largest upload to POST /v1/files
+    # Reasoning and tool-call parsers (docs/reasoning-and-tools.md); null: the ones the chat template implies
+    reasoning_parser: str | None = None  # think | harmony | none (and vLLM's aliases: qwen3, deepseek_r1, gpt_oss)
+    tool_call_parser: str | None = (
+        None  # hermes | qwen3_coder | llama3_json | pythonic | mistral | harmony | deepseek_v3
+    )
+    default_chat_template_kwargs: dict = {}  # template variables of every chat request, e.g. {enable_thinking: false}
     engine: RuntimeConfig = RuntimeConfig()  # the engine section: KV-cache budget, limits, engine options
+
+    @field_validator("reasoning_parser", "tool_call_parser")
+    @classmethod
+    def _known_parser(cls, v, info):
+        from trtserve.text.reasoning import REASONING_PARSERS
+        from trtserve.text.tool_parsers import TOOL_PARSERS
+
+        known = REASONING_PARSERS if info.field_name == "reasoning_parser" else TOOL_PARSERS
+        if v is not None and v not in known:
+            raise ValueError(f"unknown {info.field_name} {v!r}; choose one of {', '.join(sorted(known))}")
+        return v
 
     @field_validator("receipts", mode="before")
     @classmethod

@@ -12,6 +12,7 @@ Families (what the chat template teaches the model to write):
   calling), optionally after `<|python_tag|>`, several separated by `;`.
 - json_array: `[{"name": ..., "arguments": {...}}, ...]`, what trtserve constrains the output to
   for tool_choice "required" (any template).
+The other families' formats are in tool_formats.py, and every parser's name in tool_parsers.py.
 """
 
 from __future__ import annotations
@@ -39,7 +40,10 @@ class ParsedCall:
 class ToolCallParser:
     """Base: feed text, get (content, deltas). Subclasses implement `_feed` and `_finish`."""
 
-    def __init__(self):
+    id_length: int | None = None  # call ids of exactly this many letters and digits (Mistral's 9)
+    special_tokens = False  # the format is written in special tokens (the text must keep them)
+
+    def __init__(self, schemas: dict[str, dict] | None = None):
         self.calls: list[ParsedCall] = []
 
     def feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
@@ -112,8 +116,8 @@ class HermesParser(ToolCallParser):
 
     OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
-    def __init__(self):
-        super().__init__()
+    def __init__(self, schemas: dict[str, dict] | None = None):
+        super().__init__(schemas)
         self._buf, self._in_call = "", False
         self._head: re.Match | None = None  # the current call's head, once read
         self._sent = 0  # characters of its arguments sent
@@ -181,80 +185,99 @@ class HermesParser(ToolCallParser):
         return ("", call) if call is not None else (self.OPEN + body, [])
 
 
-class WholeJsonParser(ToolCallParser):
-    """The reply is tool calls in JSON or plain content; decided on its first visible character."""
+class PrefixParser(ToolCallParser):
+    """A format read as a pure function of the text so far: `_scan(text, final)` returns the content
+    that is certain and the calls that are complete, each a prefix of what a longer text gives. A
+    call is sent whole (its name, then its arguments) once it is complete, so a reply cut short
+    never sends a call with broken JSON, and any chunking gives the same answer."""
 
-    prefix = ""  # a marker that may precede the JSON
-
-    def __init__(self):
+    def __init__(self, schemas: dict[str, dict] | None = None):
         super().__init__()
-        self._buf, self._json = "", None  # None: undecided; True: buffering calls; False: content
+        self.schemas = schemas or {}  # function name -> its parameters' JSON schema
+        self._text, self._shown = "", 0
 
     def _feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
-        if self._json is False:
-            return text, []
-        self._buf += text
-        head = self._buf.lstrip()
-        if self.prefix and head.startswith(self.prefix):
-            head = head[len(self.prefix) :].lstrip()
-        if not head or (self.prefix.startswith(head) and self.prefix):
-            return "", []  # undecided yet
-        self._json = head[0] in self.starts
-        if self._json:
-            return "", []
-        out, self._buf = self._buf, ""
-        return out, []
+        self._text += text
+        return self._delta(False)
 
     def _finish(self) -> tuple[str, list[ToolCallDelta]]:
-        buf, self._buf = self._buf, ""
-        if not self._json:
-            return buf, []
-        body = buf.strip()
-        if self.prefix and body.startswith(self.prefix):
-            body = body[len(self.prefix) :]
-        deltas = self._decode(body)
-        return ("", deltas) if deltas is not None else (buf, [])
+        return self._delta(True)
 
-    starts = "{["
+    def _delta(self, final: bool) -> tuple[str, list[ToolCallDelta]]:
+        content, calls = self._scan(self._text, final)
+        new, self._shown = content[self._shown :], len(content)
+        deltas: list[ToolCallDelta] = []
+        for name, args in calls[len(self.calls) :]:
+            deltas += self._emit(name, args)
+        return new, deltas
 
-    def _decode(self, body: str) -> list[ToolCallDelta] | None:
+    def _scan(self, text: str, final: bool) -> tuple[str, list[tuple[str, str]]]:
         raise NotImplementedError
 
 
-class Llama3JsonParser(WholeJsonParser):
-    prefix = "<|python_tag|>"
-    starts = "{"
+def as_call(obj, args_key: str = "arguments") -> tuple[str, str] | None:
+    """(name, arguments JSON) of a decoded call object, or None if it is not one."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str):
+        return None
+    args = obj.get(args_key, obj.get("arguments", obj.get("parameters", {})))
+    args = {} if args is None else args
+    return obj["name"], args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
-    def _decode(self, body: str) -> list[ToolCallDelta] | None:
-        deltas: list[ToolCallDelta] = []
+
+def json_objects(text: str, seps: str) -> list[tuple[str, str]]:
+    """The complete call objects at the start of `text`, separated by any of `seps` (and whitespace);
+    reading stops at the first incomplete or foreign value (a cut, or text that is no call)."""
+    calls, i = [], 0
+    while True:
+        while i < len(text) and (text[i].isspace() or text[i] in seps):
+            i += 1
+        if i >= len(text) or text[i] != "{":
+            return calls
+        end = _value_end(text[i:])
+        if end is None:
+            return calls
         try:
-            for part in _split_top_level(body, ";"):
-                call = self._call(json.loads(part), "parameters")
-                if call is None:
-                    return None
-                deltas += call
+            call = as_call(json.loads(text[i : i + end]))
         except ValueError:
-            return None
-        return deltas or None
+            call = None
+        if call is None:
+            return calls
+        calls.append(call)
+        i += end
 
 
-class JsonArrayParser(WholeJsonParser):
-    starts = "["
+class Llama3JsonParser(PrefixParser):
+    """`{"name": ..., "parameters": {...}}` (after `<|python_tag|>`), several separated by `;`;
+    a reply that does not open with `{` is content, and so is one of which no call decodes."""
 
-    def _decode(self, body: str) -> list[ToolCallDelta] | None:
-        try:
-            items = json.loads(body)
-        except ValueError:
-            return None
-        if not isinstance(items, list) or not items:
-            return None
-        deltas: list[ToolCallDelta] = []
-        for item in items:
-            call = self._call(item)
-            if call is None:
-                return None
-            deltas += call
-        return deltas
+    TAG = "<|python_tag|>"
+
+    def _scan(self, text: str, final: bool) -> tuple[str, list[tuple[str, str]]]:
+        head = text.lstrip()
+        if head.startswith(self.TAG):
+            head = head[len(self.TAG) :].lstrip()
+        elif self.TAG.startswith(head):
+            return ("", []) if not final else (text, [])  # undecided
+        if not head:
+            return ("", []) if not final else (text, [])
+        if head[0] != "{":
+            return text, []
+        calls = json_objects(head, ";")
+        return ("", calls) if calls or not final else (text, [])
+
+
+class JsonArrayParser(PrefixParser):
+    """`[{"name": ..., "arguments": {...}}, ...]`: what trtserve constrains the output to for
+    tool_choice "required". Each call is sent as soon as its object closes; a call cut by
+    max_tokens is dropped, the complete ones before it kept, and the array is never content."""
+
+    def _scan(self, text: str, final: bool) -> tuple[str, list[tuple[str, str]]]:
+        head = text.lstrip()
+        if not head:
+            return ("", []) if not final else (text, [])
+        if head[0] != "[":
+            return text, []
+        return "", json_objects(head[1:], ",")
 
 
 def _split_top_level(text: str, sep: str) -> list[str]:

@@ -258,6 +258,9 @@ class ChatMessage(JsonBody):
     name: str | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
     tool_call_id: str | None = None  # role "tool": the call this message answers
+    # an assistant's earlier reasoning (vLLM and OpenRouter send `reasoning`, DeepSeek `reasoning_content`)
+    reasoning: str | None = None
+    reasoning_content: str | None = None
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -276,6 +279,10 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[Tool] | None = Field(None, max_length=128)
     tool_choice: ToolChoice | None = None  # default: "auto" with tools, else "none"
     parallel_tool_calls: bool = True
+    # template variables (e.g. {"enable_thinking": false}) over the server's --default-chat-template-kwargs
+    chat_template_kwargs: dict[str, Any] | None = None
+    reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None  # for templates that read it
+    include_reasoning: bool = True  # false: the reasoning is split off and not returned
 
     def asked_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens
@@ -293,9 +300,10 @@ class ChatCompletionRequest(SamplingFields):
             raise ValueError(f"tool_choice {plan.mode!r} constrains the output; leave out response_format and guided_*")
         return self
 
-    def tool_plan(self, template: str | None) -> ToolPlan:
-        """How the tools are used, for a chat template (its text picks the tool-call parser)."""
-        return ToolPlan(self.tools, self.tool_choice, template, self.parallel_tool_calls)
+    def tool_plan(self, template: str | None, parser: str | None = None) -> ToolPlan:
+        """How the tools are used, for a chat template (its text picks the tool-call parser unless
+        the server names one)."""
+        return ToolPlan(self.tools, self.tool_choice, template, self.parallel_tool_calls, parser)
 
 
 class TokenizeRequest(JsonBody):

@@ -20,6 +20,7 @@ from trtserve.serve.generation import GenerationRun, GenerationService
 from trtserve.serve.group import admit_all, collect_all, merged
 from trtserve.serve.openai import protocol as p
 from trtserve.serve.openai import tools
+from trtserve.serve.openai.reply import ReplyPlan, reply_plan, template_kwargs
 from trtserve.serve.receipts.model import receipt_field
 from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.repository import Repository
@@ -54,12 +55,22 @@ class OpenAIServing:
         return room
 
     def encode_chat(
-        self, messages: list[p.ChatMessage], add_generation_prompt: bool, tool_defs: list[dict] | None = None
+        self,
+        messages: list[p.ChatMessage],
+        add_generation_prompt: bool,
+        tool_defs: list[dict] | None = None,
+        kwargs: dict | None = None,
     ) -> list[int]:
+        """kwargs: the template's extra variables (reply.template_kwargs)."""
         convo = [tools.template_message(m) for m in messages]
         try:
             enc = self.tok.apply_chat_template(
-                convo, tools=tool_defs, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=True
+                convo,
+                tools=tool_defs,
+                add_generation_prompt=add_generation_prompt,
+                tokenize=True,
+                return_dict=True,
+                **(kwargs or {}),
             )
         except Exception as err:  # jinja raises for conversations the template rejects
             raise APIError(400, f"the chat template rejected these messages: {err}", "messages") from None
@@ -158,35 +169,38 @@ class OpenAIServing:
     # ---- /v1/chat/completions ----------------------------------------------------------------
     async def chat(self, body: p.ChatCompletionRequest, http: HTTPRequest | None, context: RequestContext) -> Answer:
         """http: as for completions."""
-        plan = body.tool_plan(getattr(self.tok, "chat_template", None))
-        ids = self.encode_chat(body.messages, body.add_generation_prompt, plan.template_tools())
+        cfg = self.svc.config
+        plan = body.tool_plan(getattr(self.tok, "chat_template", None), cfg.tool_call_parser)
+        kwargs = template_kwargs(cfg.default_chat_template_kwargs, body.chat_template_kwargs, body.reasoning_effort)
+        ids = self.encode_chat(body.messages, body.add_generation_prompt, plan.template_tools(), kwargs)
         top = body.top_logprobs or 0 if body.logprobs else None
         max_tokens = self.max_tokens(body.max_completion_tokens or body.max_tokens, len(ids))
         rid = self.svc.new_id("chatcmpl")
         params = body.sampling_params(max_tokens, top, guided=plan.guided())
+        reply = reply_plan(self.tok, cfg, plan, ids, constrained(params), body.include_reasoning)
+        params = reply.params(params)
         runs = [self._start(f"{rid}-0", ids, params, body, context)]  # one prompt: its n sequences share one run
         name = self.served_name
         if body.stream:
-            return self.stream(self._stream_chat(rid, name, body, runs, plan))
+            return self.stream(self._stream_chat(rid, name, body, runs, reply))
         (out,) = await collect_all(runs, http)
         choices = []
         for c in out.outputs:
-            message, has_calls = {"role": "assistant", "content": c.text}, False
-            if plan.active:
-                message, has_calls = plan.parser().message(c.text)
+            split = reply.stream()
+            message = split.message(c.text)
             choices.append(
                 {
                     "index": c.index,
                     "message": message,
                     "logprobs": p.chat_logprobs(self.tok, c.logprobs or []) if body.logprobs else None,
-                    "finish_reason": tools.finish_reason(c.finish_reason, has_calls),
+                    "finish_reason": tools.finish_reason(c.finish_reason, split.has_calls),
                     "stop_reason": c.stop_reason,
                 }
             )
         usage = p.usage([out], body.return_spec_decode_stats)
         return p.envelope("chat.completion", rid, name, choices, usage) | {"receipt": receipt_field(runs)}
 
-    async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs, plan: tools.ToolPlan):
+    async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs, reply: ReplyPlan):
         kind = "chat.completion.chunk"
         for j in range(body.n):
             yield event(
@@ -204,12 +218,11 @@ class OpenAIServing:
                     ],
                 )
             )
-        parsers = {j: plan.parser() for j in range(body.n)} if plan.active else {}
+        splits = {j: reply.stream() for j in range(body.n)}
         async for i, d in merged(runs):
-            delta = {"content": d.text} if d.text or not d.finish_reason else {}
-            finish = d.finish_reason
-            if plan.active:
-                delta, finish = _tool_delta(parsers[d.index], d.text, d.finish_reason)
+            split = splits[d.index]
+            delta = split.delta(d.text, final=d.finish_reason is not None)
+            finish = tools.finish_reason(d.finish_reason, split.has_calls)
             lps = p.chat_logprobs(self.tok, d.logprobs) if body.logprobs and d.logprobs else None
             yield event(
                 p.envelope(
@@ -282,13 +295,7 @@ def _spec_decode(body: p.SamplingFields, run: GenerationRun, d) -> dict:
     return {"spec_decode": speculative.stats_field([run.output.outputs[d.index].spec])}
 
 
-def _tool_delta(parser: tools.ToolCallStream, text: str, finish: str | None) -> tuple[dict, str | None]:
-    """A streamed chat delta of a reply that may hold tool calls: content shown so far, and the
-    calls' `tool_calls` deltas (OpenAI's shape: the first of a call carries id, type and name)."""
-    content, calls = parser.feed(text, final=finish is not None)
-    delta: dict = {}
-    if content or (not calls and not finish):
-        delta["content"] = content
-    if calls:
-        delta["tool_calls"] = calls
-    return delta, tools.finish_reason(finish, bool(parser.calls))
+def constrained(params: SamplingParams) -> bool:
+    """A grammar shapes the answer from the first token (a tool choice, response_format, guided_json,
+    regex or choice); a `guided_grammar` is the whole reply, thinking included, and is read as one."""
+    return params.guided is not None and params.guided.kind != "grammar"

@@ -3,10 +3,12 @@
 - The tools and the conversation (assistant `tool_calls`, `role: "tool"` results) are rendered by
   the model's own chat template (transformers' `apply_chat_template(..., tools=...)`).
 - tool_choice "none": the tools are rendered, nothing is parsed. "auto": the reply is parsed by the
-  template family's parser (text/tool_calls.py). "required": the output is constrained to a JSON
+  template family's parser (text/tool_parsers.py; `--tool-call-parser` overrides it). "required": the output is constrained to a JSON
   array of calls `[{"name": ..., "arguments": {...}}]` whose arguments follow each function's
   schema. A named function: the output is constrained to that function's arguments schema.
-- A reply with calls ends with finish_reason "tool_calls".
+- A reply with calls ends with finish_reason "tool_calls". A call is sent once its arguments are a
+  whole JSON object; one cut by max_tokens is dropped (finish_reason "length"), the whole calls
+  before it kept, streamed or not.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from pydantic import ConfigDict, Field
 
 from trtserve.engine.sampling import GuidedDecoding
 from trtserve.serve.json_body import JsonBody
-from trtserve.text.tool_calls import PARSERS, ParsedCall, ToolCallDelta, ToolCallParser, family_of_template
+from trtserve.text.tool_calls import ParsedCall, ToolCallDelta, ToolCallParser
+from trtserve.text.tool_parsers import TOOL_PARSERS, CompleteCalls, new_tool_parser, tool_parser_of_template
 
 
 class FunctionDef(JsonBody):
@@ -76,6 +79,8 @@ def template_message(m) -> dict:
             }
             for c in m.tool_calls
         ]
+    if m.role == "assistant" and (m.reasoning_content or m.reasoning):
+        msg["reasoning_content"] = m.reasoning_content or m.reasoning  # the template decides where it goes
     if m.role == "tool":
         msg["tool_call_id"] = m.tool_call_id
     if m.name is not None:
@@ -94,8 +99,14 @@ class ToolPlan:
     """How one chat request uses its tools: what constrains the output and what parses it."""
 
     def __init__(
-        self, tools: list[Tool] | None, choice: ToolChoice | None, template: str | None, parallel: bool = True
+        self,
+        tools: list[Tool] | None,
+        choice: ToolChoice | None,
+        template: str | None,
+        parallel: bool = True,
+        parser: str | None = None,
     ):
+        """parser: the tool-call parser the server was told to use (`--tool-call-parser`); None: the template's."""
         self.tools = tools or []
         choice = choice if choice is not None else ("auto" if self.tools else "none")
         self.mode = "named" if isinstance(choice, NamedToolChoice) else choice
@@ -108,7 +119,8 @@ class ToolPlan:
             if not found:
                 raise ValueError(f"tool_choice names {choice.function.name!r}, which is not among the tools")
             self.named = found[0]
-        self.family = "json_array" if self.mode == "required" else family_of_template(template)
+        self.family = "json_array" if self.mode == "required" else (parser or tool_parser_of_template(template))
+        self.schemas = {t.function.name: t.function.parameters for t in self.tools}
 
     @property
     def active(self) -> bool:
@@ -137,8 +149,29 @@ class ToolPlan:
             array["maxItems"] = 1
         return GuidedDecoding(kind="json_schema", spec=json.dumps(array))
 
+    @property
+    def special_tokens(self) -> bool:
+        """The reply's format is written in special tokens, which detokenizing must keep."""
+        return self.active and not self.named and TOOL_PARSERS[self.family].special_tokens
+
     def parser(self) -> ToolCallStream:
         return ToolCallStream(self)
+
+
+class NamedParser(ToolCallParser):
+    """A named function's reply: its arguments, constrained to the function's schema."""
+
+    def __init__(self, name: str):
+        super().__init__()
+        self.name = name
+
+    def _feed(self, text: str) -> tuple[str, list[ToolCallDelta]]:
+        head = [] if self.calls else self._emit(self.name, "")[:1]
+        self.calls[0].arguments += text
+        return "", head + [ToolCallDelta(0, None, text)]
+
+    def _finish(self) -> tuple[str, list[ToolCallDelta]]:
+        return "", []
 
 
 class ToolCallStream:
@@ -146,38 +179,27 @@ class ToolCallStream:
 
     def __init__(self, plan: ToolPlan):
         self.plan = plan
-        self.named_text = ""  # a named function's reply is its arguments
-        self._parser: ToolCallParser | None = None if plan.named else PARSERS[plan.family]()
+        named = plan.named is not None
+        self._parser = (
+            CompleteCalls(NamedParser(plan.named.name)) if named else new_tool_parser(plan.family, plan.schemas)
+        )
         self._ids: dict[int, str] = {}
 
     def feed(self, text: str, final: bool) -> tuple[str, list[dict]]:
         """(content, OpenAI tool_call delta dicts) for this piece of the reply."""
-        if self._parser is None:
-            return self._feed_named(text, final)
         content, deltas = self._parser.feed(text) if text else ("", [])
         if final:
             more, later = self._parser.finish()
             content, deltas = content + more, deltas + later
         return content, [self._openai(d) for d in deltas]
 
-    def _feed_named(self, text: str, final: bool) -> tuple[str, list[dict]]:
-        out = []
-        if not self._ids:
-            out.append(self._openai(ToolCallDelta(0, self.plan.named.name, "")))
-        self.named_text += text
-        if text:
-            out.append(self._openai(ToolCallDelta(0, None, text)))
-        return "", out
-
     @property
     def calls(self) -> list[ParsedCall]:
-        if self._parser is None:
-            return [ParsedCall(self.plan.named.name, self.named_text)]
         return self._parser.calls
 
     def _openai(self, d: ToolCallDelta) -> dict:
         if d.name is not None:
-            self._ids[d.index] = f"call_{uuid.uuid4().hex[:24]}"
+            self._ids[d.index] = _call_id(self._parser.parser.id_length)
             return {
                 "index": d.index,
                 "id": self._ids[d.index],
@@ -186,20 +208,17 @@ class ToolCallStream:
             }
         return {"index": d.index, "function": {"arguments": d.arguments}}
 
-    def message(self, text: str) -> tuple[dict, bool]:
-        """The whole reply as an assistant message, and whether it holds tool calls."""
-        content, _ = self.feed(text, final=True)
-        calls = [
-            ToolCall(
-                id=self._ids.get(i) or f"call_{uuid.uuid4().hex[:24]}",
-                function=FunctionCall(name=c.name, arguments=c.arguments),
-            ).model_dump()
+    def tool_calls(self) -> list[dict]:
+        """The calls sent, as an assistant message's `tool_calls`."""
+        return [
+            ToolCall(id=self._ids[i], function=FunctionCall(name=c.name, arguments=c.arguments)).model_dump()
             for i, c in enumerate(self.calls)
         ]
-        msg = {"role": "assistant", "content": content or None if calls else content}
-        if calls:
-            msg["tool_calls"] = calls
-        return msg, bool(calls)
+
+
+def _call_id(length: int | None) -> str:
+    """OpenAI's `call_...`, or exactly `length` letters and digits (Mistral's templates check them)."""
+    return f"call_{uuid.uuid4().hex[:24]}" if length is None else uuid.uuid4().hex[:length]
 
 
 def finish_reason(reason: str | None, has_calls: bool) -> str | None:

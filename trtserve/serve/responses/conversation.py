@@ -9,7 +9,13 @@ from trtserve.serve.errors import APIError
 from trtserve.serve.openai.protocol import ChatMessage
 from trtserve.serve.openai.tools import FunctionCall, ToolCall
 from trtserve.serve.responses.output import new_id
-from trtserve.serve.responses.protocol import FunctionCallItem, FunctionCallOutputItem, InputItem, MessageItem
+from trtserve.serve.responses.protocol import (
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    InputItem,
+    MessageItem,
+    ReasoningItem,
+)
 
 _ITEMS = TypeAdapter(list[InputItem])
 
@@ -22,7 +28,7 @@ def parse_items(items: list[dict]) -> list:
         raise APIError(500, f"a stored conversation item is not valid ({err.errors()[0]['msg']})") from None
 
 
-_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco"}
+_PREFIX = {"message": "msg", "function_call": "fc", "function_call_output": "fco", "reasoning": "rs"}
 
 
 def dump_items(items: list) -> list[dict]:
@@ -42,18 +48,27 @@ def dump_items(items: list) -> list[dict]:
 
 def chat_messages(instructions: str | None, items: list) -> list[ChatMessage]:
     """instructions: a system message first. An assistant's function_call items join its message
-    (or start one), as chat's `tool_calls`; a function_call_output is a `tool` message."""
+    (or start one), as chat's `tool_calls`; a function_call_output is a `tool` message; a reasoning
+    item is the `reasoning_content` of the assistant turn it precedes."""
     messages = [ChatMessage(role="system", content=instructions)] if instructions is not None else []
+    thought: str | None = None  # a reasoning item waiting for its assistant turn
     for item in items:
-        if isinstance(item, MessageItem):
-            messages.append(ChatMessage(role=item.role, content=item.text()))
+        if isinstance(item, ReasoningItem):
+            thought = (thought or "") + item.text()
+        elif isinstance(item, MessageItem):
+            reasoning = thought if item.role == "assistant" else None
+            thought = None if item.role == "assistant" else thought
+            messages.append(ChatMessage(role=item.role, content=item.text(), reasoning_content=reasoning))
         elif isinstance(item, FunctionCallItem):
             call = ToolCall(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments))
             last = messages[-1] if messages else None
-            if last is not None and last.role == "assistant":
+            if last is not None and last.role == "assistant" and thought is None:
                 last.tool_calls = [*(last.tool_calls or []), call]
             else:
-                messages.append(ChatMessage(role="assistant", content=None, tool_calls=[call]))
+                messages.append(
+                    ChatMessage(role="assistant", content=None, tool_calls=[call], reasoning_content=thought)
+                )
+                thought = None
         elif isinstance(item, FunctionCallOutputItem):
             messages.append(ChatMessage(role="tool", tool_call_id=item.call_id, content=item.text()))
     return messages

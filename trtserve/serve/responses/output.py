@@ -1,13 +1,13 @@
-"""A reply's text, as it arrives, turned into Responses output items (`message` with `output_text`,
-`function_call`) and the typed stream events that build them. A non-streamed response feeds the
-whole text once, so both paths assemble the same items."""
+"""A reply's text, as it arrives, turned into Responses output items (`reasoning` with
+`reasoning_text`, `message` with `output_text`, `function_call`) and the typed stream events that
+build them. A non-streamed response feeds the whole text once, so both paths assemble the same items."""
 
 from __future__ import annotations
 
 import json
 import uuid
 
-from trtserve.serve.openai.tools import ToolCallStream, ToolPlan
+from trtserve.serve.openai.reply import ReplyPlan, ReplyStream
 
 
 def new_id(prefix: str) -> str:
@@ -34,9 +34,9 @@ class Events:
 class OutputBuilder:
     """Output items of one reply; `feed` returns the events each piece of text adds."""
 
-    def __init__(self, plan: ToolPlan, events: Events):
+    def __init__(self, plan: ReplyPlan, events: Events):
         self.plan, self.ev = plan, events
-        self.parser: ToolCallStream | None = plan.parser() if plan.active else None
+        self.parser: ReplyStream = plan.stream()
         self.items: list[dict] = []
         self._open: dict | None = None  # the item still being written, if any
         self.done = False  # fed its final piece
@@ -44,7 +44,9 @@ class OutputBuilder:
     def feed(self, text: str, final: bool, status: str = "completed") -> list[dict]:
         """`status`: of the last item when `final` ("incomplete" when the reply was cut off)."""
         out: list[dict] = []
-        content, calls = self.parser.feed(text, final) if self.parser is not None else (text, [])
+        reasoning, content, calls = self.parser.feed(text, final)
+        if reasoning:
+            self._reasoning(reasoning, out)
         if content:
             self._text(content, out)
         for call in calls:
@@ -55,6 +57,17 @@ class OutputBuilder:
                 self._open_message(out)
             self._close(out, status)
         return out
+
+    # ---- reasoning items ---------------------------------------------------------------------
+    def _reasoning(self, text: str, out: list[dict]) -> None:
+        item = self._open if self._open is not None and self._open["type"] == "reasoning" else None
+        if item is None:
+            self._close(out, "completed")
+            item = {"id": new_id("rs"), "type": "reasoning", "status": "in_progress", "summary": [], "content": []}
+            self._add(item, out)
+            item["content"].append({"type": "reasoning_text", "text": ""})
+        item["content"][0]["text"] += text
+        out.append(self.ev("response.reasoning_text.delta", **self._where(item), content_index=0, delta=text))
 
     # ---- message items -----------------------------------------------------------------------
     def _open_message(self, out: list[dict]) -> dict:
@@ -109,8 +122,12 @@ class OutputBuilder:
             part = item["content"][0]
             out.append(self.ev("response.output_text.done", **where, content_index=0, text=part["text"], logprobs=[]))
             out.append(self.ev("response.content_part.done", **where, content_index=0, part=dict(part)))
+        elif item["type"] == "reasoning":
+            text = item["content"][0]["text"]
+            out.append(self.ev("response.reasoning_text.done", **where, content_index=0, text=text))
         else:
             out.append(self.ev("response.function_call_arguments.done", **where, arguments=item["arguments"]))
+            status = "completed"  # a call is only ever sent whole
         item["status"] = status
         out.append(self.ev("response.output_item.done", output_index=where["output_index"], item=_copy(item)))
 

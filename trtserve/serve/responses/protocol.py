@@ -81,6 +81,33 @@ class FunctionCallOutputItem(_Item):
         return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
 
 
+class ReasoningText(_Item):
+    type: Literal["reasoning_text", "summary_text"]
+    text: str
+
+
+class ReasoningItem(_Item):
+    """A model's earlier reasoning (an earlier response's `reasoning` item), given back to the
+    template with the assistant turn that follows it."""
+
+    type: Literal["reasoning"]
+    summary: list[ReasoningText] = Field(default_factory=list)
+    content: list[ReasoningText] | None = None
+    id: str | None = None
+    status: ItemStatus | None = None
+    encrypted_content: None = None  # this server writes none
+
+    def text(self) -> str:
+        parts = self.content if self.content else self.summary
+        return "".join(p.text for p in parts)
+
+
+class ReasoningConfig(JsonBody):
+    model_config = ConfigDict(extra="forbid")
+    effort: Literal["minimal", "low", "medium", "high"] | None = None  # passed to templates that read it
+    summary: Literal["auto", "concise", "detailed"] | None = None  # accepted; the reasoning is returned whole
+
+
 def _item_type(v: Any) -> str | None:
     """An item's `type`; a message may leave it out (OpenAI's EasyInputMessage)."""
     if isinstance(v, dict):
@@ -91,11 +118,12 @@ def _item_type(v: Any) -> str | None:
 InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")],
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")],
     Discriminator(
         _item_type,
         custom_error_type="item_type",
-        custom_error_message="items must be of type message, function_call or function_call_output",
+        custom_error_message="items must be of type message, function_call, function_call_output or reasoning",
     ),
 ]
 
@@ -113,7 +141,13 @@ def check_items(items: list) -> None:
         raise ValueError(f"input.{'.'.join(path)}: {e['msg']}") from None
 
 
-_TAGS = {"str", "message", "function_call", "function_call_output"}  # union branches pydantic puts in a path
+_TAGS = {
+    "str",
+    "message",
+    "function_call",
+    "function_call_output",
+    "reasoning",
+}  # union branches pydantic puts in a path
 
 
 class FunctionTool(JsonBody):
@@ -228,6 +262,9 @@ class ResponsesRequest(RequestOptionFields):
     )
     user: str | None = Field(None, max_length=256)
     truncation: Literal["disabled"] | None = None  # "auto" (dropping early turns) is not implemented
+    reasoning: ReasoningConfig | None = None
+    # trtserve (and vLLM) extension: template variables, e.g. {"enable_thinking": false}
+    chat_template_kwargs: dict[str, Any] | None = None
     # trtserve extensions, as on /v1/chat/completions
     seed: int | None = Field(None, ge=-(2**63), le=2**64 - 1)
     top_k: int | None = Field(None, ge=-1, lt=2**31)
@@ -237,6 +274,7 @@ class ResponsesRequest(RequestOptionFields):
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
     timeout: float | None = Field(None, gt=0.0)  # seconds
     return_spec_decode_stats: bool = False  # true: its acceptance counts in usage.spec_decode
+    guided_grammar: str | None = None  # vLLM's: an EBNF grammar over the whole reply (thinking included)
 
     @model_validator(mode="before")
     @classmethod

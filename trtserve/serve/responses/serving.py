@@ -18,8 +18,8 @@ from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
 from trtserve.serve.group import collect_all, merged, release
 from trtserve.serve.openai.protocol import ChatCompletionRequest
-from trtserve.serve.openai.serving import OpenAIServing
-from trtserve.serve.openai.tools import ToolPlan
+from trtserve.serve.openai.reply import ReplyPlan, reply_plan, template_kwargs
+from trtserve.serve.openai.serving import OpenAIServing, constrained
 from trtserve.serve.responses import store as rows
 from trtserve.serve.responses.conversation import chat_messages, dump_items, parse_items
 from trtserve.serve.responses.output import Events, OutputBuilder, new_id, sse, usage
@@ -34,7 +34,7 @@ _STATUS = {"stop": "completed", "length": "incomplete"}  # finish_reason -> resp
 class Turn:
     """One admitted response: its request, its run and the body that describes it."""
 
-    def __init__(self, rid: str, req: ResponsesRequest, run: GenerationRun, plan: ToolPlan, model: str, stored: bool):
+    def __init__(self, rid: str, req: ResponsesRequest, run: GenerationRun, plan: ReplyPlan, model: str, stored: bool):
         self.id, self.req, self.run, self.plan, self.model, self.stored = rid, req, run, plan, model, stored
         self.created_at = rows.now()
         self.context: list[dict] = []  # the conversation's input items, stored with the response
@@ -58,6 +58,7 @@ class Turn:
             "output": output,
             "parallel_tool_calls": r.parallel_tool_calls,
             "previous_response_id": r.previous_response_id,
+            "reasoning": self.reasoning(),
             "store": self.stored,
             "temperature": 1.0 if r.temperature is None else r.temperature,
             "text": {"format": r.text.format.model_dump(by_alias=True) if r.text else {"type": "text"}},
@@ -69,6 +70,10 @@ class Turn:
             "user": r.user,
             "receipt": self.run.receipt_id,
         }
+
+    def reasoning(self) -> dict | None:
+        r = self.req.reasoning
+        return {"effort": r.effort, "summary": r.summary} if r is not None else None
 
     def _tool_choice(self):
         choice = self.req.tool_choice
@@ -141,12 +146,17 @@ class ResponsesServing:
         except ValidationError as err:  # the request was validated already; this names what still failed
             e = err.errors()[0]
             raise APIError(400, f"{'.'.join(map(str, e['loc']))}: {e['msg']}") from None
-        plan = chat.tool_plan(getattr(tok, "chat_template", None))
-        ids = self.chat.encode_chat(chat.messages, True, plan.template_tools())
+        cfg = self.chat.svc.config
+        plan = chat.tool_plan(getattr(tok, "chat_template", None), cfg.tool_call_parser)
+        effort = req.reasoning.effort if req.reasoning is not None else None
+        kwargs = template_kwargs(cfg.default_chat_template_kwargs, req.chat_template_kwargs, effort)
+        ids = self.chat.encode_chat(chat.messages, True, plan.template_tools(), kwargs)
         params = chat.sampling_params(self.chat.max_tokens(req.max_output_tokens, len(ids)), None, guided=plan.guided())
+        reply = reply_plan(tok, cfg, plan, ids, constrained(params))
+        params = reply.params(params)
         rid = new_id("resp")
         run = self.chat.svc.start(ids, params, req.request_options(client_id=rid), timeout=req.timeout, context=context)
-        return Turn(rid, req, run, plan, self.chat.served_name, stored)
+        return Turn(rid, req, run, reply, self.chat.served_name, stored)
 
     async def _save(self, turn: Turn, body: dict) -> None:
         if turn.stored:
@@ -222,6 +232,7 @@ _SAMPLING = {
     "timeout",
     "priority",
     "user",
+    "guided_grammar",
 }
 
 
