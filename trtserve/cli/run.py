@@ -58,6 +58,10 @@ from trtserve.cli.speculative import speculative_options, with_speculative
     help="Template variables of every chat request, as JSON, e.g. '{\"enable_thinking\": false}'.",
 )
 @click.option(
+    "--otlp-traces-endpoint",
+    help="Send OpenTelemetry traces to this OTLP endpoint, e.g. http://127.0.0.1:4317 (needs trtserve[otel]) [off].",
+)
+@click.option(
     "--ray",
     "use_ray",
     is_flag=True,

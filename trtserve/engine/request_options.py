@@ -29,6 +29,7 @@ class RequestOptions:
     speculate: bool = True  # False: never speculate for this request (the `speculative` option's opt-out)
     # disaggregation (engine/kv_transfer.py): KVHold keeps a prefill's prompt KV; KVImport starts from one
     kv_transfer: KVTransfer | None = None
+    return_metrics: bool = False  # True: the response carries its timings (serve's; engines ignore it)
 
     def __post_init__(self):
         if not math.isfinite(self.priority):

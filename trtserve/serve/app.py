@@ -49,6 +49,7 @@ from trtserve.serve.sleep import router as sleep_router
 from trtserve.serve.state import ServerState
 from trtserve.serve.telemetry.metrics import Metrics
 from trtserve.serve.telemetry.startup import StartupClock
+from trtserve.serve.telemetry.tracing import open_tracing
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +63,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     metrics.model = repository.default_name
     server = ServerState(config, repository.default_name, repository=repository, metrics=metrics)
     install_watchers(repository)
+    server.tracing = open_tracing(config)  # before serving: a missing trtserve[otel] fails here
     server.store = durable.open_store(config, server.model_name)  # before serving: a busy --state-dir fails here
     repository.kv_tier_root = tier_root(server.store)  # the kv_offload tiers' default home
 
@@ -84,6 +86,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
             with contextlib.suppress(BaseException):
                 await task
             await repository.shutdown()
+            await asyncio.to_thread(server.tracing.shutdown)  # exports the spans still queued
 
     app = FastAPI(
         title="trtserve", version=VERSION, lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url="/openapi.json"

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from trtserve.serve.telemetry.tracing import NO_SPAN, RequestSpan
+
 _KEY = "trtserve.context"  # the ASGI scope entry that holds a request's context
 
 
@@ -21,6 +23,9 @@ class RequestContext:
     ttft_ms: float | None = None  # milliseconds to the first token of its first generation to produce one
     prompt_tokens: int | None = None  # summed over its generations, as each ends
     completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    queue_ms: float | None = None  # milliseconds its first generation to be scheduled waited in the engine's queue
+    span: RequestSpan = NO_SPAN  # its trace's server span (serve/telemetry/tracing.py); NO_SPAN when off
 
     def routed(self, model: str, version: int | str) -> None:
         self.model, self.version = model, str(version)
@@ -29,13 +34,18 @@ class RequestContext:
         if self.ttft_ms is None:
             self.ttft_ms = round(seconds * 1000, 1)
 
-    def ended(self, prompt_tokens: int, completion_tokens: int) -> None:
+    def ended(self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0, queue: float | None = None):
         self.prompt_tokens = (self.prompt_tokens or 0) + prompt_tokens
         self.completion_tokens = (self.completion_tokens or 0) + completion_tokens
+        self.cached_tokens = (self.cached_tokens or 0) + cached_tokens
+        if self.queue_ms is None and queue is not None:
+            self.queue_ms = round(queue * 1000, 1)
 
     def log_fields(self) -> dict:
         """The access log's fields: those the request got to (a refused request has none)."""
         fields: dict = {}
+        if self.span.trace_id is not None:
+            fields["trace_id"] = self.span.trace_id
         if self.model is not None:
             fields["model"], fields["version"] = self.model, self.version
         if self.receipts:
@@ -44,6 +54,9 @@ class RequestContext:
             fields["ttft_ms"] = self.ttft_ms
         if self.prompt_tokens is not None:
             fields["prompt_tokens"], fields["completion_tokens"] = self.prompt_tokens, self.completion_tokens
+            fields["cached_tokens"] = self.cached_tokens
+        if self.queue_ms is not None:
+            fields["queue_ms"] = self.queue_ms
         return fields
 
 

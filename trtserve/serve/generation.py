@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -27,6 +28,8 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.telemetry.metrics import Metrics
 from trtserve.serve.telemetry.statistics import InferStatistics
+from trtserve.serve.telemetry.timings import RunTimings, request_metrics
+from trtserve.serve.telemetry.tracing_record import RunRecord
 from trtserve.text.outputs import OutputProcessor, RequestOutput, TextDelta
 
 
@@ -85,6 +88,7 @@ class GenerationService:
         without an adapter runs under this view's (`under`). `protocol` ("http" | "grpc") labels its
         latency metrics. `context` collects what the access log says of it. `internal`: the server's own
         run (warmup, shadow), which observers do not see."""
+        admitting = time.monotonic()
         for hook in self.param_hooks:
             params = hook(params)
         if options.adapter is None and self.adapter is not None:
@@ -93,6 +97,7 @@ class GenerationService:
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
         run = GenerationRun(self, req, ticket, self.deadline(timeout), context, protocol, internal)
+        run.admitting = admitting
         if context is not None:  # the middleware returns them in X-Trtserve-Receipt
             context.receipts.append(run.receipt_id)
         return run
@@ -120,6 +125,8 @@ class GenerationRun:
         self.preemptions = 0  # times the engine preempted (and recomputed) it, as its deltas said
         self.receipt_id = f"rcpt-{uuid.uuid4().hex}"  # X-Trtserve-Receipt, whether or not receipts are stored
         self.created_at = time.time()
+        self.admitting = self.admitted = time.monotonic()  # start() began / the run was admitted
+        self.timings: RunTimings | None = None  # its clock readings, once it ended (serve/telemetry/timings.py)
 
     @property
     def output(self) -> RequestOutput:
@@ -178,15 +185,53 @@ class GenerationRun:
         finally:
             await gen.aclose()  # aborts the request in the engine if it is still running
             self.ticket.release()
-            m.e2e.labels(*labels).observe(time.monotonic() - start)
-            svc.statistics.record(ok, time.monotonic() - start, queued)
-            self.queued, self.e2e = queued, time.monotonic() - start
+            end = time.monotonic()
+            m.e2e.labels(*labels).observe(end - start)
+            svc.statistics.record(ok, end - start, queued)
+            self.queued, self.e2e = queued, end - start
+            first = None if self.ttft is None else start + self.ttft
+            self.timings = RunTimings(self.admitting, self.admitted, start, queued, first, end)
+            if req.options.return_metrics:
+                self.output.metrics = request_metrics(self.timings, self.output)
             if not self.internal:
                 for observe in svc.observers:
                     observe(self, ok)
             if self.context is not None:
-                done = sum(len(o.token_ids) for o in self.output.outputs)
-                self.context.ended(len(req.prompt_token_ids), done)
+                self._report(None if ok else sys.exc_info()[1])
+
+    def _report(self, err: BaseException | None) -> None:
+        """Tell the request's context (the access log) and its trace how this run went."""
+        out = self.output
+        done = sum(len(o.token_ids) for o in out.outputs)
+        self.context.ended(len(out.prompt_token_ids), done, out.num_cached_tokens, self.queued)
+        self.context.span.run_ended(lambda: self._record(done, err))
+
+    def _record(self, done: int, err: BaseException | None) -> RunRecord:
+        """What its trace records of it (built only when tracing is on)."""
+        out, opts, svc = self.output, self.req.options, self.service
+        return RunRecord(
+            model=svc.model_name,
+            version=svc.version,
+            adapter=None if opts.adapter is None else opts.adapter.name,
+            priority=opts.priority,
+            receipt_id=self.receipt_id,
+            params=self.req.params,
+            timings=self.timings,
+            prompt_tokens=len(out.prompt_token_ids),
+            completion_tokens=done,
+            cached_tokens=out.num_cached_tokens,
+            preemptions=self.preemptions,
+            finish_reasons=[o.finish_reason for o in out.outputs if o.finish_reason is not None],
+            error=None if err is None else _why(err),
+            protocol=self.protocol,
+        )
+
+
+def _why(err: BaseException) -> str:
+    """A failed run's error.type: an APIError's message, or what stopped it."""
+    if isinstance(err, GeneratorExit | asyncio.CancelledError):
+        return "cancelled"  # the client left, or its consumer stopped reading
+    return getattr(err, "message", None) or type(err).__name__
 
 
 def client_id_or(req: GenerateRequest) -> str:

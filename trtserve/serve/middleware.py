@@ -15,9 +15,11 @@ from trtserve.serve.context import RequestContext, open_context
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.repository.admin import is_admin_path
 from trtserve.serve.state import ServerState
+from trtserve.serve.telemetry.tracing import TRACE_HEADERS, operation_of
 
 access_log = logging.getLogger("trtserve.access")
 HEALTH_PATHS = ("/health", "/health/ready", "/v2/health/live", "/v2/health/ready")
+UNTRACED = (*HEALTH_PATHS, "/metrics")  # probes and scrapes get no trace
 
 
 def body_limit(cfg, path: str) -> int:
@@ -38,6 +40,13 @@ class ServerMiddleware:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
         rid = headers.get("x-request-id") or uuid.uuid4().hex  # echoed and logged, never a key
         context = open_context(scope)  # routing and the generation path fill it in
+        if path not in UNTRACED:  # the server span; the generation path adds its generations under it
+            context.span = self.server.tracing.server_span(
+                f"{scope['method']} {path}",
+                {k: headers[k] for k in TRACE_HEADERS if k in headers},
+                {"http.request.method": scope["method"], "url.path": path, "trtserve.request_id": rid},
+                operation_of(path),
+            )
         start = time.monotonic()
         status = {"code": 500}
 
@@ -50,6 +59,8 @@ class ServerMiddleware:
                     message["headers"].append((b"x-model-version", context.version.encode("latin-1")))
                 if context.receipts:  # the generations this request started (serve/receipts/)
                     message["headers"].append((b"x-trtserve-receipt", ",".join(context.receipts).encode()))
+                for name, value in context.span.response_headers():  # X-Trace-Id, traceresponse
+                    message["headers"].append((name.encode(), value.encode()))
             await send(message)
 
         try:
@@ -60,6 +71,8 @@ class ServerMiddleware:
             await self.app(scope, self._limited(receive, path), send_with_id)
         finally:
             self._log(scope, rid, status["code"], start, context)
+            route = scope.get("route")  # the matched route's template, where routing got that far
+            context.span.end(status["code"], status["code"] < 500, getattr(route, "path", None))
 
     def _refuse(self, path: str, headers: dict) -> tuple[int, str, dict] | None:
         cfg = self.server.config

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from trtserve.engine.protocol import Engine
 from trtserve.serve.config import ServeConfig
+from trtserve.serve.telemetry.tracing import NO_TRACING, Tracing
 
 if TYPE_CHECKING:
     from trtserve.serve.generation import GenerationService
@@ -32,6 +33,7 @@ class ServerState:
     stalled: bool = False  # serve/watchdog.py: an engine made no progress while work waited
     load_error: str | None = None  # why loading failed when no version at all could load, for /health
     store: StateStore | None = None  # the durable state store (trtserve/state); None with --state-dir none
+    tracing: Tracing = NO_TRACING  # OpenTelemetry traces (serve/telemetry/tracing.py); off unless an endpoint is set
 
     @property
     def default_version(self) -> ModelVersion | None:

@@ -38,6 +38,23 @@ class TextDelta:
     error: str | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RequestMetrics:
+    """A request's own timings, in seconds (None: it never got that far), for a client that asked with
+    `return_metrics` (the serving layer fills it in when the request ends)."""
+
+    time_to_first_token: float | None
+    queue_time: float | None  # in the engine's queue, before first scheduled
+    prefill_time: float | None  # first scheduled -> first token
+    generation_time: float | None  # first token -> last
+    e2e_latency: float
+    mean_inter_token_latency: float | None
+    tokens_per_second: float | None  # decode tokens (after each sequence's first) per generation second
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int  # prompt tokens served by the prefix cache
+
+
 @dataclass
 class RequestOutput:
     request_id: str  # what the caller named it (a client id, or the engine id as text)
@@ -46,6 +63,7 @@ class RequestOutput:
     num_cached_tokens: int = 0
     prompt_logprobs: list[TokenLogprob | None] | None = None
     error: str | None = None
+    metrics: RequestMetrics | None = None  # its timings, once it ended, when asked for (return_metrics)
 
     @property
     def finished(self) -> bool:

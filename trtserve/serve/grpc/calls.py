@@ -23,6 +23,7 @@ from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.state import ServerState
+from trtserve.serve.telemetry.tracing import TRACE_HEADERS
 
 access_log = logging.getLogger("trtserve.access")
 log = logging.getLogger(__name__)
@@ -40,6 +41,15 @@ STATUS = {
     504: grpc.StatusCode.DEADLINE_EXCEEDED,
 }
 HEALTH = ("ServerLive", "ServerReady", "ModelReady")  # answered without a key, while loading and draining
+# codes that mark a call's span as failed (OpenTelemetry's gRPC server conventions)
+SERVER_FAULTS = (
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.DEADLINE_EXCEEDED,
+    grpc.StatusCode.UNIMPLEMENTED,
+    grpc.StatusCode.INTERNAL,
+    grpc.StatusCode.UNAVAILABLE,
+    grpc.StatusCode.DATA_LOSS,
+)
 
 
 def status_of(err: BaseException) -> tuple[grpc.StatusCode, str]:
@@ -71,11 +81,19 @@ def check_id(rid: str) -> None:
 
 
 class CallLog:
-    """One access-log line and one `trtserve_grpc_requests` sample, written by `finish`."""
+    """One access-log line and one `trtserve_grpc_requests` sample, written by `finish`; with `metadata`
+    (the call's), a server span continuing its `traceparent` (health checks get none), ended by `finish`."""
 
-    def __init__(self, server: ServerState, method: str, rid: str):
+    def __init__(self, server: ServerState, method: str, rid: str, metadata: dict[str, str] | None = None):
         self.server, self.method, self.rid = server, method, rid
         self.context = RequestContext()  # the routed version, then tokens and ttft: filled by GenerationRun
+        if metadata is not None and method not in HEALTH:
+            self.context.span = server.tracing.server_span(
+                SERVICE.strip("/") + "/" + method,
+                {k: metadata[k] for k in TRACE_HEADERS if k in metadata},
+                {"rpc.system": "grpc", "rpc.method": method, "trtserve.request_id": rid},
+                "text_completion",
+            )
         self.start = time.monotonic()
 
     def finish(self, code: grpc.StatusCode) -> None:
@@ -83,6 +101,7 @@ class CallLog:
         if metrics is not None:
             model, version = self.context.model or metrics.model, self.context.version or ""
             metrics.grpc.labels(model, version, self.method, code.name).inc()
+        self.context.span.end(code.name, code not in SERVER_FAULTS)
         line = {
             "request_id": self.rid,
             "method": "GRPC",
@@ -138,7 +157,9 @@ def unary(method):
     @functools.wraps(method)
     async def handler(self, request, context):
         metadata = metadata_of(context)
-        call = CallLog(self.server, method.__name__, metadata.get("x-request-id") or uuid.uuid4().hex)
+        call = CallLog(self.server, method.__name__, metadata.get("x-request-id") or uuid.uuid4().hex, metadata)
+        if trace := call.context.span.response_headers():  # x-trace-id, traceresponse
+            context.set_trailing_metadata(tuple(trace))
         code = grpc.StatusCode.OK
         try:
             admit(self.server, method.__name__, metadata)

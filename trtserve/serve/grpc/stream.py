@@ -43,9 +43,10 @@ class StreamSession:
         self.servicer, self.server, self.context = servicer, servicer.server, context
         self.out: asyncio.Queue = asyncio.Queue()  # responses, in the order they were produced
         self.tasks: set[asyncio.Task] = set()  # one per request still running
+        self.metadata: dict[str, str] = {}  # the stream's: each request's span continues its traceparent
 
     async def run(self, requests: AsyncIterator[pb.ModelInferRequest]) -> AsyncIterator[pb.ModelStreamInferResponse]:
-        metadata = metadata_of(self.context)
+        metadata = self.metadata = metadata_of(self.context)
         try:
             admit(self.server, "ModelStreamInfer", metadata)
         except APIError as err:
@@ -74,7 +75,7 @@ class StreamSession:
             self.out.put_nowait(_END)
 
     async def _serve(self, req: pb.ModelInferRequest) -> None:
-        call = CallLog(self.server, "ModelStreamInfer", req.id or uuid.uuid4().hex)
+        call = CallLog(self.server, "ModelStreamInfer", req.id or uuid.uuid4().hex, self.metadata)
         code = grpc.StatusCode.OK
         try:
             await self._infer(req, call)

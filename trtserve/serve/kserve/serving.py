@@ -19,6 +19,7 @@ from trtserve.serve.group import admit_all, collect_all
 from trtserve.serve.kserve.infer import OPTIONAL_INPUTS, OUTPUTS, InferCall, infer_call
 from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
 from trtserve.serve.sse import event
+from trtserve.serve.telemetry.timings import metrics_field
 from trtserve.text.outputs import RequestOutput
 
 VERSION = "1"
@@ -188,6 +189,8 @@ class KServeServing:
             resp["cum_log_probs"] = [sum(x) for x in lps] if len(lps) > 1 else sum(lps[0])
         if g.return_spec_decode_stats:
             resp["spec_decode"] = speculative.stats_field(c.spec for c in out.outputs)
+        if (timings := metrics_field([out])) is not None:  # return_metrics
+            resp["metrics"] = timings
         return JSONResponse(resp)
 
     def generate_stream(self, body: dict, context: RequestContext) -> StreamingResponse:

@@ -14,6 +14,7 @@ from trtserve.serve.json_body import JsonBody
 from trtserve.serve.openai import schema_rules as rules
 from trtserve.serve.openai.tools import Tool, ToolCall, ToolChoice, ToolPlan
 from trtserve.serve.request_fields import RequestOptionFields
+from trtserve.serve.telemetry.timings import metrics_field
 from trtserve.serve.unicode import check_unicode
 from trtserve.text.outputs import CompletionOutput, RequestOutput
 
@@ -352,6 +353,8 @@ def usage(outputs: list[RequestOutput], spec_decode: bool = False) -> dict:
     }
     if spec_decode:
         body["spec_decode"] = speculative.stats_field(c.spec for o in outputs for c in o.outputs)
+    if (timings := metrics_field(outputs)) is not None:  # return_metrics
+        body["metrics"] = timings
     return body
 
 

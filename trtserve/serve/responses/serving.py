@@ -25,6 +25,7 @@ from trtserve.serve.responses.conversation import chat_messages, dump_items, par
 from trtserve.serve.responses.output import Events, OutputBuilder, new_id, sse, usage
 from trtserve.serve.responses.protocol import ResponsesRequest
 from trtserve.serve.responses.registry import Responses
+from trtserve.serve.telemetry.timings import metrics_field
 from trtserve.text.outputs import RequestOutput
 
 Answer = dict | AsyncIterator[str]
@@ -246,4 +247,6 @@ def _usage(out: RequestOutput, spec_decode: bool = False) -> dict:
     body = usage(len(out.prompt_token_ids), done, out.num_cached_tokens)
     if spec_decode:
         body["spec_decode"] = speculative.stats_field(c.spec for c in out.outputs)
+    if (timings := metrics_field([out])) is not None:  # return_metrics
+        body["metrics"] = timings
     return body
