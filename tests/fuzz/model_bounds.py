@@ -75,6 +75,9 @@ def within_the_model(path: str, body: Any) -> None:
     if path == "/v1/responses":
         _responses(body)
         return
+    if path.startswith("/v1/messages"):
+        _anthropic(body)
+        return
     cap_lengths(body)
     if body.get("best_of") is not None:
         body["best_of"] = body.get("n", 1)
@@ -238,3 +241,55 @@ def _infer(body: dict) -> None:
     body["inputs"] = kept
     if isinstance(body.get("parameters"), dict):
         within_the_model("", body["parameters"])
+
+
+def _anthropic(body: dict) -> None:
+    """POST /v1/messages and count_tokens: a short conversation that ends on a user turn, whose
+    tool_results answer its tool_uses, tools with trivial schemas, a named tool among them, a
+    thinking budget below max_tokens and no grammar that might not compile."""
+    cap_lengths(body)
+    system = body.get("system")
+    if isinstance(system, str):
+        body["system"] = short(system)
+    elif isinstance(system, list):
+        body["system"] = [{**b, "text": short(b.get("text"))} if isinstance(b, dict) else b for b in system[:1]]
+    msgs = body.get("messages")
+    if isinstance(msgs, list):
+        msgs = msgs[:2]
+        if msgs and isinstance(msgs[-1], dict) and msgs[-1].get("role") == "assistant":
+            msgs.append({"role": "user", "content": "hi"})  # a final assistant turn (prefill) is refused
+        body["messages"] = msgs
+        for m in msgs:
+            if isinstance(m, dict) and isinstance(m.get("content"), list):
+                # a tool_result answers a tool_use of an earlier turn, which a generated one rarely does
+                m["content"] = [
+                    b for b in m["content"][:2] if not (isinstance(b, dict) and b.get("type") == "tool_result")
+                ]
+                for b in m["content"]:
+                    for key in ("text", "thinking", "name"):
+                        if isinstance(b, dict) and key in b:
+                            b[key] = short(b[key])
+                    if isinstance(b, dict) and b.get("type") == "tool_use":
+                        b["input"] = {}
+            elif isinstance(m, dict):
+                m["content"] = short(m.get("content"))
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        body["tools"] = tools = tools[:2]
+        for t in tools:
+            if isinstance(t, dict):
+                t["input_schema"] = {"type": "object", "properties": {}}
+                t["name"] = short(t.get("name"))
+                t.pop("description", None)
+    choice = body.get("tool_choice")
+    if isinstance(choice, dict) and choice.get("type") == "tool" and tools:
+        choice["name"] = tools[0].get("name")
+    fmt = body.get("output_config", {}).get("format") if isinstance(body.get("output_config"), dict) else None
+    if isinstance(fmt, dict):
+        fmt["schema"] = {"type": "object"}
+    if body.get("guided_grammar") is not None:
+        body["guided_grammar"] = 'root ::= "a" | "b"'
+    thinking = body.get("thinking")
+    if isinstance(thinking, dict) and thinking.get("type") == "enabled" and "max_tokens" in body:
+        body["max_tokens"] = 4
+        thinking["budget_tokens"] = 1

@@ -26,6 +26,7 @@ from trtserve.engine.sampling import SamplingParams
 from trtserve.engine.version import VERSION
 from trtserve.serve import durable
 from trtserve.serve.adapters import router as adapters_router
+from trtserve.serve.anthropic.routes import install_anthropic
 from trtserve.serve.batch.routes import router as batch_router
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.errors import install_handlers
@@ -113,6 +114,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
             CORSMiddleware, allow_origins=config.cors_allow_origins, allow_methods=["*"], allow_headers=["*"]
         )
     app.add_middleware(ServerMiddleware, server=server)
+    install_anthropic(app)  # /v1/messages, its edge (x-api-key, Anthropic's errors) outside ServerMiddleware
     return app
 
 
