@@ -71,11 +71,10 @@ def test_unsupported_architecture(tmp_path, good_src):
     cfg = json.loads((src / "config.json").read_text())
     cfg["architectures"], cfg["model_type"] = ["GPT2LMHeadModel"], "gpt2"
     (src / "config.json").write_text(json.dumps(cfg))
-    expect_error(
-        tmp_path,
-        "GPT2LMHeadModel is not supported; trtserve builds: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM",
-        src,
-    )
+    from trtserve.models.registry import supported
+
+    assert "LlamaForCausalLM" in supported() and "Qwen3ForCausalLM" in supported()
+    expect_error(tmp_path, f"GPT2LMHeadModel is not supported; trtserve builds: {supported()}", src)
 
 
 def test_truncated_safetensors(tmp_path, good_src):

@@ -34,23 +34,48 @@ def _source_modules(fam: DecoderFamily, cfg: ModelConfig, has_lm_head: bool) -> 
         if role != LM_HEAD or has_lm_head or not cfg.tie_word_embeddings:
             yield fam.hf.module(role), src
     for i in range(cfg.num_hidden_layers):
-        for role, src in fam.layout.layer.items():
+        for role, src in fam.layout.layer_roles(cfg, i).items():
             yield fam.hf.module(role, i), src
 
 
 def expected_source_shapes(fam: DecoderFamily, cfg: ModelConfig, has_lm_head: bool) -> dict[str, tuple[int, ...]]:
-    """Every source tensor the config implies, with its shape ([out, in] for linears)."""
+    """Every source tensor the config implies, with its shape ([out, in] for linears); a module the
+    checkpoint stores fused (Names.fused) has its roles' out rows added up."""
     features = fam.features_of(cfg)
-    shapes = {}
+    shapes: dict[str, tuple[int, ...]] = {}
     for module, src in _source_modules(fam, cfg, has_lm_head):
-        shapes[module + ".weight"] = src.weight_shape(cfg)
-        if src.bias in features:
-            shapes[module + ".bias"] = src.weight_shape(cfg)[:1]
+        for name, shape in [(module + ".weight", src.weight_shape(cfg))] + (
+            [(module + ".bias", src.weight_shape(cfg)[:1])] if src.bias in features else []
+        ):
+            if name in shapes:  # another role of a fused module: rows [fused so far; this role's]
+                assert shapes[name][1:] == shape[1:], f"the parts of {name} differ in their in dims"
+                shape = (shapes[name][0] + shape[0], *shape[1:])
+            shapes[name] = shape
     return shapes
 
 
-def check_source(reader: CheckpointReader, cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
-    """Assert the checkpoint holds exactly the tensors the config implies, with those shapes."""
+def _use(name: str, rows: slice | None) -> str:
+    """How the plan names one use of a source tensor: the tensor, or a fused one's out rows."""
+    return name if rows is None else f"{name}[{rows.start}:{rows.stop}]"
+
+
+def source_uses(fam: DecoderFamily, cfg: ModelConfig, expected: dict[str, tuple[int, ...]]) -> list[str]:
+    """What the plan must use exactly once: every source tensor, a fused one as each of its roles' rows
+    (which tile it: `Names.rows` stacks them in order, and their sum is the shape checked)."""
+    uses = {name: [name] for name in expected}
+    for i in range(cfg.num_hidden_layers):
+        for fused, roles in fam.hf.fused.items():
+            module = fam.hf.layer_prefix.format(i=i) + fused
+            for suffix in ("weight", "bias"):
+                if f"{module}.{suffix}" in expected:
+                    rows = [fam.hf.rows(r, fam.layout, cfg) for r in roles]
+                    uses[f"{module}.{suffix}"] = [_use(f"{module}.{suffix}", r) for r in rows]
+    return [u for us in uses.values() for u in us]
+
+
+def check_source(reader: CheckpointReader, cfg: ModelConfig) -> list[str]:
+    """Assert the checkpoint holds exactly the tensors the config implies, with those shapes; returns
+    the uses a conversion plan must make of them, each once (`source_uses`)."""
     names = [n for n in reader.names() if not n.endswith(_IGNORABLE_SUFFIXES)]
     has_lm_head = reader.family.hf.module(LM_HEAD) + ".weight" in names
     expected = expected_source_shapes(reader.family, cfg, has_lm_head)
@@ -72,7 +97,7 @@ def check_source(reader: CheckpointReader, cfg: ModelConfig) -> dict[str, tuple[
             raise UserError(
                 f"tensor {name} has shape {list(got)} but config.json implies {list(shape)}; the config and weights do not match"
             )
-    return expected
+    return source_uses(reader.family, cfg, expected)
 
 
 def check_tp(cfg: ModelConfig, tp: int) -> None:
@@ -138,9 +163,17 @@ class _Shard:
 
 
 def _cut_and_cat(
-    reader: CheckpointReader, dt: torch.dtype, srcs: tuple[str, ...], cuts: tuple[Callable, ...]
+    reader: CheckpointReader,
+    dt: torch.dtype,
+    srcs: tuple[str, ...],
+    cuts: tuple[Callable, ...],
+    rows: tuple[slice | None, ...],
 ) -> torch.Tensor:
-    pieces = [cut(reader.load(n).to(dt)) for cut, n in zip(cuts, srcs, strict=True)]
+    """The parts, each its rows of a fused source tensor (where fused) cut for the rank, concatenated."""
+    pieces = [
+        cut(reader.load(n)[r if r is not None else slice(None)].to(dt))
+        for cut, n, r in zip(cuts, srcs, rows, strict=True)
+    ]
     return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
 
 
@@ -151,34 +184,37 @@ def checkpoint_specs(cfg: ModelConfig, reader: CheckpointReader, rank: int, tp: 
     lay, features, shard = fam.layout, fam.features_of(cfg), _Shard(cfg, rank, tp)
     specs: list[TensorSpec] = []
 
-    def add(name: str, target: Target, parts: list[tuple[str, Source]], tied: bool = False) -> None:
+    def add(name: str, target: Target, parts: list[tuple[str, Source, slice | None]], tied: bool = False) -> None:
         """name.weight, and name.bias where its parts have one (fused parts agree, see the
-        registry): the parts cut for this rank, concatenated. A tied copy names no source."""
+        registry): the parts (their rows of a fused source) cut for this rank, concatenated. A tied
+        copy names no source."""
         for suffix in ("weight", "bias") if parts[0][1].bias in features else ("weight",):
-            srcs = tuple(f"{module}.{suffix}" for module, _ in parts)
-            shapes, cuts = zip(*(shard.piece(target.split, src, suffix == "bias") for _, src in parts), strict=True)
+            srcs = tuple(f"{module}.{suffix}" for module, _, _ in parts)
+            rows = tuple(r for _, _, r in parts)
+            shapes, cuts = zip(*(shard.piece(target.split, s, suffix == "bias") for _, s, _ in parts), strict=True)
             shape = (sum(s[0] for s in shapes), *shapes[0][1:])
-            make = partial(_cut_and_cat, reader, dt, srcs, cuts)
-            specs.append(TensorSpec(f"{name}.{suffix}", shape, dt, make, () if tied else srcs))
+            make = partial(_cut_and_cat, reader, dt, srcs, cuts, rows)
+            uses = tuple(_use(n, r) for n, r in zip(srcs, rows, strict=True))
+            specs.append(TensorSpec(f"{name}.{suffix}", shape, dt, make, () if tied else uses))
 
     has_lm_head = fam.hf.module(LM_HEAD) + ".weight" in reader.names()
     for role, target in lay.trtllm_model.items():
         tied = role == LM_HEAD and not has_lm_head  # the embedding serves as lm_head
-        parts = [(fam.hf.module(EMBED if tied else p), lay.model[p]) for p in target.parts]
+        parts = [(fam.hf.module(EMBED if tied else p), lay.model[p], None) for p in target.parts]
         add(target.name, target, parts, tied)
     for i in range(cfg.num_hidden_layers):
         prefix = lay.trtllm_prefix.format(i=i)
-        for target in lay.trtllm_layer.values():
-            add(prefix + target.name, target, [(fam.hf.module(p, i), lay.layer[p]) for p in target.parts])
+        for target in lay.layer_targets(cfg, i).values():
+            parts = [(fam.hf.module(p, i), lay.layer[p], fam.hf.rows(p, lay, cfg)) for p in target.parts]
+            add(prefix + target.name, target, parts)
     return specs
 
 
-def assert_each_source_used_once(
-    specs: list[TensorSpec], expected: dict[str, tuple[int, ...]], cfg: ModelConfig
-) -> None:
-    """Every source tensor feeds exactly one output; only a tied lm_head is fed by none of its own."""
+def assert_each_source_used_once(specs: list[TensorSpec], expected: list[str], cfg: ModelConfig) -> None:
+    """Every source tensor (a fused one: each role's rows of it) feeds exactly one output; only a tied
+    lm_head is fed by none of its own. expected: check_source's uses."""
     uses = Counter(s for spec in specs for s in spec.sources)
-    allowed = Counter(expected.keys())
+    allowed = Counter(expected)
     if uses != allowed:
         diff = (uses - allowed) + (allowed - uses)
         raise AssertionError(f"conversion plan uses source tensors wrongly: {dict(diff)}")

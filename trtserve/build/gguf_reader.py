@@ -15,9 +15,11 @@ from trtserve.models.family import DecoderFamily
 from trtserve.models.layout import EMBED, LM_HEAD
 from trtserve.models.registry import family_for_gguf
 
-# Precomputed RoPE factor tables (Llama 3.1 / LongRoPE GGUFs): they change the model, and the
-# HF config we derive cannot express them.
-_UNSUPPORTED = ("rope_freqs.weight", "rope_factors_long.weight", "rope_factors_short.weight")
+# Precomputed RoPE factor tables (Llama 3.1 GGUFs): they change the model, and the HF config we
+# derive cannot express them.
+_UNSUPPORTED = ("rope_freqs.weight",)
+# LongRoPE's factors (Phi-3), which llama.cpp writes as tensors: read into the config's rope_parameters
+_LONGROPE = {"long_factor": "rope_factors_long.weight", "short_factor": "rope_factors_short.weight"}
 
 
 def _hf_names(fam: DecoderFamily, layers: int) -> dict[str, str]:
@@ -55,6 +57,8 @@ class GGUFReader:
         self.auto_dtype = "float32"  # GGUF weights are dequantized; float32 keeps them exact
         self._tensors: dict[str, TensorInfo] = {}
         for t in self._file.tensors.values():
+            if t.name in _LONGROPE.values():
+                continue  # config, not weights (_rope)
             if t.name in _UNSUPPORTED:
                 raise UserError(
                     f"{path} carries precomputed RoPE factors ({t.name}), which trtserve cannot convert; build from the HF checkpoint instead"
@@ -96,19 +100,16 @@ class GGUFReader:
         arch, need = self._arch, self._need
         heads = int(need("attention.head_count"))
         hidden = int(need("embedding_length"))
-        rope = {"rope_type": "default", "rope_theta": float(self._meta(f"{arch}.rope.freq_base", 10000.0))}
-        scaling = self._meta(f"{arch}.rope.scaling.type")
-        if scaling not in (None, "none"):
-            rope |= {"rope_type": scaling, "factor": float(need("rope.scaling.factor"))}
-            if scaling == "yarn":
-                rope["original_max_position_embeddings"] = int(need("rope.scaling.original_context_length"))
+        head_dim = int(self._meta(f"{arch}.attention.key_length", hidden // heads))
+        rope = self._rope(head_dim)
         embed = self.family.hf.module(EMBED) + ".weight"
         if embed not in self._tensors:
             raise UserError(
                 f"{self.path} has no {self.family.gguf.names.module(EMBED)}.weight tensor; the GGUF file is incomplete"
             )
+        meta = {key: self._meta(f"{arch}.{gkey}") for key, gkey in self.family.gguf.config_keys.items()}
         return AutoConfig.for_model(
-            arch,
+            self.family.gguf.model_type or arch,
             architectures=list(self.family.hf_architectures),
             vocab_size=self.shape(embed)[0],
             hidden_size=hidden,
@@ -116,14 +117,45 @@ class GGUFReader:
             num_hidden_layers=int(need("block_count")),
             num_attention_heads=heads,
             num_key_value_heads=int(self._meta(f"{arch}.attention.head_count_kv", heads)),
-            head_dim=int(self._meta(f"{arch}.attention.key_length", hidden // heads)),
+            head_dim=head_dim,
             max_position_embeddings=int(need("context_length")),
             rms_norm_eps=float(need("attention.layer_norm_rms_epsilon")),
             rope_parameters=rope,
             tie_word_embeddings=self.family.hf.module(LM_HEAD) + ".weight" not in self._tensors,
             bos_token_id=self._meta("tokenizer.ggml.bos_token_id"),
             eos_token_id=self._meta("tokenizer.ggml.eos_token_id"),
+            pad_token_id=self._meta("tokenizer.ggml.padding_token_id"),
+            **self.family.gguf.config_values,
+            **{key: value for key, value in meta.items() if value is not None},  # absent: HF's default
         )
+
+    def _rope(self, head_dim: int) -> dict:
+        """HF's rope_parameters from the metadata (and LongRoPE's factor tensors, where the file has them)."""
+        arch, need = self._arch, self._need
+        rope = {"rope_type": "default", "rope_theta": float(self._meta(f"{arch}.rope.freq_base", 10000.0))}
+        dims = int(self._meta(f"{arch}.rope.dimension_count", head_dim))
+        if dims != head_dim:  # llama.cpp writes int(head_dim * partial_rotary_factor)
+            rope["partial_rotary_factor"] = dims / head_dim
+        scaling = self._meta(f"{arch}.rope.scaling.type")
+        if scaling not in (None, "none"):
+            rope |= {"rope_type": scaling, "factor": float(need("rope.scaling.factor"))}
+            if scaling == "yarn":
+                rope["original_max_position_embeddings"] = int(need("rope.scaling.original_context_length"))
+        factors = {k: self._file.tensors.get(n) for k, n in _LONGROPE.items()}
+        if any(factors.values()):
+            if not all(factors.values()):
+                raise UserError(f"{self.path} has one of LongRoPE's two factor tensors, not both; re-convert it")
+            rope |= {k: self._read_floats(t).tolist() for k, t in factors.items()}
+            rope |= {
+                "rope_type": "longrope",
+                "original_max_position_embeddings": int(need("rope.scaling.original_context_length")),
+            }
+        return rope
+
+    def _read_floats(self, t: TensorInfo) -> np.ndarray:
+        import gguf
+
+        return np.asarray(gguf.quants.dequantize(self._file.read(t), t.ggml_type), dtype=np.float32).reshape(-1)
 
     def names(self) -> list[str]:
         return sorted(self._tensors)
@@ -150,10 +182,14 @@ class GGUFReader:
         return _unpermute(w, self._permuted[name]) if name in self._permuted else w
 
     def save_tokenizer(self, dest: Path) -> None:
-        from transformers import AutoTokenizer
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+        from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
+        # AutoTokenizer picks its class from the GGUF's config, which transformers reads only for the
+        # architectures it loads; for the rest (smollm3, granite) the same metadata builds a fast tokenizer
+        cls = AutoTokenizer if self._arch in GGUF_SUPPORTED_ARCHITECTURES else PreTrainedTokenizerFast
         try:
-            tok = AutoTokenizer.from_pretrained(str(self.path.parent), gguf_file=self.path.name)
+            tok = cls.from_pretrained(str(self.path.parent), gguf_file=self.path.name)
         except Exception as err:
             raise UserError(
                 f"cannot build a tokenizer from {self.path} ({err}); the GGUF has no usable vocabulary"

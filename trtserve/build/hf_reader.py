@@ -8,6 +8,7 @@ from pathlib import Path
 
 import torch
 
+from trtserve.build.experts import ExpertStacks
 from trtserve.build.safetensors_io import SafetensorsFile
 from trtserve.engine.errors import UserError
 from trtserve.engine.hashing import fingerprint
@@ -48,6 +49,7 @@ class HFReader:
             self._handles[f] = handle
             for name in handle.keys():
                 self._where[name] = f
+        self._experts = ExpertStacks(self.family, self._where, self._shape)  # expert roles read stacked
         dtype = getattr(self.hf_config, "dtype", None) or getattr(self.hf_config, "torch_dtype", None)
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype, None)
@@ -82,12 +84,20 @@ class HFReader:
             )
 
     def names(self) -> list[str]:
-        return sorted(self._where)
+        return self._experts.names()
 
     def shape(self, name: str) -> tuple[int, ...]:
+        parts = self._experts.parts.get(name)
+        return (len(parts), *self._shape(parts[0])) if parts else self._shape(name)
+
+    def _shape(self, name: str) -> tuple[int, ...]:
         return self._handles[self._where[name]].shape(name)
 
     def load(self, name: str) -> torch.Tensor:
+        parts = self._experts.parts.get(name)
+        return torch.stack([self._load(p) for p in parts]) if parts else self._load(name)
+
+    def _load(self, name: str) -> torch.Tensor:
         try:
             return self._handles[self._where[name]].load(name)
         except (ValueError, OSError) as err:
@@ -134,4 +144,5 @@ def _hf_config(path: Path, raw: dict):
             return PretrainedConfig(**raw)
         return AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as err:  # transformers raises many types for bad configs
-        raise UserError(f"{path / 'config.json'} is not a valid transformers config ({err}); fix the file") from None
+        why = " ".join(str(err).split())  # transformers' validation errors span lines: one sentence
+        raise UserError(f"{path / 'config.json'} is not a valid transformers config ({why}); fix the file") from None

@@ -80,6 +80,13 @@ def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int 
         "weight_bytes": weight_bytes,  # resident: quantized weights stay quantized in memory
         "kv_bytes_per_token": kv_per_token,
     }
+    if m.moe is not None:
+        from trtserve.models.moe import parameters
+        from trtserve.models.registry import family_for_trtllm
+
+        total, active = parameters(family_for_trtllm(m.architecture).layout, m)
+        info |= {"experts": m.moe.num_experts, "experts_per_token": m.moe.top_k}
+        info |= {"parameters": total, "active_parameters": active}  # a token reads the active ones
     if manifest.backend == "torch":
         info["kv_cache_default_cpu"] = cpu_default(m, b)
     if memory is not None and kv_cache_memory is not None:

@@ -80,6 +80,7 @@ def resolve(cfg: BuildConfig, strategy: Strategy) -> BuildPlan:
         raise UserError("no MODEL given; pass it as an argument or set `model:` in the --config file")
     reader = open_checkpoint(cfg.model)
     strategy.accept(cfg, reader)
+    reader.family.check_build(cfg.backend, cfg.quant)
     dtype = resolve_dtype(cfg, reader)
     model = reader.family.model_config(reader.hf_config, dtype)
     model = model.model_copy(update={"mapping": Mapping(world_size=cfg.tp_size, tp_size=cfg.tp_size)})

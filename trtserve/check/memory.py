@@ -130,14 +130,15 @@ def _weight_bytes(layout: Layout, m: ModelConfig, tp: int, item: int, linear_bit
             continue  # the embedding serves
         n = sum(math.prod(layout.model[p].weight_shape(m)) for p in target.parts)
         total += n * item / (tp if target.split == "vocab" else 1)
-    for target in layout.trtllm_layer.values():
-        for part in target.parts:
-            src = layout.layer[part]
-            shape = src.weight_shape(m)
-            share = 1.0 if not target.linear else kv_share if "kv_size" in src.shape else 1 / tp
-            bias = shape[0] if src.bias and getattr(m, CONFIG_FIELDS[src.bias]) else 0
-            bits = linear_bits if target.linear else 8 * item
-            total += (math.prod(shape) * bits / 8 + bias * item) * share * m.num_hidden_layers
+    for i in range(m.num_hidden_layers):  # a layer with experts has them in place of the dense MLP
+        for target in layout.layer_targets(m, i).values():
+            for part in target.parts:
+                src = layout.layer[part]
+                shape = src.weight_shape(m)
+                share = 1.0 if not target.linear else kv_share if "kv_size" in src.shape else 1 / tp
+                bias = shape[0] if src.bias and getattr(m, CONFIG_FIELDS[src.bias]) else 0
+                bits = linear_bits if target.linear else 8 * item
+                total += (math.prod(shape) * bits / 8 + bias * item) * share
     return int(total)
 
 

@@ -32,6 +32,7 @@ def check_support(cfg: BuildConfig, target: Target | None) -> Outcome:
         raise CheckFailed("the config names no model; add `model:` (a Hugging Face dir, a .gguf file or an alias)")
     reader = open_checkpoint(cfg.model)  # the family registry: UserError for an unknown architecture
     STRATEGIES[cfg.backend].accept(cfg, reader)
+    reader.family.check_build(cfg.backend, cfg.quant)  # the backends and quant formats the family is built with
     dtype = resolve_dtype(cfg, reader)
     model = reader.family.model_config(reader.hf_config, dtype)  # the family's features, RoPE, activation
     check_tp(model, cfg.tp_size)

@@ -24,6 +24,15 @@ class Quantization(BaseModel):
     kv_cache_quant_algo: str | None = None
 
 
+class Moe(BaseModel):
+    """A mixture-of-experts MLP: TensorRT-LLM's `moe` config (models/moe.py runs it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    num_experts: int
+    top_k: int  # experts each token is routed to
+    normalization_mode: int = 1  # TensorRT-LLM's ExpertScaleNormalizationMode: 0 softmax top-k as is, 1 renormalized
+
+
 class ModelConfig(BaseModel):
     """A decoder-only transformer in TensorRT-LLM's pretrained_config terms."""
 
@@ -49,8 +58,23 @@ class ModelConfig(BaseModel):
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
     sliding_window: int | None = None  # Mistral-style local attention (keys within the window)
+    rotary_dim: int | None = None  # RoPE rotates each head's first rotary_dim dims, the rest pass (Phi-3); None: all
+    rope_skip_layers: list[int] | None = None  # layers whose q and k are not rotated (SmolLM3's NoPE layers)
+    embedding_multiplier: float = 1.0  # token embeddings scaled by it (Granite)
+    attention_multiplier: float | None = None  # attention's softmax scale; None: head_size ** -0.5
+    residual_multiplier: float = 1.0  # each block's output scaled by it before the residual add (Granite)
+    logits_scaling: float = 1.0  # logits divided by it (Granite)
+    moe: Moe | None = None  # the layers' MLP is a mixture of experts (features.MOE)
+    moe_intermediate_size: int | None = None  # each expert's MLP width
+    moe_layers: list[int] | None = None  # the layers whose MLP is the experts; None: every layer (with moe)
+    moe_shared_expert_intermediate_size: int = 0  # a sigmoid-gated expert every token runs too (Qwen2-MoE); 0: none
     mapping: Mapping = Mapping()
     quantization: Quantization = Quantization()
+
+    @property
+    def long_rope(self) -> bool:
+        """Whether RoPE is LongRoPE: two factor sets, the long one for sequences past the original length."""
+        return (self.rotary_scaling or {}).get("rope_type", (self.rotary_scaling or {}).get("type")) == "longrope"
 
     @property
     def q_size(self) -> int:
@@ -59,6 +83,14 @@ class ModelConfig(BaseModel):
     @property
     def kv_size(self) -> int:
         return self.num_key_value_heads * self.head_size
+
+    @property
+    def num_experts(self) -> int:
+        return self.moe.num_experts if self.moe else 0
+
+    def is_moe_layer(self, layer: int) -> bool:
+        """Whether the layer's MLP is the mixture of experts (else the dense MLP)."""
+        return self.moe is not None and (self.moe_layers is None or layer in self.moe_layers)
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> int:
         """Bytes of K and V cache one token takes across all layers."""

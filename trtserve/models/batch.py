@@ -18,6 +18,7 @@ class SeqChunk:
     # the rows that continue a decode: its last token and the proposals after it that speculative decoding
     # verifies (or a draft model's catch-up); a step whose chunks are all such rows runs as a decode step
     decode_rows: int = 1
+    prompt_len: int = 0  # its request's prompt tokens (LongRoPE picks factors by it, models/rope.py); 0: unknown
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,7 @@ class FlatBatch:
     logits_indices: torch.Tensor  # (N,) int64: flat indices of the tokens whose logits are wanted
     seq_ids: torch.Tensor  # (T,) int64: the sequence (row of block_tables) each token belongs to
     decoding: bool = False  # every sequence runs decode rows only (SeqChunk.decode_rows)
+    prompt_lens: torch.Tensor | None = None  # (T,) int64: each token's SeqChunk.prompt_len; None: none known
 
 
 def make_batch(
@@ -93,6 +95,9 @@ def make_batch(
         logits_indices=_logits_indices(offsets, q_lens, logit_rows).to(**to),
         seq_ids=torch.repeat_interleave(torch.arange(n_b), q_lens).to(**to),
         decoding=all(len(s.tokens) <= s.decode_rows for s in seqs),
+        prompt_lens=torch.repeat_interleave(torch.tensor([s.prompt_len for s in seqs]), q_lens).to(**to)
+        if any(s.prompt_len for s in seqs)
+        else None,
     )
 
 

@@ -28,6 +28,7 @@ from trtserve.models.features import LORA
 from trtserve.models.kv_cache import PagedKVCache
 from trtserve.models.layout import EMBED, LM_HEAD
 from trtserve.models.lora_step import LoraStep
+from trtserve.models.moe import Experts
 from trtserve.models.registry import family_for_trtllm
 from trtserve.models.rope import Rope
 
@@ -44,11 +45,14 @@ class Layer:
     qkv_bias: torch.Tensor | None  # (q_size + 2 * kv_size,)
     dense: Linear  # (hidden, q_size)
     post_norm: torch.Tensor  # (hidden,)
-    fc_gate: Linear  # (2 * intermediate, hidden): [activated fc; gate]
+    fc_gate: Linear | None  # (2 * intermediate, hidden): [activated fc; gate]; None in a layer with experts
     fc_gate_bias: torch.Tensor | None
-    proj: Linear  # (hidden, intermediate)
+    proj: Linear | None  # (hidden, intermediate); None in a layer with experts
     proj_bias: torch.Tensor | None
     kv_scale: torch.Tensor | None = None  # (2,) K and V scales of an 8-bit KV cache
+    q_norm: torch.Tensor | None = None  # (head_dim,): RMSNorm over each q head before RoPE (features.QK_NORM)
+    k_norm: torch.Tensor | None = None  # (head_dim,): the same over each k head
+    experts: Experts | None = None  # the layer's MLP where it has experts (ModelConfig.moe_layers)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -97,17 +101,21 @@ class DecoderModel:
                     qkv_bias=w.pop(m["qkv"] + ".bias", None),
                     dense=self._take_linear(w, m["dense"]),
                     post_norm=w.pop(m["post_norm"] + ".weight"),
-                    fc_gate=self._take_linear(w, m["fc_gate"]),
+                    fc_gate=None if cfg.is_moe_layer(i) else self._take_linear(w, m["fc_gate"]),
                     fc_gate_bias=w.pop(m["fc_gate"] + ".bias", None),
-                    proj=self._take_linear(w, m["proj"]),
+                    proj=None if cfg.is_moe_layer(i) else self._take_linear(w, m["proj"]),
                     proj_bias=w.pop(m["proj"] + ".bias", None),
                     kv_scale=None if kv_scales[0] is None else torch.cat(kv_scales),
+                    q_norm=w.pop(m["q_norm"] + ".weight") if "q_norm" in m else None,
+                    k_norm=w.pop(m["k_norm"] + ".weight") if "k_norm" in m else None,
+                    experts=Experts.take(w, m, cfg) if cfg.is_moe_layer(i) else None,
                 )
             )
         if w:
             raise ValueError(f"unused engine weights: {sorted(w)[:5]}")
         self.rope = Rope(cfg, max_positions, self.dtype, device)
-        self.scale = cfg.head_size**-0.5
+        self.scale = cfg.head_size**-0.5 if cfg.attention_multiplier is None else cfg.attention_multiplier
+        self.rope_skip = frozenset(cfg.rope_skip_layers or ())  # layers attending without RoPE
         # Every layer of a decode step in one C call (plain, W8A16 or W4A16 weights on CPU) where it
         # implements each of the model's layer features, else None
         n_h, n_kv, hd, hidden, inter = (
@@ -192,10 +200,15 @@ class DecoderModel:
         """Run every token of the batch; returns float32 logits (B, vocab) at each sequence's last token.
         lora: the rows that run under LoRA adapters (None: every row runs the base model)."""
         h = self.embed[batch.token_ids]  # (T, hidden): the residual stream, updated in place
+        if self.cfg.embedding_multiplier != 1.0:
+            h.mul_(self.cfg.embedding_multiplier)
         if not self._decode_step(h, batch, kv, lora):
             self._layers(h, batch, kv, lora)
         last = self._norm(h[batch.logits_indices], self.final_norm)  # (N, hidden)
-        return self.linear(last, self.lm_head).float()  # (N, vocab)
+        logits = self.linear(last, self.lm_head)  # (N, vocab)
+        if self.cfg.logits_scaling != 1.0:
+            logits = logits / self.cfg.logits_scaling
+        return logits.float()
 
     def _decode_step(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None) -> bool:
         """Every layer in one C call (decode_layers.c) when each sequence runs one decode token (and the
@@ -234,19 +247,24 @@ class DecoderModel:
         """Every layer, op by op, on the residual stream h (updated in place); each linear's output
         gains the LoRA update of the adapter its rows run under."""
         n_h, hd = self.cfg.num_attention_heads, self.cfg.head_size
-        rope = self.rope.tables(batch.positions)
+        rope = self.rope.tables(self.rope.rows(batch.positions, batch.prompt_lens))
         x = self._add_norm(h, None, self.layers[0].input_norm)
         for i, layer in enumerate(self.layers):
             qkv = self._lora_mm(lora, i, "qkv", x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) * hd)
             q = self._rope_kv(i, qkv, batch, kv, rope).view(-1, n_h, hd)
             attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
-            x = self._add_norm(h, self._lora_mm(lora, i, "dense", attn, layer.dense), layer.post_norm)
-            fc_gate = self._lora_mm(lora, i, "fc_gate", x, layer.fc_gate, layer.fc_gate_bias)  # (T, 2 I): [fc | gate]
-            out = self._lora_mm(lora, i, "proj", self._silu_mul(fc_gate), layer.proj, layer.proj_bias)
+            attn_out = self._residual(self._lora_mm(lora, i, "dense", attn, layer.dense))
+            x = self._add_norm(h, attn_out, layer.post_norm)
+            out = self._residual(self._mlp(i, layer, x, lora))
             if i + 1 < len(self.layers):
                 x = self._add_norm(h, out, self.layers[i + 1].input_norm)
             else:
                 h.add_(out)
+
+    def _residual(self, delta: torch.Tensor) -> torch.Tensor:
+        """A block's output as the residual stream adds it (scaled by features.RESIDUAL_SCALE's multiplier)."""
+        r = self.cfg.residual_multiplier
+        return delta if r == 1.0 else delta * r
 
     def _lora_mm(
         self, lora: LoraStep | None, layer: int, role: str, x: torch.Tensor, weight: Linear, bias=None
@@ -281,10 +299,22 @@ class DecoderModel:
             if q is not None:
                 return q
         qkv = qkv.view(-1, n_h + 2 * n_kv, hd)
-        qk = self.rope.apply(qkv[:, : n_h + n_kv], rope)  # q and k heads rotated in one pass
+        qk, w = qkv[:, : n_h + n_kv], self.layers[layer]
+        if w.q_norm is not None:  # per head, as HF's q_norm / k_norm
+            eps = self.cfg.norm_epsilon
+            qk = torch.cat([rms_norm(qk[:, :n_h], w.q_norm, eps), rms_norm(qk[:, n_h:], w.k_norm, eps)], dim=1)
+        if layer not in self.rope_skip:
+            qk = self.rope.apply(qk, rope)  # q and k heads rotated in one pass
         q, k = qk.split([n_h, n_kv], dim=1)  # (T, n_h, hd), (T, n_kv, hd)
         kv.write(layer, batch.slot_mapping, k, qkv[:, n_h + n_kv :])
         return q
+
+    def _mlp(self, i: int, layer: Layer, x: torch.Tensor, lora: LoraStep | None) -> torch.Tensor:
+        """The layer's MLP on the normed x (T, hidden): its experts (models/moe.py), or the dense MLP."""
+        if layer.experts is not None:
+            return layer.experts(x, self.linear)
+        fc_gate = self._lora_mm(lora, i, "fc_gate", x, layer.fc_gate, layer.fc_gate_bias)  # (T, 2 I): [fc | gate]
+        return self._lora_mm(lora, i, "proj", self._silu_mul(fc_gate), layer.proj, layer.proj_bias)
 
     def _silu_mul(self, fc_gate: torch.Tensor) -> torch.Tensor:
         if self._fused(fc_gate) and (y := pointwise.silu_mul(fc_gate)) is not None:

@@ -1,19 +1,23 @@
 """One model family as data, and the HF -> ModelConfig translation families share.
 
-Each family file (llama.py, mistral.py, qwen2.py) declares a `DecoderFamily`; the registry maps
+Each family file (llama.py, mistral.py, qwen2.py, qwen3.py, ...) declares a `DecoderFamily`; the registry maps
 architecture names to them. The converters, the GGUF reader and the decoder read only these
 specs, never a family by name.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig
 from trtserve.models.features import (
     CONFIG_FIELDS,
+    LONG_ROPE,
     MLP_BIAS,
+    PARTIAL_ROTARY,
     QKV_BIAS,
     ROPE_SCALING,
     SLIDING_WINDOW,
@@ -22,7 +26,7 @@ from trtserve.models.features import (
 from trtserve.models.layout import Layout, Names
 
 # RoPE variants whose inverse frequencies are fixed at load time (see models/rope.py).
-SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn")
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
 
 @dataclass(frozen=True)
@@ -32,6 +36,12 @@ class GGUFNames:
     arch: str  # GGUF `general.architecture`
     names: Names  # llama.cpp's module names by source role
     permuted_qk: bool  # llama.cpp's converter permuted q_proj/k_proj rows for its RoPE layout
+    # HF config keys the family reads beyond the shared ones -> the metadata key (under `{arch}.`) llama.cpp
+    # writes each to
+    config_keys: dict[str, str] = field(default_factory=dict)
+    model_type: str | None = None  # transformers' model_type where it is not `arch` (qwen3moe: qwen3_moe)
+    # HF config values llama.cpp's graph of the architecture fixes (it writes no key for them)
+    config_values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,22 @@ class DecoderFamily:
     gguf: GGUFNames | None  # None: GGUF files are not read as this family
     features: frozenset[str]  # layer features every model of the family has (features.py)
     config_features: frozenset[str]  # those its config.json may turn on (features.CONFIG_FIELDS)
+    # ModelConfig fields the family reads from its transformers config beyond the shared ones
+    config_extras: Callable[[Any], dict] | None = None
+    backends: frozenset[str] | None = None  # engine/backends.py names that build it; None: every one
+    quant_formats: frozenset[str] | None = None  # --quant names it is tested with; None: every one
+
+    def check_build(self, backend: str, quant: str | None) -> None:
+        """Refuse (UserError) a backend or quant format this family is not built or tested with."""
+        if self.backends is not None and backend not in self.backends:
+            raise UserError(
+                f"backend {backend} does not build {self.name} models yet; use --backend {' or '.join(sorted(self.backends))}"
+            )
+        if quant and self.quant_formats is not None and quant not in self.quant_formats:
+            fits = ", ".join(sorted(self.quant_formats)) or "none"
+            raise UserError(
+                f"--quant {quant} is not supported for {self.name} models (supported: {fits}); leave --quant out"
+            )
 
     def features_of(self, cfg: ModelConfig) -> frozenset[str]:
         """One built model's layer features: the family's, and those its config turned on."""
@@ -60,13 +86,15 @@ class DecoderFamily:
             raise UserError(f"rope type {rope_type!r} is not supported; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
         if getattr(hf, "hidden_act", "silu") != "silu":
             raise UserError(f"hidden_act {hf.hidden_act!r} is not supported; only 'silu' is")
-        asked = _asked(hf, rope_type)
+        partial = float(rope.pop("partial_rotary_factor", getattr(hf, "partial_rotary_factor", 1.0)) or 1.0)
+        asked = _asked(hf, rope_type, partial)
         for feature, key in asked.items():
             if feature not in self.features | self.config_features:
                 raise UserError(
-                    f"{self.name} with {key}={getattr(hf, key)!r} is not supported ({feature}); turn it off in config.json"
+                    f"{self.name} with {key}={getattr(hf, key, None)!r} is not supported ({feature}); turn it off in config.json"
                 )
         on = self.features | asked.keys()
+        extras = self.config_extras(hf) if self.config_extras else {}
         return ModelConfig(
             architecture=self.trtllm_architecture,
             dtype=dtype,
@@ -80,15 +108,20 @@ class DecoderFamily:
             max_position_embeddings=getattr(hf, "max_position_embeddings", 2048) or 2048,
             norm_epsilon=float(hf.rms_norm_eps),
             rotary_base=theta,
-            rotary_scaling=rope if ROPE_SCALING in on else None,
+            # LongRoPE's factors span the rotated dims: HF reads partial_rotary_factor beside them
+            rotary_scaling=(rope | ({"partial_rotary_factor": partial} if partial != 1.0 else {}))
+            if ROPE_SCALING in on
+            else None,
+            rotary_dim=int(head_size * partial) if PARTIAL_ROTARY in on else None,
             attn_bias=QKV_BIAS in on,
             mlp_bias=MLP_BIAS in on,
             tie_word_embeddings=TIED_EMBEDDINGS in on,
             sliding_window=getattr(hf, "sliding_window", None) if SLIDING_WINDOW in on else None,
+            **extras,
         )
 
 
-def _asked(hf, rope_type: str) -> dict[str, str]:
+def _asked(hf, rope_type: str, partial_rotary: float) -> dict[str, str]:
     """The optional layer features a transformers config turns on, each with the key that does."""
     window = "use_sliding_window" if hasattr(hf, "use_sliding_window") else "sliding_window"  # Qwen2 | Mistral
     keys = {
@@ -100,4 +133,8 @@ def _asked(hf, rope_type: str) -> dict[str, str]:
     asked = {f: k for f, k in keys.items() if getattr(hf, k, None) not in (None, False)}
     if rope_type != "default":
         asked[ROPE_SCALING] = "rope_parameters"
+    if rope_type == "longrope":
+        asked[LONG_ROPE] = "rope_parameters"
+    if partial_rotary != 1.0:
+        asked[PARTIAL_ROTARY] = "partial_rotary_factor"
     return asked

@@ -4,13 +4,13 @@ how they become TensorRT-LLM's checkpoint modules and the torch engine's.
 Source roles name a checkpoint's modules (HF, GGUF; each family names them, family.py); target
 roles name TensorRT-LLM's modules and the torch engine's. A module's tensors are `{name}.weight`
 and, where the model has the module's bias feature, `{name}.bias`. `LLAMA` is the one table
-Llama, Mistral and Qwen2 share.
+Llama, Mistral, Qwen2, SmolLM3 and Granite share; `QK_NORMED` adds Qwen3's per-head q/k norms.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from trtserve.engine.model_config import ModelConfig
@@ -33,22 +33,42 @@ class Names:
     model: dict[str, str]  # global role -> module name
     layer_prefix: str  # a layer's modules' prefix; "{i}" is the layer index
     layer: dict[str, str]  # per-layer role -> module name under layer_prefix
+    # per-layer modules the format stores fused -> the roles they concatenate along the out dim, in
+    # order (Phi-3's qkv_proj, gate_up_proj); `layer` names each of those roles by its fused module
+    fused: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def module(self, role: str, layer: int | None = None) -> str:
         """A global role's module name (layer None), or a layer's."""
         return self.model[role] if layer is None else self.layer_prefix.format(i=layer) + self.layer[role]
 
+    def rows(self, role: str, layout: Layout, cfg: ModelConfig) -> slice | None:
+        """A layer role's out rows within its fused module (`fused`); None where it is stored alone."""
+        roles = self.fused.get(self.layer[role], ())
+        start = 0
+        for r in roles:
+            n = layout.layer[r].weight_shape(cfg)[0]
+            if r == role:
+                return slice(start, start + n)
+            start += n
+        return None
+
 
 @dataclass(frozen=True)
 class Source:
-    """A source module: its weight's shape as ModelConfig attributes ((out, in) for a linear), and
-    the layer feature under which it also has a bias of shape (out,)."""
+    """A source module: its weight's shape as ModelConfig attributes or fixed sizes ((out, in) for a
+    linear; (num_experts, out, in) for an expert role, stored one module per expert, "{e}" in its
+    name, and read stacked), the layer feature under which it also has a bias of shape (out,), and
+    the layers that have it."""
 
-    shape: tuple[str, ...]
+    shape: tuple[str | int, ...]
     bias: str | None = None
+    mlp: Literal["dense", "moe"] | None = None  # only layers with a dense MLP, or with experts; None: every layer
 
     def weight_shape(self, cfg: ModelConfig) -> tuple[int, ...]:
-        return tuple(getattr(cfg, a) for a in self.shape)
+        return tuple(a if isinstance(a, int) else getattr(cfg, a) for a in self.shape)
+
+    def in_layer(self, cfg: ModelConfig, layer: int) -> bool:
+        return self.mlp is None or (self.mlp == "moe") == cfg.is_moe_layer(layer)
 
 
 @dataclass(frozen=True)
@@ -77,6 +97,14 @@ class Layout:
     trtllm_prefix: str  # TensorRT-LLM's layer prefix; "{i}" is the layer index
     trtllm_layer: dict[str, Target]  # its modules under the prefix (parts: the layer's source roles)
     engine_layer: dict[str, Target]  # torch-engine modules fusing TensorRT-LLM ones; the rest are TensorRT-LLM's
+
+    def layer_roles(self, cfg: ModelConfig, layer: int) -> dict[str, Source]:
+        """The source roles one layer has (a layer with experts has no dense MLP, and the reverse)."""
+        return {r: s for r, s in self.layer.items() if s.in_layer(cfg, layer)}
+
+    def layer_targets(self, cfg: ModelConfig, layer: int) -> dict[str, Target]:
+        """TensorRT-LLM's modules one layer has: those whose parts it has."""
+        return {r: t for r, t in self.trtllm_layer.items() if all(self.layer[p].in_layer(cfg, layer) for p in t.parts)}
 
     def engine_names(self) -> Names:
         """The torch engine's module names by target role (what the decoder loads)."""
@@ -151,4 +179,15 @@ LLAMA = Layout(
         "proj": Target("mlp.proj", ("down_proj",), "cols"),
     },
     engine_layer={"fc_gate": Target("mlp.fc_gate", ("fc", "gate"))},  # one GEMM: [fc; gate]
+)
+
+# Llama's table plus an RMSNorm over each head of q and of k (head_dim weights) before RoPE: Qwen3's.
+QK_NORMED = Layout(
+    model=LLAMA.model,
+    layer=LLAMA.layer | {"q_norm": Source(("head_size",)), "k_norm": Source(("head_size",))},
+    trtllm_model=LLAMA.trtllm_model,
+    trtllm_prefix=LLAMA.trtllm_prefix,
+    trtllm_layer=LLAMA.trtllm_layer
+    | {"q_norm": Target("attention.q_layernorm", ("q_norm",)), "k_norm": Target("attention.k_layernorm", ("k_norm",))},
+    engine_layer=LLAMA.engine_layer,
 )

@@ -60,8 +60,15 @@ def engine_parts(family: DecoderFamily) -> dict[str, tuple[str, ...]]:
 
 
 def module_names(family: DecoderFamily) -> dict[str, str]:
-    """Source role of each targetable linear -> PEFT's short name of its HF module (q_proj ...)."""
-    return {s: family.hf.layer[s].rsplit(".", 1)[-1] for ps in engine_parts(family).values() for s in ps}
+    """Source role of each targetable linear -> PEFT's short name of its HF module (q_proj ...). In a family
+    with experts (models/moe.py) only modules every layer has: adapters on an MLP are refused."""
+    lay = family.layout
+    return {
+        s: family.hf.layer[s].rsplit(".", 1)[-1]
+        for ps in engine_parts(family).values()
+        for s in ps
+        if lay.layer[s].mlp is None
+    }
 
 
 def load_lora(
@@ -94,6 +101,12 @@ def load_lora(
             for ab in "AB":
                 where[f"{PEFT_PREFIX}{family.hf.module(role, i)}.lora_{ab}.weight"] = (i, role, ab)
     unknown = sorted(set(tensors) - where.keys())
+    mlp = {family.hf.layer[r].split(".")[0] for r, s in family.layout.layer.items() if s.mlp}  # "mlp" ...
+    if unknown and any(f".{m}." in unknown[0] for m in mlp):  # a family with experts (models/moe.py)
+        raise UserError(
+            f"LoRA adapter {ref.name} holds {unknown[0]}, but adapters on the MLP and experts of {family.name} "
+            f"models are not supported; train it with target_modules among {', '.join(short.values())}"
+        )
     if unknown:
         raise UserError(
             f"LoRA adapter {ref.name}{base} holds {unknown[0]}, which is none of the {', '.join(short.values())} "

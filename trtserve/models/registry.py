@@ -4,7 +4,7 @@ one `DecoderFamily` passed to `register_family`."""
 from __future__ import annotations
 
 from trtserve.engine.errors import UserError
-from trtserve.models import llama, mistral, qwen2
+from trtserve.models import granite, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3
 from trtserve.models.family import DecoderFamily
 from trtserve.models.features import CONFIG_FIELDS
 
@@ -41,6 +41,13 @@ def _spec_problems(fam: DecoderFamily) -> list[str]:
         if n.model.keys() != fam.layout.model.keys() or n.layer.keys() != fam.layout.layer.keys()
     ]
     problems += [f"its {fmt} layer prefix lacks {{i}}" for fmt, n in names.items() if "{i}" not in n.layer_prefix]
+    problems += [
+        f"its {fmt} fused module {m} does not name exactly the roles {', '.join(roles)}"
+        for fmt, n in names.items()
+        for m, roles in n.fused.items()
+        if sorted(roles) != sorted(r for r, name in n.layer.items() if name == m)
+        or len({fam.layout.layer[r].bias for r in roles if r in fam.layout.layer}) > 1
+    ]
     lay = fam.layout
     problems += [
         f"the parts of {t.name} differ in their bias"
@@ -85,5 +92,16 @@ def family_for_trtllm(architecture: str) -> DecoderFamily:
     raise UserError(f"the engine's model architecture {architecture} is not one trtserve runs ({known}); rebuild it")
 
 
-for _fam in (llama.FAMILY, mistral.FAMILY, qwen2.FAMILY):
+for _fam in (
+    llama.FAMILY,
+    mistral.FAMILY,
+    qwen2.FAMILY,
+    qwen3.FAMILY,
+    smollm3.FAMILY,
+    granite.FAMILY,
+    phi3.FAMILY,
+    qwen3_moe.FAMILY,
+    mixtral.FAMILY,
+    qwen2_moe.FAMILY,
+):
     register_family(_fam)

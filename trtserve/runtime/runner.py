@@ -66,7 +66,9 @@ class ModelRunner:
         n_rows = 0
         for c in step.chunks:
             r = c.request
-            seqs.append(SeqChunk(c.token_ids, c.start, self.blocks.block_table(r.seq), 1 + len(c.draft)))
+            seqs.append(
+                SeqChunk(c.token_ids, c.start, self.blocks.block_table(r.seq), 1 + len(c.draft), r.num_prompt_tokens)
+            )
             rows = [p - c.start for p in c.prompt_logprob_positions]
             prompt_rows.append(n_rows if rows else None)
             first = c.num_new_tokens - 1 - len(c.draft)  # the row of the sequence's last token

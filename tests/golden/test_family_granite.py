@@ -1,0 +1,53 @@
+"""Granite 3 (embedding, attention and residual multipliers, `logits_scaling`) from safetensors and
+from GGUF: float32 greedy equals HF transformers token for token, logprobs too (the logits' scale)."""
+
+from __future__ import annotations
+
+import pytest
+from family_goldens import (
+    assert_fast_paths_refused,
+    assert_gguf_greedy_equals_hf,
+    assert_greedy_equals_hf,
+    assert_logprobs_equal_hf,
+    build,
+    make_model,
+    write_gguf,
+)
+
+from trtserve.engine.errors import UserError
+
+MULTIPLIERS = dict(embedding_multiplier=12.0, attention_multiplier=0.09, residual_multiplier=0.22, logits_scaling=4.0)
+
+
+@pytest.fixture(scope="module")
+def src(tmp_path_factory):
+    return make_model(tmp_path_factory.mktemp("granite") / "hf", "granite", seed=8, **MULTIPLIERS)
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory, src):
+    return build(src, tmp_path_factory.mktemp("granite-engine") / "e")
+
+
+def test_greedy_equals_hf(engine, src):
+    assert_greedy_equals_hf(engine, src)
+
+
+def test_logprobs_equal_hf(engine, src):
+    assert_logprobs_equal_hf(engine, src)
+
+
+def test_the_fast_paths_are_refused_for_residual_scaling(engine):
+    assert_fast_paths_refused(engine)
+
+
+def test_gguf_greedy_equals_hf(tmp_path, src):
+    floats = {"embedding_scale": 12.0, "attention.scale": 0.09, "residual_scale": 0.22, "logit_scale": 4.0}
+    gguf = write_gguf(src, tmp_path / "granite.gguf", "granite", permute=True, floats=floats)
+    assert_gguf_greedy_equals_hf(gguf, src, tmp_path / "e")
+
+
+def test_quant_is_refused_naming_the_pair(tmp_path, src):
+    with pytest.raises(UserError, match="--quant w4a16 is not supported for granite models"):
+        build(src, tmp_path / "e", quant="w4a16")
+    assert not (tmp_path / "e").exists()

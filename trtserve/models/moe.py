@@ -1,0 +1,166 @@
+"""The mixture-of-experts MLP kind: a family with experts is a dense family's layout plus these roles
+(`with_experts`), and its layers with experts run `Experts` in place of the dense MLP.
+
+Each token's router logits pick its top-k experts (softmax over all of them, then the k largest,
+renormalized where the family does, as HF transformers computes them); the step's tokens are grouped
+by expert and each expert the step uses runs once over its tokens, so a step reads only the weights of
+the experts its tokens use. Every output adds its tokens' experts in expert order, as HF's loop does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+
+from trtserve.engine.errors import UserError
+from trtserve.engine.model_config import ModelConfig, Moe
+from trtserve.models.layout import LM_HEAD, Layout, Source, Target
+
+DENSE_MLP = ("gate_proj", "up_proj", "down_proj")  # the dense layout's MLP roles: layers without experts only
+# The expert roles: each expert's gate_proj (activated), up_proj and down_proj, stacked, and the router
+EXPERTS = {
+    "router": Source(("num_experts", "hidden_size"), mlp="moe"),
+    "expert_gate_proj": Source(("num_experts", "moe_intermediate_size", "hidden_size"), mlp="moe"),
+    "expert_up_proj": Source(("num_experts", "moe_intermediate_size", "hidden_size"), mlp="moe"),
+    "expert_down_proj": Source(("num_experts", "hidden_size", "moe_intermediate_size"), mlp="moe"),
+}
+EXPERT_ROLES = ("expert_gate_proj", "expert_up_proj", "expert_down_proj")
+# An expert every token runs too, its output scaled by sigmoid(shared_expert_gate(x)) (Qwen2-MoE)
+SHARED = {
+    "shared_gate_proj": Source(("moe_shared_expert_intermediate_size", "hidden_size"), mlp="moe"),
+    "shared_up_proj": Source(("moe_shared_expert_intermediate_size", "hidden_size"), mlp="moe"),
+    "shared_down_proj": Source(("hidden_size", "moe_shared_expert_intermediate_size"), mlp="moe"),
+    "shared_expert_gate": Source((1, "hidden_size"), mlp="moe"),
+}
+# Their checkpoint and engine modules: one stacked tensor per role (the tensorrt backends do not build
+# MoE families yet, so these are trtserve's names, not TensorRT-LLM's fused `mlp.fc`)
+_TARGETS = {
+    "router": Target("mlp.router", ("router",)),
+    "experts_fc": Target("mlp.experts.fc", ("expert_gate_proj",)),
+    "experts_gate": Target("mlp.experts.gate", ("expert_up_proj",)),
+    "experts_proj": Target("mlp.experts.proj", ("expert_down_proj",)),
+}
+_SHARED_TARGETS = {
+    "shared_fc": Target("mlp.shared_expert.fc", ("shared_gate_proj",)),
+    "shared_gate": Target("mlp.shared_expert.gate", ("shared_up_proj",)),
+    "shared_proj": Target("mlp.shared_expert.proj", ("shared_down_proj",)),
+    "shared_expert_gate": Target("mlp.shared_expert_gate", ("shared_expert_gate",)),
+}
+
+
+def with_experts(base: Layout, shared: bool = False) -> Layout:
+    """A dense layout whose layers may have experts (ModelConfig.moe_layers) in place of its MLP."""
+    dense = {r: replace(s, mlp="dense") if r in DENSE_MLP else s for r, s in base.layer.items()}
+    return Layout(
+        model=base.model,
+        layer=dense | EXPERTS | (SHARED if shared else {}),
+        trtllm_model=base.trtllm_model,
+        trtllm_prefix=base.trtllm_prefix,
+        trtllm_layer=base.trtllm_layer | _TARGETS | (_SHARED_TARGETS if shared else {}),
+        engine_layer=base.engine_layer,
+    )
+
+
+def moe_config(
+    hf, num_experts: int, renormalize: bool, width: int, layers: list[int] | None = None, shared_width: int = 0
+) -> dict:
+    """ModelConfig's MoE fields; layers: those with experts (None: every layer)."""
+    top_k = hf.num_experts_per_tok
+    if not 1 <= top_k <= num_experts:
+        raise UserError(f"num_experts_per_tok {top_k} must be between 1 and the {num_experts} experts; fix config.json")
+    every = layers is None or layers == list(range(hf.num_hidden_layers))
+    return dict(
+        moe=Moe(num_experts=num_experts, top_k=top_k, normalization_mode=int(renormalize)),
+        moe_intermediate_size=width,
+        moe_layers=None if every else layers,
+        moe_shared_expert_intermediate_size=shared_width,
+    )
+
+
+Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # x (T, in), weight (out, in) -> (T, out)
+
+
+@dataclass
+class Experts:
+    """One layer's experts; called on the post-attention-normed x (T, hidden), returns the MLP's output."""
+
+    router: torch.Tensor  # (E, hidden)
+    fc_gate: torch.Tensor  # (E, 2 * I, hidden): each expert's [fc (activated); gate]
+    proj: torch.Tensor  # (E, hidden, I)
+    top_k: int
+    renormalize: bool  # the k weights divided by their sum
+    shared_fc_gate: torch.Tensor | None = None  # (2 * S, hidden): the shared expert's [fc; gate]
+    shared_proj: torch.Tensor | None = None  # (hidden, S)
+    shared_gate: torch.Tensor | None = None  # (1, hidden)
+
+    @classmethod
+    def take(cls, w: dict[str, torch.Tensor], modules: dict[str, str], cfg: ModelConfig) -> Experts:
+        """Pop one layer's expert tensors from the engine's weights (modules: the layer's by role)."""
+
+        def pop(role: str) -> torch.Tensor:
+            return w.pop(modules[role] + ".weight")
+
+        fc_gate = torch.cat([pop("experts_fc"), pop("experts_gate")], dim=1)  # one GEMM per expert
+        shared = {}
+        if cfg.moe_shared_expert_intermediate_size:
+            shared = dict(
+                shared_fc_gate=torch.cat([pop("shared_fc"), pop("shared_gate")]),
+                shared_proj=pop("shared_proj"),
+                shared_gate=pop("shared_expert_gate"),
+            )
+        moe = cfg.moe
+        return cls(pop("router"), fc_gate, pop("experts_proj"), moe.top_k, moe.normalization_mode == 1, **shared)
+
+    def __call__(self, x: torch.Tensor, linear: Linear) -> torch.Tensor:
+        weights, experts = self.route(x, linear)  # (T, k) each
+        k = self.top_k
+        flat = experts.flatten()  # (T * k,): token t's j-th expert at t * k + j
+        order = torch.argsort(flat, stable=True)  # the assignments grouped by expert, tokens in order
+        counts = torch.bincount(flat, minlength=self.router.shape[0])
+        ends = counts.cumsum(0).tolist()
+        tokens, scales = order // k, weights.flatten()[order]
+        out = torch.zeros_like(x)
+        for e in counts.nonzero().flatten().tolist():  # each expert the step uses, once over its tokens
+            rows = slice(ends[e] - int(counts[e]), ends[e])
+            idx = tokens[rows]
+            y = self._mlp(x[idx], self.fc_gate[e], self.proj[e], linear)  # (n, hidden)
+            out.index_add_(0, idx, y * scales[rows, None])
+        if self.shared_gate is not None:
+            shared = self._mlp(x, self.shared_fc_gate, self.shared_proj, linear)
+            out += torch.sigmoid(linear(x, self.shared_gate)) * shared
+        return out
+
+    def route(self, x: torch.Tensor, linear: Linear) -> tuple[torch.Tensor, torch.Tensor]:
+        """Each token's top-k experts (T, k) and their weights (T, k, in x's dtype)."""
+        probs = torch.softmax(linear(x, self.router), dim=-1, dtype=torch.float32)  # (T, E)
+        weights, experts = torch.topk(probs, self.top_k, dim=-1)
+        if self.renormalize:
+            weights /= weights.sum(dim=-1, keepdim=True)
+        return weights.to(x.dtype), experts
+
+    @staticmethod
+    def _mlp(x: torch.Tensor, fc_gate: torch.Tensor, proj: torch.Tensor, linear: Linear) -> torch.Tensor:
+        fc, gate = linear(x, fc_gate).chunk(2, dim=-1)  # (n, I) each
+        return linear(F.silu(fc) * gate, proj)
+
+
+def parameters(layout: Layout, cfg: ModelConfig) -> tuple[int, int]:
+    """(total, active) parameters: a token reads its top_k of each layer's experts, the rest of every layer."""
+    total = sum(
+        math.prod(layout.model[p].weight_shape(cfg))
+        for r, t in layout.trtllm_model.items()
+        for p in t.parts
+        if not (r == LM_HEAD and cfg.tie_word_embeddings)
+    )
+    idle = 0
+    e, k = cfg.num_experts, cfg.moe.top_k if cfg.moe else 0
+    for i in range(cfg.num_hidden_layers):
+        for role, src in layout.layer_roles(cfg, i).items():
+            n = math.prod(src.weight_shape(cfg))
+            total += n
+            idle += n * (e - k) // e if role in EXPERT_ROLES else 0
+    return total, total - idle
