@@ -64,12 +64,18 @@ def _runner(op, model: str, examples: int, sent: list[int]):
     return run
 
 
+# The pooling routes serve pooling models only; on the LLM under test they answer a documented 400
+# naming the routes it serves (tests/api/test_pooling_live.py drives them on pooling models).
+POOLING = ("/v1/rerank", "/rerank", "/v2/rerank", "/v1/score", "/score", "/classify", "/v1/classify", "/pooling")
+
+
 def fuzz(schema, model: str, examples: int, skip: tuple[str, ...] = ()) -> tuple[int, dict[str, str]]:
-    """Run every operation (but those under `skip`); returns (cases sent, {operation: first failure})."""
+    """Run every operation (but the pooling ones and those under `skip`); returns (cases sent,
+    {operation: first failure})."""
     sent, failures = [0], {}
     for result in schema.get_all_operations():
         op = result.ok()
-        if op.path.startswith(skip):
+        if op.path.startswith(skip) or op.path in POOLING:
             continue
 
         try:

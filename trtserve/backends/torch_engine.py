@@ -132,6 +132,7 @@ class TorchEngine:
             max_num_tokens=limits.max_num_tokens,
             options=cfg.options,
             capabilities=replace(CAPABILITIES, lora=self.core.lora.enabled),
+            pooling=manifest.pooling,
         )
         self._startup["kv_cache"] = time.perf_counter() - start
         self._stats = self.core.stats()

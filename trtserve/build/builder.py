@@ -23,6 +23,7 @@ from trtserve.build.adapters import check_adapters, pack_adapters
 from trtserve.build.config import BuildConfig
 from trtserve.build.output import check_target, staged_dir
 from trtserve.build.planner import BuildPlan, resolve
+from trtserve.build.pooling import write_pooling_head
 from trtserve.build.strategies import STRATEGIES
 from trtserve.engine.backends import BACKENDS
 from trtserve.engine.errors import UserError
@@ -80,6 +81,8 @@ def build_engine(
     with staged_dir(out, force) as tmp:
         plan.reader.save_tokenizer(tmp / TOKENIZER_DIR)
         written = job.write(tmp, console)
+        if plan.pooling is not None:
+            write_pooling_head(tmp, plan.pooling, plan.reader, written.model)
         write_engine_config(tmp, written.model, plan)
         pack_adapters(tmp, plan.config, written.model)
         manifest = write_manifest(
@@ -90,6 +93,7 @@ def build_engine(
             toolchain=toolchain_versions(),
             build_config=plan.config.model_dump(mode="json"),
             target=job.target,
+            pooling=plan.pooling,
         )
     weights = f" ({written.weight_bytes / 2**20:.1f} MiB of weights)" if written.weight_bytes else ""
     console.print(f"[green]Engine written to[/] {out}{weights}")

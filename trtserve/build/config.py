@@ -11,6 +11,7 @@ from pydantic_core import PydanticCustomError
 from trtserve.engine.backends import BACKENDS
 from trtserve.engine.config_file import describe_validation_error, read_yaml
 from trtserve.engine.errors import UserError
+from trtserve.engine.pooling import PoolingMethod, PoolingTask
 from trtserve.engine.speculative import SpeculativeConfig
 from trtserve.models.quant_formats import GROUP_SIZES, kv_cache_names, quant_names
 
@@ -57,6 +58,11 @@ class BuildConfig(BaseModel):
     lora: dict[str, Path] = Field(default_factory=dict)
     # trtllm: speculative decoding written into the options YAML (`speculative_config`); torch: a run-time option
     speculative: SpeculativeConfig | None = None
+    # a pooling model (docs/pooling.md): embed | classify | rerank; None: what the checkpoint's architecture
+    # names (Qwen3Model: embed, *ForSequenceClassification: classify), else an LLM
+    pooling: PoolingTask | None = None
+    pooling_method: PoolingMethod = "last"  # embed: the last token's final hidden state, or the prompt's mean
+    rerank_tokens: tuple[str, str] = ("yes", "no")  # rerank: the answer tokens whose logits score a pair
 
     @field_validator("backend")
     @classmethod

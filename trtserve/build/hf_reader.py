@@ -12,7 +12,7 @@ from trtserve.build.experts import ExpertStacks
 from trtserve.build.safetensors_io import SafetensorsFile
 from trtserve.engine.errors import UserError
 from trtserve.engine.hashing import fingerprint
-from trtserve.models.registry import family_for_hf
+from trtserve.models.pooling import family_for_checkpoint
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -34,7 +34,8 @@ class HFReader:
         self.path = path
         self.description = f"HF directory {path}"
         raw = _read_json(path / "config.json", "the model's config")
-        self.family = family_for_hf(raw.get("architectures"), raw.get("model_type"))
+        # a pooling checkpoint (Qwen3ForSequenceClassification, Qwen3Model) reads as its family's causal LM
+        self.family = family_for_checkpoint(raw.get("architectures"), raw.get("model_type"))
         self.hf_config = _hf_config(path, raw)
         self._files = self._weight_files()
         self._where: dict[str, Path] = {}

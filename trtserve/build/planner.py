@@ -11,11 +11,13 @@ from typing import TYPE_CHECKING, Protocol
 from trtserve.build.config import BuildConfig
 from trtserve.build.convert import check_tp
 from trtserve.build.job import Job
+from trtserve.build.pooling import pooled_model, pooling_config, pooling_reader
 from trtserve.build.reader import CheckpointReader
 from trtserve.build.source import open_checkpoint
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import EngineBuildConfig, PluginConfig
 from trtserve.engine.model_config import Mapping, ModelConfig
+from trtserve.engine.pooling import PoolingConfig
 from trtserve.models.quant_formats import by_name, kv_by_name
 from trtserve.quant.checks import check_quant
 
@@ -32,6 +34,7 @@ class BuildPlan:
     model: ModelConfig  # the converted model, unquantized (the quantized step returns its own copy)
     limits: EngineBuildConfig
     quantization: dict | None  # the checkpoint's `quantization` as planned (requested, or the source's)
+    pooling: PoolingConfig | None = None  # a pooling model's task and head (build/pooling.py); None: an LLM
 
     @property
     def backend(self) -> str:
@@ -78,18 +81,18 @@ def resolve(cfg: BuildConfig, strategy: Strategy) -> BuildPlan:
     """The plan for `cfg`; UserError for anything that cannot work. `cfg` is not changed."""
     if not cfg.model:
         raise UserError("no MODEL given; pass it as an argument or set `model:` in the --config file")
-    reader = open_checkpoint(cfg.model)
+    reader = pooling_reader(cfg, open_checkpoint(cfg.model))
     strategy.accept(cfg, reader)
     reader.family.check_build(cfg.backend, cfg.quant)
     dtype = resolve_dtype(cfg, reader)
-    model = reader.family.model_config(reader.hf_config, dtype)
+    model = pooled_model(reader.family.model_config(reader.hf_config, dtype), reader)
     model = model.model_copy(update={"mapping": Mapping(world_size=cfg.tp_size, tp_size=cfg.tp_size)})
     check_tp(model, cfg.tp_size)
     check_quant(model, cfg)
     quantization = requested_quantization(cfg) if cfg.quant else strategy.source_quantization(reader)
     limits = strategy.built_limits(resolve_limits(cfg, model), quantization)
     resolved = cfg.model_copy(update={"dtype": dtype, "max_seq_len": limits.max_seq_len, "model": str(reader.path)})
-    plan = BuildPlan(resolved, reader, model, limits, quantization)
+    plan = BuildPlan(resolved, reader, model, limits, quantization, pooling_config(cfg, reader, model))
     strategy.check_plan(plan)
     return plan
 

@@ -94,6 +94,14 @@ def quant_help() -> str:
 @lora_option(
     "Pack the PEFT LoRA adapter in DIR into the engine dir, served as NAME (torch and TensorRT-LLM backends; repeatable)."
 )
+@click.option(
+    "--pooling",
+    type=click.Choice(["embed", "classify", "rerank"]),
+    help="Build a pooling model (docs/pooling.md) [from the architecture: *Model embeds, *ForSequenceClassification classifies].",
+)
+@click.option(
+    "--pooling-method", type=click.Choice(["last", "mean"]), help="embed: pool the last token or the mean [last]."
+)
 @click.option("--force", is_flag=True, help="Replace an existing engine dir.")
 @click.option("--quiet", is_flag=True, help="No progress bars (for CI logs).")
 @click.option(

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trtserve.engine.options import EngineOptions
+from trtserve.engine.pooling import PoolingConfig
 
 
 @dataclass(frozen=True)
@@ -32,3 +33,4 @@ class EngineInfo:
     max_num_tokens: int  # tokens in one engine step
     options: EngineOptions  # the run-time options it runs with (engine/options.py)
     capabilities: Capabilities
+    pooling: PoolingConfig | None = None  # a pooling engine's head (engine/pooling.py); None: it generates

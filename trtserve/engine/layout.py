@@ -7,6 +7,7 @@ ENGINE_DIR/
   model.safetensors           torch-engine weights: fused, cast, rank 0 of tp=1
   tokenizer/                  tokenizer files and chat template
   lora/NAME/                  torch: PEFT LoRA adapters packed by `build --lora NAME=DIR`, served under NAME
+  pooling.safetensors         torch, a pooling model with a head: its classifier or reranker rows (docs/pooling.md)
   manifest.json               sha256 of every file, source fingerprint, toolchain, build config
   engine/                     backend tensorrt: what `trtllm-build` writes (config.json, rank{r}.engine)
   hf/                         backend trtllm: the Hugging Face checkpoint TensorRT-LLM's PyTorch backend loads
@@ -31,6 +32,7 @@ TRT_ENGINE_DIR = "engine"
 HF_DIR = "hf"
 OPTIONS_FILE = "llm_api_options.yaml"
 LORA_DIR = "lora"
+POOLING_WEIGHTS = "pooling.safetensors"  # a pooling model's head (engine/pooling.py), beside model.safetensors
 
 
 def rank_file(rank: int) -> str:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 
 from trtserve.engine.errors import EngineIntegrityError, UserError
 from trtserve.engine.hashing import sha256_file, sha256_file_once
+from trtserve.engine.pooling import PoolingConfig
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -32,6 +33,7 @@ class Manifest(BaseModel):
     files: dict[str, FileEntry]  # path relative to the engine dir -> entry
     # tensorrt / trtllm: {tensorrt_llm, tensorrt, cuda, gpu_name, sm} the engine was built with (None: none there)
     target: dict[str, str | None] | None = None
+    pooling: PoolingConfig | None = None  # a pooling model's task and head (engine/pooling.py); None: an LLM
 
 
 def engine_fingerprint(manifest: Manifest) -> str:
@@ -50,6 +52,7 @@ def write_manifest(
     toolchain: dict[str, str],
     build_config: dict,
     target: dict | None = None,
+    pooling: PoolingConfig | None = None,
 ) -> Manifest:
     """Hash every file of the (staged) engine dir into manifest.json. toolchain: package -> version
     of what built it (the build side knows; this package imports none of it)."""
@@ -66,10 +69,13 @@ def write_manifest(
         build_config=build_config,
         files=files,
         target=target,
+        pooling=pooling,
     )
     data = manifest.model_dump(mode="json")
     if target is None:
         data.pop("target")  # torch engines: the manifest stays as before
+    if pooling is None:
+        data.pop("pooling")  # LLMs: the manifest stays as before
     (engine_dir / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return manifest
 

@@ -44,6 +44,8 @@ class TokenDelta:
     error: str | None = None
     spec: SpecCounts | None = None  # speculative decoding's counts for this sequence so far (when it speculated)
     kv_handle: KVHandle | None = None  # the held prompt KV of a finished KVHold request (its last delta)
+    # a pooling request's output (its only delta, which emits no token): the vector or the head's logits
+    pooled: list[float] | None = None
 
     @property
     def sequence(self) -> SequenceId:

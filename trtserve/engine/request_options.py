@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.errors import UserError
 from trtserve.engine.kv_transfer import KVTransfer
+from trtserve.engine.pooling import PoolingTask
 
 MAX_NAMESPACE_CHARS = 256
 
@@ -30,6 +31,8 @@ class RequestOptions:
     # disaggregation (engine/kv_transfer.py): KVHold keeps a prefill's prompt KV; KVImport starts from one
     kv_transfer: KVTransfer | None = None
     return_metrics: bool = False  # True: the response carries its timings (serve's; engines ignore it)
+    # prefill only: the final delta's `pooled` holds the engine's pooled output for this task (engine/pooling.py)
+    pooling: PoolingTask | None = None
 
     def __post_init__(self):
         if not math.isfinite(self.priority):

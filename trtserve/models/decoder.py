@@ -199,12 +199,26 @@ class DecoderModel:
     def forward(self, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None = None) -> torch.Tensor:
         """Run every token of the batch; returns float32 logits (B, vocab) at each sequence's last token.
         lora: the rows that run under LoRA adapters (None: every row runs the base model)."""
+        return self.logits(self.run(batch, kv, lora)[batch.logits_indices])
+
+    @torch.inference_mode()
+    def run(self, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None = None) -> torch.Tensor:
+        """Run every token of the batch; returns the residual stream after the last layer (T, hidden)."""
         h = self.embed[batch.token_ids]  # (T, hidden): the residual stream, updated in place
         if self.cfg.embedding_multiplier != 1.0:
             h.mul_(self.cfg.embedding_multiplier)
         if not self._decode_step(h, batch, kv, lora):
             self._layers(h, batch, kv, lora)
-        last = self._norm(h[batch.logits_indices], self.final_norm)  # (N, hidden)
+        return h
+
+    def final_hidden(self, rows: torch.Tensor) -> torch.Tensor:
+        """Rows (N, hidden) of run()'s residual stream after the final norm: HF's last_hidden_state."""
+        return self._norm(rows, self.final_norm)
+
+    @torch.inference_mode()
+    def logits(self, rows: torch.Tensor) -> torch.Tensor:
+        """Float32 logits (N, vocab) of rows (N, hidden) of run()'s residual stream."""
+        last = self.final_hidden(rows)  # (N, hidden)
         logits = self.linear(last, self.lm_head)  # (N, vocab)
         if self.cfg.logits_scaling != 1.0:
             logits = logits / self.cfg.logits_scaling

@@ -29,6 +29,7 @@ from trtserve.runtime.features import Features
 from trtserve.runtime.features.handoff import KVHandoff, holds_kv
 from trtserve.runtime.features.kv_tier import NoTier, Tier
 from trtserve.runtime.features.lora import make_lora
+from trtserve.runtime.features.pooling import NoPooling, Pooling
 from trtserve.runtime.features.speculation import NoSpeculation, Speculation
 from trtserve.runtime.grammar_queue import GrammarQueue
 from trtserve.runtime.guided import Grammars
@@ -64,7 +65,8 @@ class EngineCore:
         self.speculation = Speculation(make_speculator(spec, engine, cfg)) if spec else NoSpeculation()
         self.tier = Tier(KVTier(cfg.kv_offload, self.fingerprint)) if cfg.kv_offload else NoTier()
         self.handoff = KVHandoff(self.fingerprint)
-        self.features = Features(self.lora, self.speculation, self.tier, self.handoff)
+        self.pooling = Pooling(engine.pooling) if engine.pooling is not None else NoPooling()
+        self.features = Features(self.lora, self.speculation, self.tier, self.handoff, self.pooling)
         self.asleep = False  # sleep() released the KV cache
         self._make_kv_cache(num_blocks)
         vocab = engine.config.pretrained_config.vocab_size
@@ -78,11 +80,11 @@ class EngineCore:
     def _make_kv_cache(self, num_blocks: int) -> None:
         bs = self.engine.config.build_config.plugin_config.tokens_per_block
         self.blocks = BlockManager(num_blocks, bs, self.fingerprint, self.enable_prefix_caching)
-        self.scheduler = Scheduler(self.sched_config, self.blocks, self.lora, self.speculation)
+        self.scheduler = Scheduler(self.sched_config, self.blocks, self.lora, self.speculation, self.pooling)
         kv = self.engine.model.new_kv_cache(num_blocks, bs)
         self.kv_block_bytes = kv.data.nbytes // num_blocks
         self.features.on_cache(self.blocks, kv)
-        self.runner = ModelRunner(self.engine.model, kv, self.blocks, self.lora)
+        self.runner = ModelRunner(self.engine.model, kv, self.blocks, self.lora, self.pooling)
         # check()ed requests not yet added; a check against an old cache's size no longer holds
         self._checked: weakref.WeakSet[GenerateRequest] = weakref.WeakSet()
 
@@ -265,7 +267,28 @@ class EngineCore:
             deltas.append(self._emit(r, [tok], [lp], prompt_lps.get(r.seq)))
             for child, (ctok, clp) in children:
                 deltas.append(self._emit(child, [ctok], [clp], None))
+        for c, hidden in zip(out.chunks, logits.pooled, strict=False):
+            if hidden is not None:
+                deltas += self._pool(c, hidden)
         return deltas
+
+    def _pool(self, c: ScheduledChunk, hidden: torch.Tensor) -> list[TokenDelta]:
+        """A pooling chunk's rows folded in; once its prompt is done the request's one delta carries the
+        head's output and it finishes (its full blocks stay cached for a prefix that repeats)."""
+        r = c.request
+        try:
+            pooled = self.pooling.take(c, hidden)
+        except Exception as err:
+            log.exception("pooling failed")
+            return self._fail(r, err)
+        if pooled is None:
+            return []
+        self.scheduler.finish(r, "stop")
+        delta = r.delta([], None)
+        delta.pooled = pooled
+        self.features.on_finish(r, delta)
+        self._drop_if_done(r.seq.request)
+        return [delta]
 
     def _verify(self, c: ScheduledChunk, rows: torch.Tensor, prompt_lps) -> TokenDelta:
         """A speculating row: emit the proposals the target kept and its next token; the rest's KV slots

@@ -11,11 +11,12 @@ import torch
 from safetensors import SafetensorError
 
 from trtserve.engine.errors import EngineIntegrityError, UserError
-from trtserve.engine.layout import ENGINE_WEIGHTS, TOKENIZER_DIR, EngineConfig, read_engine_config
+from trtserve.engine.layout import ENGINE_WEIGHTS, POOLING_WEIGHTS, TOKENIZER_DIR, EngineConfig, read_engine_config
 from trtserve.engine.manifest import Manifest, verify_engine_dir
 from trtserve.engine.options import EngineOptions, check_backend
 from trtserve.engine.rules import load_tokenizer
 from trtserve.models.decoder import DecoderModel
+from trtserve.models.pooling import PoolingHead
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ class LoadedEngine:
     tokenizer: object  # transformers tokenizer
     eos_token_ids: frozenset[int]
     weights_seconds: float = 0.0  # reading (memory-mapping) the weights and building the model from them
+    pooling: PoolingHead | None = None  # a pooling model's head (manifest.pooling); None: it generates
 
 
 def default_device(device: str | None = None) -> torch.device:
@@ -71,6 +73,7 @@ def load_engine(
             f"config.json says vocab {cfg.vocab_size} x hidden {cfg.hidden_size} but {ENGINE_WEIGHTS} holds an "
             f"embedding of {tuple(model.embed.shape)}; {rebuild}"
         )
+    pooling = None if manifest.pooling is None else PoolingHead.load(manifest.pooling, path / POOLING_WEIGHTS, dev)
     weights_seconds = time.perf_counter() - start
     tokenizer, eos = load_tokenizer(path / TOKENIZER_DIR)
-    return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos), weights_seconds)
+    return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos), weights_seconds, pooling)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -15,6 +15,7 @@ from trtserve.models.lora import LoraWeights
 from trtserve.models.lora_step import Stack, segments_of, stack
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.features.lora import NoLora
+from trtserve.runtime.features.pooling import NoPooling
 from trtserve.runtime.sampler import logprobs_of
 from trtserve.runtime.schedule import SchedulerOutput
 
@@ -26,6 +27,8 @@ class StepLogits:
     # sample_row .. sample_row + len(draft) (its last token's, then each proposal's)
     sample_row: list[int | None]
     prompt_rows: list[int | None]  # per chunk: the row of its first prompt-logprob position, if any
+    # per chunk: the final hidden states (rows, hidden) its pooling asked for (features/pooling.py), if any
+    pooled: list[torch.Tensor | None] = field(default_factory=list)
 
     def prompt_logprobs(self, out: SchedulerOutput) -> dict[SequenceId, list]:
         """Record the prompt logprobs each chunk computed; returns the lists completed this step."""
@@ -53,8 +56,10 @@ class ModelRunner:
         kv: PagedKVCache,
         blocks: BlockManager,
         lora: NoLora | None = None,
+        pooling: NoPooling | None = None,
     ):
         self.model, self.kv, self.blocks, self.lora = model, kv, blocks, lora or NoLora()
+        self.pooling = pooling or NoPooling()  # which rows' final hidden states a pooling chunk needs
         self._stacks: OrderedDict[tuple[LoraWeights, ...], Stack] = OrderedDict()  # by adapter set, LRU
         self._last_set: tuple[LoraWeights, ...] = ()  # the previous step's adapters
 
@@ -63,7 +68,8 @@ class ModelRunner:
         seqs, rows_per_seq = [], []
         sample_row: list[int | None] = []
         prompt_rows: list[int | None] = []
-        n_rows = 0
+        n_rows = n_tokens = 0
+        pool_tokens: list[list[int]] = []  # per chunk: flat token indices whose final hidden states it pools
         for c in step.chunks:
             r = c.request
             seqs.append(
@@ -72,11 +78,14 @@ class ModelRunner:
             rows = [p - c.start for p in c.prompt_logprob_positions]
             prompt_rows.append(n_rows if rows else None)
             first = c.num_new_tokens - 1 - len(c.draft)  # the row of the sequence's last token
-            if c.samples:
+            samples = c.samples and not self.pooling.pools(r)  # a pooling request emits no token
+            if samples:
                 rows += range(first, c.num_new_tokens)
-            sample_row.append(n_rows + len(rows) - 1 - len(c.draft) if c.samples else None)
+            sample_row.append(n_rows + len(rows) - 1 - len(c.draft) if samples else None)
             rows_per_seq.append(rows)
             n_rows += len(rows)
+            pool_tokens.append([n_tokens + i for i in self.pooling.rows(c)])
+            n_tokens += c.num_new_tokens
         cfg = self.model.cfg
         group = cfg.num_attention_heads // cfg.num_key_value_heads
         batch = make_batch(seqs, self.kv.tokens_per_block, cfg.sliding_window, self.model.device, rows_per_seq, group)
@@ -88,8 +97,26 @@ class ModelRunner:
             stacked = lora is not None and not self.model.deterministic and self._stack(lora.adapters)
             if stacked:
                 lora.use(stacked)
-        logits = self.model.forward(batch, self.kv, lora)
-        return StepLogits(logits.cpu(), sample_row, prompt_rows)
+        if not any(pool_tokens):
+            logits = self.model.forward(batch, self.kv, lora)
+            return StepLogits(logits.cpu(), sample_row, prompt_rows)
+        return self._pooled_step(batch, lora, sample_row, prompt_rows, pool_tokens)
+
+    @torch.inference_mode()
+    def _pooled_step(self, batch, lora, sample_row, prompt_rows, pool_tokens: list[list[int]]) -> StepLogits:
+        """A step with pooling chunks: logits at the sampled rows, final hidden states at the pooled ones."""
+        h = self.model.run(batch, self.kv, lora)  # (T, hidden)
+        if batch.logits_indices.numel():
+            logits = self.model.logits(h[batch.logits_indices]).cpu()  # (N, vocab)
+        else:
+            logits = torch.empty(0, self.model.cfg.vocab_size)
+        flat = torch.tensor([t for ts in pool_tokens for t in ts], dtype=torch.long, device=h.device)
+        hidden = self.model.final_hidden(h[flat]).cpu()  # (pooled rows, hidden)
+        pooled, at = [], 0
+        for ts in pool_tokens:
+            pooled.append(hidden[at : at + len(ts)] if ts else None)
+            at += len(ts)
+        return StepLogits(logits, sample_row, prompt_rows, pooled)
 
     def _stack(self, adapters: tuple[LoraWeights, ...]) -> Stack | None:
         """The adapters side by side (lora_step.py), kept for the next steps, or None (run per segment).

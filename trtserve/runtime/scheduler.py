@@ -24,6 +24,7 @@ from trtserve.engine.run_config import CapacityPolicy
 from trtserve.engine.stats import SchedulerStats
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.features.lora import NoLora
+from trtserve.runtime.features.pooling import NoPooling
 from trtserve.runtime.features.speculation import NoSpeculation
 from trtserve.runtime.request import Request, Status
 from trtserve.runtime.schedule import ScheduledChunk, SchedulerOutput
@@ -44,11 +45,13 @@ class Scheduler:
         blocks: BlockManager,
         lora: NoLora | None = None,
         speculation: NoSpeculation | None = None,
+        pooling: NoPooling | None = None,
     ):
         self.config = config
         self.blocks = blocks
         self.lora = lora or NoLora()  # which adapters may be active (features/lora.py)
         self.speculation = speculation or NoSpeculation()  # who speculates, with which proposals
+        self.pooling = pooling or NoPooling()  # which requests pool every prompt position (features/pooling.py)
         self.waiting: list[Request] = []  # ordered: higher priority first, then arrival
         self.running: list[Request] = []  # admission order
         self.num_preemptions = 0
@@ -150,8 +153,8 @@ class Scheduler:
             if not self.lora.can_run(req):
                 i += 1  # max_loras other adapters are active: it waits, the requests behind it may run
                 continue
-            # Prompt logprobs need every prompt position computed, so they bypass the prefix cache.
-            skip_cache = req.wants_prompt_logprobs or req.kv_import is not None
+            # Prompt logprobs (and mean pooling) need every prompt position computed: no prefix cache.
+            skip_cache = req.wants_prompt_logprobs or req.kv_import is not None or self.pooling.every_position(req)
             cached = [] if skip_cache else self.blocks.lookup_prefix(req.all_token_ids, req.prefix_scope)
             num_cached = len(cached) * self.blocks.block_size
             if req.kv_import is not None:  # a disaggregated decode: its prompt's KV comes with it

@@ -39,6 +39,7 @@ from trtserve.serve.middleware import ServerMiddleware
 from trtserve.serve.openai.embeddings import router as embeddings_router
 from trtserve.serve.openai.routes import router as openai_router
 from trtserve.serve.openapi import HEALTH, V2_LIVE, V2_READY, install_openapi
+from trtserve.serve.pooling.routes import router as pooling_router
 from trtserve.serve.receipts.install import close_receipts, install_receipts
 from trtserve.serve.repository import adapters as lora
 from trtserve.serve.repository.admin import router as admin_router
@@ -97,6 +98,7 @@ def create_app(path: Path, config: ServeConfig, engine_factory: EngineFactory | 
     install_openapi(app)  # documents those handlers' answers
     app.include_router(openai_router)
     app.include_router(embeddings_router)  # /v1/embeddings over tensor models
+    app.include_router(pooling_router)  # /v1/rerank, /v2/rerank, /v1/score, /classify over pooling models
     app.include_router(adapters_router)  # /v1/load_lora_adapter, /v1/unload_lora_adapter
     app.include_router(admin_router)  # before kserve's: /v2/repository/... are not model paths
     app.include_router(sleep_router)  # /admin/sleep, /admin/wake_up

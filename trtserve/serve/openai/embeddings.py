@@ -15,6 +15,7 @@ from fastapi import APIRouter, Request
 
 from trtserve.serve.errors import APIError, error_responses
 from trtserve.serve.openai.embeddings_protocol import EmbeddingRequest, EmbeddingSpec, response
+from trtserve.serve.pooling.serving import pooled_embeddings
 from trtserve.serve.repository.kinds import FrontEnd
 from trtserve.serve.repository.lookup import routed
 from trtserve.serve.repository.version import ModelVersion
@@ -29,8 +30,10 @@ def _examples(request: Request) -> str:
             mv.model
             for mv in request.app.state.server.repository.versions()
             if mv.kind.serves(FrontEnd.EMBEDDINGS)
-            and mv.tensor is not None
-            and EmbeddingSpec.of(mv.tensor.config) is not None
+            and (
+                (mv.tensor is not None and EmbeddingSpec.of(mv.tensor.config) is not None)
+                or (mv.kind.serves(FrontEnd.POOLING) and mv.ready and mv.served_model.info.pooling.task == "embed")
+            )
         }
     )
     return f"e.g. {', '.join(repr(n) for n in names)}" if names else "and this server has none loaded"
@@ -117,6 +120,9 @@ _WHY = {404: "No such model, or the model is not an embedding model (an LLM, a c
 @router.post("/v1/embeddings", responses=error_responses(400, 401, 404, 413, 429, 503, why=_WHY))
 async def embeddings(body: EmbeddingRequest, request: Request):
     mv = routed(request, body.model, key=body.user, front_end=None)  # _spec answers a 404 for other kinds
+    if mv.kind.serves(FrontEnd.POOLING):  # a decoder embedder on our engine (docs/pooling.md)
+        vectors, tokens = await pooled_embeddings(request, mv, body.items(), body.dimensions)
+        return response(mv.model, vectors, body.encoding_format, tokens)
     spec = _spec(request, mv)
     serving = TensorServing.of(mv)
     dimensions = _dimensions(body, spec, mv.model)

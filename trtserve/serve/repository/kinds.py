@@ -54,6 +54,7 @@ class FrontEnd(StrEnum):
     GENERATE = "generate"  # text: OpenAI completions / chat / responses, KServe generate, batch jobs
     INFER = "infer"  # KServe v2 and gRPC: metadata, config, infer, stream infer
     EMBEDDINGS = "embeddings"  # POST /v1/embeddings (a model whose config is an embedder)
+    POOLING = "pooling"  # /v1/rerank, /v2/rerank, /v1/score, /classify over a pooling engine (serve/pooling/)
 
 
 class Tensors(StrEnum):
@@ -144,7 +145,20 @@ LLM = ModelKind(
     add_metrics=_add_engine,
     remove_metrics=_remove_engine,
 )
-KINDS: dict[str, ModelKind] = {k.name: k for k in (TENSOR, LLM)}  # detection order: the fallback last
+POOLING = ModelKind(
+    name="pooling",
+    noun="a pooling model",
+    accepts="a pooling engine dir (`trtserve build MODEL --pooling embed|classify|rerank`, docs/pooling.md)",
+    detect="trtserve.serve.pooling.kind:pooling_dir",
+    opener="trtserve.serve.repository.kinds:open_llm",  # the same engine, running prefill-only requests
+    front_ends=frozenset({FrontEnd.POOLING, FrontEnd.EMBEDDINGS}),
+    tensors=Tensors.TEXT,  # not addressed: KServe / gRPC infer is not among its front ends
+    kv_cache=True,
+    add_metrics=_add_engine,
+    remove_metrics=_remove_engine,
+    hint="it serves POST /v1/embeddings, /v1/rerank, /v1/score or /classify (docs/pooling.md)",
+)
+KINDS: dict[str, ModelKind] = {k.name: k for k in (TENSOR, POOLING, LLM)}  # detection order: the fallback last
 
 
 def detect(model_dir: Path, version_dir: Path) -> tuple[ModelKind, Path | None]:

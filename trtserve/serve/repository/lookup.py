@@ -14,7 +14,12 @@ from trtserve.serve.repository.router import parse_target
 from trtserve.serve.repository.version import ModelVersion
 
 SESSION_HEADER = "x-session-id"
-_WANTS = {FrontEnd.GENERATE: "an LLM", FrontEnd.INFER: "a KServe model", FrontEnd.EMBEDDINGS: "an embedding model"}
+_WANTS = {
+    FrontEnd.GENERATE: "an LLM",
+    FrontEnd.INFER: "a KServe model",
+    FrontEnd.EMBEDDINGS: "an embedding model",
+    FrontEnd.POOLING: "a pooling model (docs/pooling.md)",
+}
 
 
 def routed(
