@@ -191,6 +191,8 @@ def _responses(body: dict) -> None:
         for item in items:
             if isinstance(item, dict):
                 _item(item)
+        if all(isinstance(i, dict) and i.get("type") == "reasoning" for i in items):
+            items.append({"role": "user", "content": "hi"})  # reasoning alone is no conversation: a 400
     else:
         body["input"] = short(items)
     tools = body.get("tools")

@@ -288,7 +288,7 @@ class TorchEngine:
                 else:
                     self._wake.wait(0.05)
                     self._wake.clear()
-                    self.core.tick()  # expires held KV nobody pulled, writes the second tier's index
+                    self.core.features.tick()  # expires held KV nobody pulled, writes the second tier's index
                     self._stats = self.core.stats()
                 self._beat = time.monotonic()
             self.core.close()  # a clean stop: the second KV tier keeps the cached prefixes for the next start

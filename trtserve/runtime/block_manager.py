@@ -22,6 +22,7 @@ from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from trtserve.engine.errors import UserError
 from trtserve.runtime.kv_events import BlockRemoved, BlockStored, CacheCleared, KVEvent, KVListener
 from trtserve.runtime.prefix_scope import NamespaceCounters, PrefixScope, block_key, chain_root, head_key
 
@@ -115,6 +116,15 @@ class BlockManager:
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
+
+    def check_fits(self, num_seqs: int, num_tokens: int) -> None:
+        """UserError unless num_seqs sequences of num_tokens each could ever fit in the whole cache."""
+        needed = num_seqs * self.blocks_for(num_tokens)
+        if needed > self.num_blocks:
+            raise UserError(
+                f"the request needs {needed} KV blocks but the cache has {self.num_blocks}; "
+                "lower max_tokens or n, or give the server a larger kv_cache_memory"
+            )
 
     def block_table(self, seq: Hashable) -> list[int]:
         return self._tables[seq]

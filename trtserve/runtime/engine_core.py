@@ -15,7 +15,6 @@ import weakref
 
 import torch
 
-from trtserve.engine.errors import UserError
 from trtserve.engine.ids import RequestId, SequenceId
 from trtserve.engine.kv_cache_events import KVCacheListener
 from trtserve.engine.manifest import engine_fingerprint
@@ -96,19 +95,16 @@ class EngineCore:
         self.scheduler.carry_over(old_scheduler)
 
     def resize_kv_cache(self, num_blocks: int) -> None:
-        """Replace the KV cache by an empty one of num_blocks, between requests only.
-
-        The new cache starts with no cached prefix (the old blocks' contents are not carried over),
-        so no lookup can hit a block whose K and V are gone; the counters carry on.
-        """
+        """An empty KV cache of num_blocks, between requests only: no cached prefix is carried over (no
+        lookup may hit a block whose K and V are gone); the counters carry on."""
         if self.has_unfinished():
             raise RuntimeError("the KV cache can only be resized while no request is in flight")
         self._release_kv_cache()
         self._remake_kv_cache(num_blocks)
 
     def sleep(self) -> None:
-        """Release the KV cache (and on CUDA move the weights to host memory) between requests; its
-        cached prefixes go to the second tier first, if there is one. wake_up() undoes it."""
+        """Release the KV cache (its prefixes to the second tier first) and on CUDA move the weights to host
+        memory, between requests; wake_up() undoes it."""
         if self.has_unfinished():
             raise RuntimeError("the engine can only sleep while no request is in flight")
         self._release_kv_cache()
@@ -117,7 +113,7 @@ class EngineCore:
         self.asleep = True
 
     def _release_kv_cache(self) -> None:
-        """Drop the KV cache's storage (on CPU its pages go back to the system); no request is running."""
+        """Drop the KV cache's storage (on CPU, pages back to the system); no request is running."""
         self.features.on_release_cache(self.blocks)
         self.blocks.clear()
         del self.runner  # frees the old storage before a new one is allocated: one cache at a time
@@ -135,10 +131,6 @@ class EngineCore:
         """A clean stop: the second tier saves the cached prefixes and writes its index."""
         self.features.close(None if self.asleep else self.blocks)
 
-    def tick(self) -> None:
-        """An idle engine's housekeeping: expire held KV, write the second tier's index."""
-        self.features.tick()
-
     # ---- requests --------------------------------------------------------------------------
     def check(self, req: GenerateRequest) -> None:
         """Raise UserError if the request can never run on this engine; add_request does not check again."""
@@ -146,13 +138,7 @@ class EngineCore:
         check_request(
             req, max_seq_len=self.max_seq_len, vocab_size=vocab, max_batch_size=self.sched_config.max_batch_size
         )
-        n = len(req.prompt_token_ids)
-        blocks_needed = req.params.n * self.blocks.blocks_for(n + req.params.max_tokens)
-        if blocks_needed > self.blocks.num_blocks:
-            raise UserError(
-                f"the request needs {blocks_needed} KV blocks but the cache has {self.blocks.num_blocks}; "
-                "lower max_tokens or n, or give the server a larger kv_cache_memory"
-            )
+        self.blocks.check_fits(req.params.n, len(req.prompt_token_ids) + req.params.max_tokens)
         if req.params.guided is not None:
             self.grammars.validate(req.params.guided)  # UserError for a spec that does not parse
         self.features.check(req)
@@ -164,15 +150,11 @@ class EngineCore:
         self._checked.discard(req)
         if req.request_id in self.groups:
             raise ValueError(f"{req.request_id} was added twice")  # RequestIds are unique: a bug if seen
-        wants_prompt_lps = req.params.prompt_logprobs is not None
         r = Request(
-            SequenceId(req.request_id),
-            list(req.prompt_token_ids),
-            req.params,
-            next(self._arrival),
-            req.options,
-            prompt_logprobs=[None] * len(req.prompt_token_ids) if wants_prompt_lps else None,
+            SequenceId(req.request_id), list(req.prompt_token_ids), req.params, next(self._arrival), req.options
         )
+        if req.params.prompt_logprobs is not None:  # gathered chunk by chunk
+            r.prompt_logprobs = [None] * len(req.prompt_token_ids)
         r.arrival_time = time.monotonic()
         r.make_generator()
         self.groups[req.request_id] = [r]
@@ -183,8 +165,7 @@ class EngineCore:
             self.compiling.submit(r, req.params.guided)
 
     def abort(self, request_id: RequestId, index: int | None = None) -> list[TokenDelta]:
-        """Finish every sequence of the request (or only sequence `index`) now; their blocks are
-        free when this returns."""
+        """Finish every sequence of the request (or only `index`) now; their blocks are free on return."""
         deltas = []
         for r in list(self.groups.get(request_id, [])):
             if (index is None or r.index == index) and not r.is_finished:
@@ -240,12 +221,9 @@ class EngineCore:
     def _sample_and_emit(self, out: SchedulerOutput, logits: StepLogits) -> list[TokenDelta]:
         """Each chunk that reaches its sequence's end picks (or verifies) its next tokens and emits them."""
         prompt_lps = logits.prompt_logprobs(out)
-        sampling = [
-            (c.request, row)
-            for c, row in zip(out.chunks, logits.sample_row, strict=True)
-            if row is not None and not c.draft
-        ]
-        verifying = [(c, row) for c, row in zip(out.chunks, logits.sample_row, strict=True) if c.draft]
+        chunks = list(zip(out.chunks, logits.sample_row, strict=True))
+        sampling = [(c.request, row) for c, row in chunks if row is not None and not c.draft]
+        verifying = [(c, row) for c, row in chunks if c.draft]
         eos = self.engine.eos_token_ids
         try:
             rows = [row_for(r, eos) for r, _ in sampling]
@@ -273,8 +251,7 @@ class EngineCore:
         return deltas
 
     def _pool(self, c: ScheduledChunk, hidden: torch.Tensor) -> list[TokenDelta]:
-        """A pooling chunk's rows folded in; once its prompt is done the request's one delta carries the
-        head's output and it finishes (its full blocks stay cached for a prefix that repeats)."""
+        """Fold a pooling chunk's rows in; its prompt done, its one delta carries the head's output."""
         r = c.request
         try:
             pooled = self.pooling.take(c, hidden)
@@ -286,13 +263,10 @@ class EngineCore:
         self.scheduler.finish(r, "stop")
         delta = r.delta([], None)
         delta.pooled = pooled
-        self.features.on_finish(r, delta)
-        self._drop_if_done(r.seq.request)
-        return [delta]
+        return [self._finished(r, delta)]
 
     def _verify(self, c: ScheduledChunk, rows: torch.Tensor, prompt_lps) -> TokenDelta:
-        """A speculating row: emit the proposals the target kept and its next token; the rest's KV slots
-        are released. rows: (1 + len(draft), vocab)."""
+        """Emit the proposals the target kept and its next token (rows: (1 + len(draft), vocab))."""
         verdict = self.speculation.verify(c, rows, self.engine.eos_token_ids)
         self.scheduler.settle(c.request, c.draft[: verdict.accepted])
         return self._emit(c.request, verdict.tokens, verdict.logprobs, prompt_lps, (len(c.draft), verdict.accepted))
@@ -334,9 +308,12 @@ class EngineCore:
             self.speculation.record(r, verified[0], min(verified[1], len(kept)))
         kept_lps = lps[: len(kept)] if lps and lps[0] is not None else None
         delta = r.delta(kept, kept_lps, prompt_lps)
-        if r.is_finished:
-            self.features.on_finish(r, delta)
-            self._drop_if_done(r.seq.request)
+        return self._finished(r, delta) if r.is_finished else delta
+
+    def _finished(self, r: Request, delta: TokenDelta) -> TokenDelta:
+        """The last delta of a sequence that finished by its output: the features see it, the group may go."""
+        self.features.on_finish(r, delta)
+        self._drop_if_done(r.seq.request)
         return delta
 
     def _fail(self, r: Request, err: Exception) -> list[TokenDelta]:

@@ -34,6 +34,17 @@ def release(runs: list[GenerationRun]) -> None:
         r.ticket.release()
 
 
+async def closing(events: AsyncIterator[str], runs: list[GenerationRun]) -> AsyncIterator[str]:
+    """A stream's events; however it ends, the events are closed (a client that left: its engine
+    requests aborted now) and the runs' tickets released (if it left before they started)."""
+    try:
+        async for chunk in events:
+            yield chunk
+    finally:
+        await events.aclose()
+        release(runs)
+
+
 async def collect_all(runs: list[GenerationRun], http: HTTPRequest | None = None) -> list[RequestOutput]:
     """Every run's output, in order. If one fails, the caller is cancelled, or `http`'s client
     disconnects (APIError 499), the others are aborted and every ticket is released (a run

@@ -22,7 +22,7 @@ from trtserve.serve.anthropic.split import Prompt
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
-from trtserve.serve.group import collect_all, merged, release
+from trtserve.serve.group import closing, collect_all, merged
 from trtserve.serve.openai.serving import OpenAIServing
 from trtserve.text.outputs import RequestOutput
 
@@ -107,14 +107,8 @@ class MessagesServing:
         return Turn(rid, prompt, run, builder, self.chat.served_name)
 
     # ---- stream: true ------------------------------------------------------------------------
-    async def _stream(self, turn: Turn) -> AsyncIterator[str]:
-        events = self._events(turn)
-        try:
-            async for chunk in events:
-                yield chunk
-        finally:
-            await events.aclose()  # a client that left: its engine request aborted now
-            release([turn.run])  # and if it left before the run started, its ticket back
+    def _stream(self, turn: Turn) -> AsyncIterator[str]:
+        return closing(self._events(turn), [turn.run])
 
     async def _events(self, turn: Turn) -> AsyncIterator[str]:
         yield sse({"type": "message_start", "message": turn.body(None)})

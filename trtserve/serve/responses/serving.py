@@ -16,7 +16,7 @@ from trtserve.serve import speculative
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
-from trtserve.serve.group import collect_all, merged, release
+from trtserve.serve.group import closing, collect_all, merged, release
 from trtserve.serve.openai.protocol import ChatCompletionRequest
 from trtserve.serve.openai.reply import ReplyPlan, reply_plan, template_kwargs
 from trtserve.serve.openai.serving import OpenAIServing, constrained
@@ -164,14 +164,8 @@ class ResponsesServing:
             await self.store.call(rows.put, self.store, body, turn.context, turn.req.background)
 
     # ---- stream: true ------------------------------------------------------------------------
-    async def _stream(self, turn: Turn) -> AsyncIterator[str]:
-        events = self._events(turn)
-        try:
-            async for chunk in events:
-                yield chunk
-        finally:
-            await events.aclose()  # a client that left: its engine request aborted now
-            release([turn.run])  # and if it left before the run started, its ticket back
+    def _stream(self, turn: Turn) -> AsyncIterator[str]:
+        return closing(self._events(turn), [turn.run])
 
     async def _events(self, turn: Turn) -> AsyncIterator[str]:
         ev = Events()
