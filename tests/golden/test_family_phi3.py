@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from family_goldens import (
     GREEDY,
+    NEW_TOKENS,
     assert_fast_paths_refused,
     assert_gguf_greedy_equals_hf,
     assert_greedy_equals_hf,
@@ -61,6 +62,21 @@ def test_longrope_picks_its_factors_by_length_as_hf_does(engine, src):
     assert llm.engine.model.rope.long_from == ORIGINAL
     short_only = make_model(src.parent / "short", "phi3", seed=5, partial_rotary_factor=0.5)
     assert greedy_of(hf_model(short_only), prompts, 24) != expected  # the long factors changed the tokens
+
+
+def test_a_long_prompt_never_reuses_blocks_cached_under_the_short_factors(engine, src):
+    """A 16-token prompt (40 tokens with its output: short factors throughout) caches a block under the
+    short factors; a 50-token prompt that starts with it runs on the long ones from its first token, so it
+    must compute that block again (and equal HF), while a second long prompt reuses the first one's."""
+    short = random_prompts(1, seed=7, lo=16, hi=17)[0]
+    long = short + random_prompts(1, seed=8, lo=34, hi=35)[0]
+    expected = greedy_of(hf_model(src), [short, long], NEW_TOKENS)
+    llm = LLM(engine, kv_cache_memory=16 << 20, enable_prefix_caching=True)
+    assert llm.generate([short], GREEDY)[0].token_ids == expected[0]
+    first = llm.generate([long], GREEDY)[0]
+    assert (first.token_ids, first.num_cached_tokens) == (expected[1], 0)
+    again = llm.generate([long], GREEDY)[0]
+    assert again.token_ids == expected[1] and again.num_cached_tokens > 0
 
 
 def test_logprobs_equal_hf(engine, src):

@@ -27,6 +27,7 @@ from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.features import Features
 from trtserve.runtime.features.handoff import KVHandoff, holds_kv
 from trtserve.runtime.features.kv_tier import NoTier, Tier
+from trtserve.runtime.features.long_rope import long_rope_scopes
 from trtserve.runtime.features.lora import make_lora
 from trtserve.runtime.features.pooling import NoPooling, Pooling
 from trtserve.runtime.features.speculation import NoSpeculation, Speculation
@@ -40,7 +41,7 @@ from trtserve.runtime.runner import ModelRunner, StepLogits
 from trtserve.runtime.sampler import row_for, sample
 from trtserve.runtime.schedule import ScheduledChunk, SchedulerOutput
 from trtserve.runtime.scheduler import Scheduler
-from trtserve.runtime.sizing import scheduler_config, size_kv_cache
+from trtserve.runtime.sizing import scheduler_config, sized_num_blocks
 from trtserve.runtime.speculative.speculator import make_speculator
 
 log = logging.getLogger(__name__)
@@ -57,19 +58,18 @@ class EngineCore:
         self.lora = make_lora(engine, cfg.lora)  # the LoRA adapters it serves, loaded and checked now
         self.sched_config = scheduler_config(engine, cfg)
         if num_blocks is None:
-            size = size_kv_cache(engine, cfg, self.sched_config.max_batch_size)
-            log.info("%s", size.describe())
-            num_blocks = size.num_blocks
+            num_blocks = sized_num_blocks(engine, cfg, self.sched_config.max_batch_size)  # logs the plan
         spec = cfg.speculative
         self.speculation = Speculation(make_speculator(spec, engine, cfg)) if spec else NoSpeculation()
         self.tier = Tier(KVTier(cfg.kv_offload, self.fingerprint)) if cfg.kv_offload else NoTier()
         self.handoff = KVHandoff(self.fingerprint)
         self.pooling = Pooling(engine.pooling) if engine.pooling is not None else NoPooling()
-        self.features = Features(self.lora, self.speculation, self.tier, self.handoff, self.pooling)
+        scopes = long_rope_scopes(engine.model)  # LongRoPE: a long prompt's blocks keyed apart
+        self.features = Features(self.lora, self.speculation, self.tier, self.handoff, self.pooling, *scopes)
         self.asleep = False  # sleep() released the KV cache
         self._make_kv_cache(num_blocks)
-        vocab = engine.config.pretrained_config.vocab_size
-        self.grammars = Grammars(engine.tokenizer, vocab, sorted(engine.eos_token_ids))  # compiled lazily
+        vocab, eos = engine.config.pretrained_config.vocab_size, sorted(engine.eos_token_ids)
+        self.grammars = Grammars(engine.tokenizer, vocab, eos)  # compiled lazily
         self.compiling = GrammarQueue(self.grammars)  # constrained requests waiting for their grammar
         self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
@@ -278,6 +278,7 @@ class EngineCore:
         for i in range(1, parent.params.n):
             seq, params = SequenceId(parent.seq.request, i), parent.params.model_copy(update={"n": 1})
             child = Request(seq, parent.prompt_token_ids, params, parent.arrival, parent.options)
+            child.rope_long = parent.rope_long
             child.make_generator()
             if parent.params.guided is not None:  # the parent has accepted nothing yet: a fresh matcher
                 child.guided = self.grammars.new_state(parent.params.guided)

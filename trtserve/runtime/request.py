@@ -53,6 +53,9 @@ class Request:
     guided: GuidedState | None = None  # grammar matcher of a constrained sequence (engine core writes it)
     spec: SpecState | None = None  # its speculative-decoding counts and switch-off (the speculator writes it)
     kv_import: KVImport | None = None  # its prompt's KV, until written at admission (a disaggregated decode)
+    rope_long: bool = (
+        False  # its prompt runs on LongRoPE's long factors: its blocks are keyed apart (features/long_rope.py)
+    )
 
     @property
     def index(self) -> int:
@@ -68,7 +71,8 @@ class Request:
         """What another request must share to reuse this one's cached blocks (besides the tokens)."""
         o = self.options
         adapter = o.adapter.content_hash if o.adapter is not None else None
-        return PrefixScope(o.cache_salt, o.cache_namespace, o.context_version, adapter)
+        salt = f"{o.cache_salt or ''}\x00long-rope" if self.rope_long else o.cache_salt
+        return PrefixScope(salt, o.cache_namespace, o.context_version, adapter)
 
     @property
     def num_tokens(self) -> int:

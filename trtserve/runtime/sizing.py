@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import psutil
 import torch
 
@@ -11,6 +13,8 @@ from trtserve.engine.kv_sizing import KVCacheSize
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.runtime.loader import LoadedEngine
 from trtserve.runtime.scheduler import SchedulerConfig
+
+log = logging.getLogger(__name__)
 
 
 def available_memory(device: torch.device) -> int:
@@ -55,3 +59,10 @@ def scheduler_config(engine: LoadedEngine, cfg: RuntimeConfig) -> SchedulerConfi
         max_seq_len=b.max_seq_len,
         policy=cfg.capacity_policy,
     )
+
+
+def sized_num_blocks(engine: LoadedEngine, cfg: RuntimeConfig, max_batch_size: int) -> int:
+    """The KV cache's blocks by the run config (size_kv_cache), its plan logged."""
+    size = size_kv_cache(engine, cfg, max_batch_size)
+    log.info("%s", size.describe())
+    return size.num_blocks
