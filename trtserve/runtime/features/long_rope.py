@@ -4,6 +4,7 @@ cached under the short ones. Attached only to a LongRoPE model; it keys such a r
 
 from __future__ import annotations
 
+from trtserve.models.decoder import DecoderModel
 from trtserve.runtime.features import EngineFeature
 from trtserve.runtime.request import Request
 
@@ -16,7 +17,7 @@ class LongRopeScope(EngineFeature):
         r.rope_long = r.num_prompt_tokens > self.long_from
 
 
-def long_rope_scopes(model) -> list[EngineFeature]:
-    """The feature for a LongRoPE model (DecoderModel.rope.long_from set), none for any other."""
-    long_from = getattr(getattr(model, "rope", None), "long_from", None)
+def long_rope_scopes(model: DecoderModel) -> list[EngineFeature]:
+    """The feature for a LongRoPE model (its rope's long_from set), none for any other."""
+    long_from = model.rope.long_from
     return [LongRopeScope(long_from)] if long_from is not None else []
