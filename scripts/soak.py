@@ -4,9 +4,14 @@ nothing hung, nothing answered 5xx, the engine went back to idle and the server'
 
     python scripts/soak.py --url http://127.0.0.1:8000 --pid $(pgrep -f 'trtserve run') --requests 10000
 
-The mix: OpenAI completions and chat (streaming or not, n up to 2, logprobs, stop strings) and KServe
-generate / generate_stream, with random output lengths; --cancel-fraction of the clients disconnect at
-a random moment; --invalid-fraction send a request the server must refuse with a 4xx.
+The mix: OpenAI completions and chat (streaming or not, n up to 2, logprobs, stop strings, some with a
+JSON-schema response_format) and KServe generate / generate_stream, with random output lengths; prompts
+share long prefixes (prefix caching) and some quote themselves (n-gram speculation, when the server runs
+with it); --cancel-fraction of the clients disconnect at a random moment; --invalid-fraction send a
+request the server must refuse with a 4xx. Memory: the server's RssAnon + VmSwap (what a leak grows;
+file-backed pages such as mapped weights come and go) sampled as requests finish, and its least-squares
+slope in bytes per request after warm-up: a leak of the peers' 2026 class (1-2 KB a request with prefix
+caching) shows there long before it shows in RSS.
 Exit status: 0 all checks passed, 1 a check failed (the figures say which), 2 bad arguments or the
 server cannot be reached.
 """
@@ -36,6 +41,13 @@ PROMPTS = [
     "Héllo wörld, naïve café; 東京 🙂",
     "1, 2, 3, 4,",
 ]
+# shared prefixes (a system prompt, a document) that prefix caching keeps: requests add a short question
+PREFIXES = [
+    "You are a careful assistant. Answer in one short sentence, plainly, without lists.",
+    "Document: the paged KV cache splits each sequence's keys and values into fixed blocks.",
+]
+QUOTING = "Repeat exactly: alpha beta gamma delta epsilon zeta eta theta. alpha beta gamma"  # n-gram hits
+SCHEMA = {"type": "object", "properties": {"answer": {"type": "string"}}, "required": ["answer"]}
 STOPS = ["\n", ".", " the", "🙂"]
 INVALID = [  # (path suffix kind, body): each must be refused with a 4xx
     ("completions", {"prompt": "x", "temperature": -1}),
@@ -64,14 +76,42 @@ class Tally:
             self.problems.append(text)
 
 
-def rss_bytes(pid: int) -> int | None:
+def status_bytes(pid: int, *keys: str) -> int | None:
+    """The sum of these /proc/PID/status fields (kB there) in bytes; None where the process is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
         return None
-    return None
+    found = {k: int(line.split()[1]) * 1024 for line in lines for k in keys if line.startswith(k + ":")}
+    return sum(found.values()) if found else None
+
+
+def rss_bytes(pid: int) -> int | None:
+    return status_bytes(pid, "VmRSS")
+
+
+def anon_bytes(pid: int) -> int | None:
+    """Anonymous memory, resident or swapped out: what a leak grows."""
+    return status_bytes(pid, "RssAnon", "VmSwap")
+
+
+def slope(points: list[tuple[int, int]]) -> float | None:
+    """Least-squares bytes per request of (requests done, bytes) samples; None with too few."""
+    if len({n for n, _ in points}) < 2:
+        return None
+    mx = sum(n for n, _ in points) / len(points)
+    my = sum(b for _, b in points) / len(points)
+    return sum((n - mx) * (b - my) for n, b in points) / sum((n - mx) ** 2 for n, _ in points)
+
+
+def pick_prompt(rng: random.Random) -> str:
+    """A short prompt, a shared prefix with a question, or a prompt that quotes itself."""
+    roll = rng.random()
+    if roll < 0.4:
+        return rng.choice(PREFIXES) + rng.choice(PROMPTS)
+    if roll < 0.5:
+        return QUOTING
+    return rng.choice(PROMPTS)
 
 
 def make_request(rng: random.Random, model: str, max_tokens: int) -> tuple[str, str, dict, bool]:
@@ -79,7 +119,7 @@ def make_request(rng: random.Random, model: str, max_tokens: int) -> tuple[str, 
     kind = rng.choice(["completions", "chat", "generate"])
     stream = rng.random() < 0.5
     tokens = rng.randint(1, max_tokens)
-    prompt = rng.choice(PROMPTS)
+    prompt = pick_prompt(rng)
     if kind == "generate":
         body = {"text_input": prompt, "max_tokens": tokens, "temperature": rng.choice([0.0, 0.8])}
         if rng.random() < 0.3:
@@ -100,6 +140,8 @@ def make_request(rng: random.Random, model: str, max_tokens: int) -> tuple[str, 
     body["messages"] = [{"role": "user", "content": prompt}]
     if rng.random() < 0.3:
         body |= {"logprobs": True, "top_logprobs": rng.randint(0, 3)}
+    if rng.random() < 0.15:  # structured output: a grammar compiled (or reused) per request
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "a", "schema": SCHEMA}}
     return kind, "/v1/chat/completions", body, stream
 
 
@@ -170,11 +212,12 @@ async def one(client, rng: random.Random, args, model: str, tally: Tally) -> Non
         tally.problem(f"{path}: {type(outcome).__name__}: {outcome}")
 
 
-async def sample_rss(pid: int | None, samples: list[tuple[int, int]], done_ref: list[int], stop: asyncio.Event):
+async def sample_rss(pid: int | None, samples: list[tuple[int, int, int]], done_ref: list[int], stop: asyncio.Event):
+    """(requests done, RSS, anon + swap) twice a second."""
     while pid is not None and not stop.is_set():
-        rss = rss_bytes(pid)
-        if rss is not None:
-            samples.append((done_ref[0], rss))
+        rss, anon = rss_bytes(pid), anon_bytes(pid)
+        if rss is not None and anon is not None:
+            samples.append((done_ref[0], rss, anon))
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), 0.5)
 
@@ -201,7 +244,7 @@ async def soak(args) -> dict:
     async with httpx.AsyncClient(base_url=args.url, timeout=timeout, limits=limits) as client:
         model = args.model or (await client.get("/v1/models")).json()["data"][0]["id"]
         tally, rng = Tally(), random.Random(args.seed)
-        rss: list[tuple[int, int]] = []
+        rss: list[tuple[int, int, int]] = []
         done = [0]
         stop = asyncio.Event()
         sampler = asyncio.create_task(sample_rss(args.pid, rss, done, stop))
@@ -233,7 +276,8 @@ async def soak(args) -> dict:
 
 def report(args, tally: Tally, rss, rss_end, end: dict, duration: float, sent: int) -> dict:
     warm_after = int(args.requests * args.warmup_fraction)
-    warm = [r for n, r in rss if n >= warm_after]
+    warm = [r for n, r, _ in rss if n >= warm_after]
+    anon_slope = slope([(n, a) for n, _, a in rss if n >= warm_after])
     mib = 1 << 20
     figures = {
         "requests": sent,
@@ -250,8 +294,11 @@ def report(args, tally: Tally, rss, rss_end, end: dict, duration: float, sent: i
         "duration_s": round(duration, 1),
         "rss_start_mib": round(rss[0][1] / mib, 1) if rss else None,
         "rss_after_warmup_mib": round(warm[0] / mib, 1) if warm else None,
-        "rss_peak_mib": round(max(r for _, r in rss) / mib, 1) if rss else None,
+        "rss_peak_mib": round(max(r for _, r, _ in rss) / mib, 1) if rss else None,
         "rss_end_mib": round(rss_end / mib, 1) if rss_end else None,
+        "anon_swap_after_warmup_mib": round(next((a for n, _, a in rss if n >= warm_after), 0) / mib, 1) or None,
+        "anon_swap_end_mib": round(rss[-1][2] / mib, 1) if rss else None,
+        "anon_swap_slope_bytes_per_request": round(anon_slope, 1) if anon_slope is not None else None,
         "problems": tally.problems,
     }
     failures = []
@@ -267,6 +314,9 @@ def report(args, tally: Tally, rss, rss_end, end: dict, duration: float, sent: i
         failures.append("KV blocks still in use at the end (a leak)")
     if warm and rss_end and (rss_end - warm[0]) / mib > args.rss_growth_mib:
         failures.append(f"RSS grew {(rss_end - warm[0]) / mib:.0f} MiB after warm-up (> {args.rss_growth_mib})")
+    limit = args.max_slope if args.max_slope is not None else (512.0 if sent >= 2000 else None)
+    if anon_slope is not None and limit is not None and anon_slope > limit:
+        failures.append(f"anon + swap grew {anon_slope:.0f} bytes per request after warm-up (> {limit:g})")
     figures["failures"] = failures
     return figures
 
@@ -286,6 +336,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--idle-timeout", type=float, default=30.0, help="how long the engine has to go idle at the end")
     ap.add_argument("--warmup-fraction", type=float, default=0.1, help="RSS growth is measured from here")
     ap.add_argument("--rss-growth-mib", type=float, default=256.0, help="more RSS growth after warm-up fails")
+    ap.add_argument(
+        "--max-slope",
+        type=float,
+        help="anon + swap growth per request after warm-up that fails [512 B from 2,000 requests on; fewer "
+        "requests make the slope noise, unchecked unless given]",
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--progress", type=int, default=0, help="print progress every this many requests")
     ap.add_argument("--json", type=Path, help="also write the figures here")

@@ -1,12 +1,15 @@
-"""The batch-1 decode roofline: weight bytes read per token and the memory bandwidth a GEMV gets.
+"""The batch-1 decode roofline: weight bytes read per token and the memory bandwidth of this machine.
 
-A plain `sum` under-reads on this machine kind (see /work/shared/reference/cpu-baselines.md), so the
-bandwidth is that of a 1-row GEMV over a matrix too big for the caches, the way batch-1 decode
-reads its weights. It is measured in the same process and run as the benchmark, with the same threads.
+The bandwidth is the best of a STREAM-like read (stream_read.c: every thread sums its share of an
+array too big for the caches with independent vector accumulators, as STREAM's read kernels do) and
+a 1-row GEMV over a matrix of the same size (torch's and the engine's own): a torch `sum` under-reads
+on this machine kind, and a GEMV-only bar let decode exceed its "roofline". Measured in the same
+process and run as the benchmark, with the same threads.
 """
 
 from __future__ import annotations
 
+import mmap
 import time
 from pathlib import Path
 
@@ -73,6 +76,30 @@ def gemv_bandwidth(nbytes: int, dtype: torch.dtype = torch.float32, reps: int = 
     return best
 
 
+def stream_bandwidth(nbytes: int, reps: int = 7) -> float | None:
+    """Bytes/s of the STREAM-like read over a float32 array of about `nbytes` (the fastest of `reps`);
+    None where the C kernel cannot be built here (no AVX2 or no compiler)."""
+    from trtserve.kernels import native
+
+    read = native.function(Path(__file__).with_name("stream_read.c"), "stream_read", "plp")
+    if read is None:
+        return None
+    n = max(nbytes // 4 // 512, 1) * 512  # floats, a multiple of the kernel's four streams x step
+    buf = mmap.mmap(-1, n * 4)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        buf.madvise(mmap.MADV_HUGEPAGE)  # large pages where the kernel grants them: fewer TLB misses
+    a = torch.frombuffer(buf, dtype=torch.float32)
+    a.fill_(1.0)  # every page mapped before timing
+    out = torch.zeros(1, dtype=torch.float32)
+    read(a.data_ptr(), n, out.data_ptr())  # warm-up: threads started
+    best = 0.0
+    for _ in range(reps):
+        t = time.perf_counter()
+        read(a.data_ptr(), n, out.data_ptr())
+        best = max(best, n * 4 / (time.perf_counter() - t))
+    return best
+
+
 def beyond_caches() -> int:
     """Bytes comfortably larger than the last-level cache (4x; at least 1 GiB). Some machines of
     this kind have a 480 MiB L3, where a 512 MiB matrix is still half cached."""
@@ -85,18 +112,25 @@ def beyond_caches() -> int:
     return max(4 * largest, 1 << 30)
 
 
-def measure(engine_dir: Path, dtype: torch.dtype) -> dict:
-    """Weight bytes per token, the GEMV bandwidth (the better of float32 and the model's dtype, so a slow
-    low-precision kernel cannot lower the bar) and the resulting roofline in tokens/s."""
-    per_token = weight_bytes_per_token(engine_dir)
+def bandwidths(per_token: int, dtype: torch.dtype, device: str = "cpu") -> dict[str, float]:
+    """Bytes/s by method: the STREAM-like read of the very bytes a decode step reads (on a CPU: whatever
+    the caches give decode, they give it too) and 1-row GEMVs beyond the caches in float32 and the
+    model's dtype (so a slow low-precision kernel cannot lower the bar)."""
     size = min(max(per_token, beyond_caches()), 4 << 30)  # beyond the caches, within memory
-    bws = {"float32": gemv_bandwidth(size, torch.float32)}
+    bws = {"stream": stream_bandwidth(per_token) if device == "cpu" else None}
+    bws["gemv float32"] = gemv_bandwidth(size, torch.float32, device=device)
     if dtype != torch.float32:
-        bws[str(dtype).removeprefix("torch.")] = gemv_bandwidth(size, dtype)
+        bws[f"gemv {str(dtype).removeprefix('torch.')}"] = gemv_bandwidth(size, dtype, device=device)
+    return {k: v for k, v in bws.items() if v}
+
+
+def measure(engine_dir: Path, dtype: torch.dtype) -> dict:
+    """Weight bytes per token, the bandwidths by method and the roofline in tokens/s at the best."""
+    per_token = weight_bytes_per_token(engine_dir)
+    bws = bandwidths(per_token, dtype)
     bw = max(bws.values())
     return {
         "weight_bytes_per_token": per_token,
-        "gemv_bytes": size,
         "bandwidth_gb_s": {k: round(v / 1e9, 2) for k, v in bws.items()},
         "roofline_tok_per_s": round(bw / per_token, 2),
     }

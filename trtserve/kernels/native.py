@@ -10,6 +10,7 @@ Each .so links `libgomp.so.1`, which torch has already loaded by that soname, so
 from __future__ import annotations
 
 import ctypes
+import fcntl
 import hashlib
 import logging
 import os
@@ -107,20 +108,33 @@ def cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "trtserve" / "kernels"
 
 
+COMPILE_TIMEOUT_S = 600  # a loaded machine compiles decode_layers.c in minutes, an idle one in ~20 s
+
+
 def _compile(cc: str, source: Path, so: Path) -> bool:
+    """Compile `source` into `so` unless another process already did. Processes starting together (a
+    server's workers, a test run) take a lock per library, so one compiles and the rest wait for it
+    instead of each running the compiler on the same shared cores."""
     so.parent.mkdir(parents=True, exist_ok=True)
-    tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
-    try:
-        done = subprocess.run([cc, *flags(), "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=120)
-    except (OSError, subprocess.TimeoutExpired) as e:
-        log.warning("kernel %s not compiled (%s); using torch's op", source.name, e)
-        return False
-    if done.returncode != 0:
-        log.warning("kernel %s not compiled (%s); using torch's op", source.name, done.stderr.strip()[-500:])
-        tmp.unlink(missing_ok=True)
-        return False
-    os.replace(tmp, so)  # atomic: a concurrent process sees the whole library or none
-    return True
+    with open(so.with_name(so.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, also if this process dies
+        if so.exists():  # compiled while this process waited
+            return True
+        tmp = so.with_name(f"{so.name}.{os.getpid()}.tmp")
+        try:
+            done = subprocess.run(
+                [cc, *flags(), "-o", str(tmp), str(source)], capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S
+            )
+        except (OSError, subprocess.TimeoutExpired) as e:
+            log.warning("kernel %s not compiled (%s); using torch's op", source.name, e)
+            tmp.unlink(missing_ok=True)
+            return False
+        if done.returncode != 0:
+            log.warning("kernel %s not compiled (%s); using torch's op", source.name, done.stderr.strip()[-500:])
+            tmp.unlink(missing_ok=True)
+            return False
+        os.replace(tmp, so)  # atomic: a process that does not lock sees the whole library or none
+        return True
 
 
 @cache
