@@ -1,13 +1,22 @@
-"""Decode tok/s of the experts path (each expert a step's tokens use, run once over its tokens) against a
-dense-equivalent run of every expert over every token, on one random Qwen3-MoE-shaped checkpoint, in
-one process with the thread count set. A benchmark, not a test: figures go to docs/performance.md.
+"""Batch-1 decode tok/s of a mixture of experts against a roofline over the *active* weight bytes a token
+reads (every weight but the idle experts'), on one random checkpoint with OLMoE-1B-7B's ratios scaled to
+fit (64 experts, top 8, expert width hidden / 2), in one process with the thread count set:
 
-    .venv/bin/python scripts/bench_moe.py [--threads 2] [--tokens 64] [--batch 1]
+    step       the one-call C decode step, experts by the expert kernel (kernels/experts.h)
+    kernel     op by op, the experts by the expert kernel (kernels/experts.c)
+    torch      op by op, the torch grouped path (models/moe.py: each used expert once, one op at a time)
+    dense      op by op, every expert over every token (what a dense equivalent reads)
+
+The checkpoint is Mixtral-shaped (Llama attention), which the one-call step runs. A benchmark, not a
+test: figures go to docs/performance.md with the CPU model.
+
+    .venv/bin/python scripts/bench_moe.py [--threads 2] [--tokens 32] [--batch 1]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import tempfile
 import time
@@ -16,18 +25,21 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).parent))
 
 from helpers import write_tokenizer  # noqa: E402
+from peers import roofline  # noqa: E402
 
 from trtserve import LLM, SamplingParams  # noqa: E402
 from trtserve.build.builder import build_engine  # noqa: E402
 from trtserve.build.config import BuildConfig  # noqa: E402
+from trtserve.kernels import native  # noqa: E402
 from trtserve.models.moe import Experts  # noqa: E402
 
-# OLMoE-1B-7B's ratios (64 experts, top 8, expert width = hidden / 2) scaled down to fit the CPU quickly
+# OLMoE-1B-7B (hidden 2048, 16 layers, 64 experts of width 1024, top 8) halved in width, a quarter the layers
 SHAPE = dict(
-    vocab_size=320, hidden_size=1024, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=128,
-    num_experts=64, num_experts_per_tok=8, moe_intermediate_size=512, intermediate_size=2048, norm_topk_prob=True,
+    vocab_size=320, hidden_size=1024, num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=8,
+    num_local_experts=64, num_experts_per_tok=8, intermediate_size=512,
     max_position_embeddings=1024, bos_token_id=0, eos_token_id=1, pad_token_id=None,
 )  # fmt: skip
 
@@ -54,10 +66,45 @@ def decode_rate(llm: LLM, batch: int, tokens: int) -> float:
     return batch * tokens / best
 
 
+def active_bytes(engine: Path) -> int:
+    """Weight bytes a batch-1 decode step reads: roofline's count less the idle experts' share."""
+    from safetensors import safe_open
+
+    e, k = SHAPE["num_local_experts"], SHAPE["num_experts_per_tok"]
+    experts = 0
+    with safe_open(str(engine / "model.safetensors"), "pt") as f:
+        for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+            if ".mlp.experts." in name:
+                experts += f.get_tensor(name).nbytes
+    return roofline.weight_bytes_per_token(engine) - experts * (e - k) // e
+
+
+def rates(llm: LLM, batch: int, tokens: int) -> dict[str, float]:
+    model = llm.engine.model
+    layers, step = [layer.experts for layer in model.layers], model.step_weights
+    out = {"step": decode_rate(llm, batch, tokens) if step is not None else None}
+    model.step_weights = None  # op by op from here
+    try:
+        out["kernel"] = decode_rate(llm, batch, tokens)
+        for x in layers:
+            x.use_kernel = False
+        out["torch"] = decode_rate(llm, batch, tokens)
+        call, Experts.__call__ = Experts.__call__, all_experts
+        try:
+            out["dense"] = decode_rate(llm, batch, tokens)
+        finally:
+            Experts.__call__ = call
+    finally:
+        model.step_weights = step
+        for x in layers:
+            x.use_kernel = True
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -66,22 +113,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         src, engine = Path(tmp) / "hf", Path(tmp) / "engine"
         torch.manual_seed(0)
-        model = AutoModelForCausalLM.from_config(AutoConfig.for_model("qwen3_moe", **SHAPE), dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model("mixtral", **SHAPE), dtype=torch.float32)
         model.save_pretrained(src)
         write_tokenizer(src)
         build_engine(BuildConfig(model=str(src), tokens_per_block=16), engine, quiet=True)
         llm = LLM(engine, kv_cache_memory=64 << 20)
-        grouped = decode_rate(llm, args.batch, args.tokens)
-        call = Experts.__call__
-        Experts.__call__ = all_experts
-        try:
-            dense = decode_rate(llm, args.batch, args.tokens)
-        finally:
-            Experts.__call__ = call
-    e, k = SHAPE["num_experts"], SHAPE["num_experts_per_tok"]
-    print(f"threads {args.threads}, batch {args.batch}, {args.tokens} tokens, {e} experts top {k}, float32")
-    print(f"experts path (used experts only): {grouped:.1f} tok/s")
-    print(f"dense equivalent (all experts):   {dense:.1f} tok/s   ({grouped / dense:.2f}x)")
+        per_token = active_bytes(engine)
+        bw = max(roofline.bandwidths(per_token, torch.float32).values())
+        got = rates(llm, args.batch, args.tokens)
+    roof = bw / per_token
+    report = {
+        "cpu": native.cpu_model(),
+        "threads": args.threads,
+        "batch": args.batch,
+        "active_weight_bytes_per_token": per_token,
+        "bandwidth_gb_s": round(bw / 1e9, 2),
+        "roofline_tok_per_s": round(roof, 1),
+        "tok_per_s": {k: v and round(v, 1) for k, v in got.items()},
+        "fraction_of_roofline": {k: v and round(v / roof, 2) for k, v in got.items()},  # batch 1's
+    }
+    print(json.dumps(report, indent=1))
 
 
 if __name__ == "__main__":

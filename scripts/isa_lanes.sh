@@ -14,6 +14,8 @@ golden=(
   tests/golden/test_quant_engine.py        # W8A16 / W4A16 / FP8 linears on the kernels
   tests/golden/test_quant_crosscheck.py
   tests/golden/test_lora.py                # LoRA rows in the step
+  tests/golden/test_family_mixtral.py      # experts on the expert kernel, in the step and op by op
+  tests/golden/test_family_qwen2_moe.py    # and a shared expert
 )
 if [ "${1:-}" = "--full" ]; then
   shift

@@ -100,6 +100,33 @@ def assert_fast_paths_refused(engine: Path) -> None:
     assert model.step_weights is None and not model.use_pointwise
 
 
+def assert_windows_matter(engine: Path, src: Path) -> None:
+    """The checkpoint's windowed layers change its output on these prompts: with every layer attending to
+    every key, the engine's greedy tokens leave HF's (so the goldens above do test the windows)."""
+    from dataclasses import replace
+
+    prompts = random_prompts(6, seed=1, lo=1, hi=70)
+    expected = greedy_of(hf_model(src), prompts, NEW_TOKENS)
+    llm = LLM(engine, kv_cache_memory=16 << 20)
+    model = llm.engine.model
+    assert any(a.window is not None for a in model.attention)
+    model.attention = [replace(a, window=None) for a in model.attention]
+    assert [o.token_ids for o in llm.generate(prompts, GREEDY)] != expected
+
+
+def assert_speculative_greedy_equals_hf(engine: Path, src: Path) -> None:
+    """Greedy tokens equal HF's under n-gram speculation (repetitive prompts: proposals verified, some kept)
+    and with the engine as its own draft model (every proposal kept), windows and all."""
+    prompts = [(p * 8)[:72] for p in random_prompts(4, seed=5, lo=3, hi=9)]
+    expected = greedy_of(hf_model(src), prompts, NEW_TOKENS)
+    ngram = {"method": "ngram", "num_speculative_tokens": 4, "max_batch_size": 8}
+    draft = {"method": "draft_model", "num_speculative_tokens": 3, "draft_engine_dir": str(engine)}
+    for spec in (ngram, draft):
+        llm = LLM(engine, kv_cache_memory=16 << 20, speculative=spec)
+        assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == expected, spec["method"]
+        assert llm.core.stats().spec.accepted_tokens > 0, spec["method"]
+
+
 # llama.cpp's tensor names (gguf-py's TENSOR_NAMES) for HF's modules
 _GGUF_GLOBAL = {"model.embed_tokens": "token_embd", "model.norm": "output_norm", "lm_head": "output"}
 _GGUF_LAYER = {
@@ -120,6 +147,10 @@ _GGUF_LAYER = {
     "mlp.experts.gate_proj": "ffn_gate_exps",
     "mlp.experts.up_proj": "ffn_up_exps",
     "mlp.experts.down_proj": "ffn_down_exps",
+    "mlp.shared_expert.gate_proj": "ffn_gate_shexp",  # Qwen2-MoE's shared expert and its gate
+    "mlp.shared_expert.up_proj": "ffn_up_shexp",
+    "mlp.shared_expert.down_proj": "ffn_down_shexp",
+    "mlp.shared_expert_gate": "ffn_gate_inp_shexp",
 }
 
 
@@ -146,11 +177,19 @@ def _permute(w, heads: int):
 
 
 def write_gguf(
-    hf_dir: Path, dest: Path, arch: str, permute: bool, floats: dict[str, float] | None = None, extra=None
+    hf_dir: Path,
+    dest: Path,
+    arch: str,
+    permute: bool,
+    floats: dict[str, float] | None = None,
+    extra=None,
+    layer_names: dict[str, str] | None = None,
+    norm_offset: float = 0.0,
 ) -> Path:
-    """A float32 GGUF of the HF model at hf_dir as llama.cpp's converter writes `arch`: its tensor names,
-    q/k rows permuted where it permutes them, head_dim as key_length, `floats` as `{arch}.{key}` metadata;
-    extra(writer) adds what else the architecture's converter writes."""
+    """A float32 GGUF of the HF model at hf_dir as llama.cpp's converter writes `arch`: its tensor names
+    (layer_names: HF module -> llama.cpp's, where the architecture's differ from _GGUF_LAYER), q/k rows
+    permuted where it permutes them, norm weights plus norm_offset (Gemma's: 1), head_dim as key_length,
+    `floats` as `{arch}.{key}` metadata; extra(writer) adds what else the architecture's converter writes."""
     import gguf
     import numpy as np
 
@@ -168,6 +207,7 @@ def write_gguf(
     w.add_key_length(head_dim)
     w.add_value_length(head_dim)
     rope = cfg.get("rope_parameters") or {}
+    rope = rope.get("full_attention", rope)  # per layer type (Gemma 3): the global layers' base
     w.add_rope_freq_base(rope.get("rope_theta", cfg.get("rope_theta", 10000.0)))
     w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
     w.add_vocab_size(cfg["vocab_size"])
@@ -187,11 +227,13 @@ def write_gguf(
         module, suffix = name.rsplit(".", 1)
         if module.startswith("model.layers."):
             i, rest = module[len("model.layers.") :].split(".", 1)
-            gname = f"blk.{i}.{_GGUF_LAYER[rest]}.{suffix}"
+            gname = f"blk.{i}.{(layer_names or {}).get(rest) or _GGUF_LAYER[rest]}.{suffix}"
             if permute and rest in heads:
                 arr = _permute(arr, heads[rest])
         else:
             gname = f"{_GGUF_GLOBAL[module]}.{suffix}"
+        if name.endswith("norm.weight"):
+            arr = arr + norm_offset
         w.add_tensor(gname, np.ascontiguousarray(arr, dtype=np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()

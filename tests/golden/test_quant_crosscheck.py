@@ -21,11 +21,11 @@ from helpers import make_hf_model
 pytest.importorskip("modelopt")
 
 from trtserve.build.config import BuildConfig  # noqa: E402
-from trtserve.models.quant_formats import quant_names  # noqa: E402
+from trtserve.models.quant_formats import modelopt_names  # noqa: E402
 from trtserve.quant.build import quantization_config, read_export  # noqa: E402
 from trtserve.quant.convert import trtllm_tensors  # noqa: E402
 
-CASES = [(q, None) for q in quant_names()] + [("w8a8_sq", "int8"), ("fp8", "fp8")]
+CASES = [(q, None) for q in modelopt_names()] + [("w8a8_sq", "int8"), ("fp8", "fp8")]
 AWQ = ("w4a16_awq", "w4a8_awq")
 # Formats whose smoothing scales depend on each projection's weights (AWQ; SmoothQuant with alpha <
 # 1), so both exporters re-smooth the projections that share an input, each its own way.

@@ -32,13 +32,16 @@ def linear_flops_per_token(cfg: ModelConfig) -> float:
 
 
 def attention_flops(cfg: ModelConfig, start: int, end: int) -> float:
-    """Scores and weighted values of the tokens at positions [start, end), each over its context."""
-    window = cfg.sliding_window
-    if window:
-        contexts = sum(min(p + 1, window) for p in range(start, end))
-    else:  # sum of (p + 1) for p in [start, end)
-        contexts = (end * (end + 1) - start * (start + 1)) // 2
-    return 4.0 * cfg.q_size * contexts * cfg.num_hidden_layers
+    """Scores and weighted values of the tokens at positions [start, end), each over its context (the keys
+    within its layer's window)."""
+    total = 0
+    for window, layers in cfg.kv_layer_kinds().items():
+        if window:
+            contexts = sum(min(p + 1, window) for p in range(start, end))
+        else:  # sum of (p + 1) for p in [start, end)
+            contexts = (end * (end + 1) - start * (start + 1)) // 2
+        total += contexts * layers
+    return 4.0 * cfg.q_size * total
 
 
 def request_flops(cfg: ModelConfig, prompt_len: int, output_len: int) -> float:

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from trtserve.build.adapters import check_adapters, pack_adapters
 from trtserve.build.config import BuildConfig
+from trtserve.build.gguf_reader import GGUFReader
 from trtserve.build.output import check_target, staged_dir
 from trtserve.build.planner import BuildPlan, resolve
 from trtserve.build.pooling import write_pooling_head
@@ -61,6 +62,21 @@ def dry_run(cfg: BuildConfig, out: Path) -> str:
     return "\n".join(header + strategy.describe(p, out))
 
 
+def _dequantized_note(plan: BuildPlan, weight_bytes: int) -> str | None:
+    """A quantized GGUF built without --quant gguf is dequantized: say what that cost and how to keep its size."""
+    if not isinstance(plan.reader, GGUFReader) or plan.config.quant == "gguf" or not weight_bytes:
+        return None
+    stored = plan.reader.tensor_bytes().values()
+    kinds = sorted({kind for kind, _ in stored if kind not in ("F32", "F16", "BF16")})
+    if not kinds:
+        return None
+    ratio = weight_bytes / max(sum(n for _, n in stored), 1)
+    return (
+        f"note: the GGUF's {', '.join(kinds)} weights were dequantized to {plan.model.dtype} ({ratio:.1f}x the "
+        "file's tensor bytes); build with --quant gguf to keep them at their quantized size (docs/quantization.md)"
+    )
+
+
 def build_engine(
     cfg: BuildConfig, out: Path, *, force: bool = False, quiet: bool = False, lock: Path | None = None
 ) -> BuildResult:
@@ -97,6 +113,8 @@ def build_engine(
         )
     weights = f" ({written.weight_bytes / 2**20:.1f} MiB of weights)" if written.weight_bytes else ""
     console.print(f"[green]Engine written to[/] {out}{weights}")
+    if (note := _dequantized_note(plan, written.weight_bytes)) is not None:
+        console.print(note)
     if lock is not None:
         write_lock(manifest, Path(lock))
         console.print(f"[green]Lock written to[/] {lock}")

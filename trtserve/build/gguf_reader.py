@@ -3,11 +3,14 @@ dequantized on its own when the converter asks for it."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import gguf
 import numpy as np
 import torch
 
+from trtserve.build.gguf_blocks import Int4Rows, int4_rows
 from trtserve.build.gguf_file import GGUFFile, GGUFFormatError, TensorInfo
 from trtserve.engine.errors import UserError
 from trtserve.engine.hashing import fingerprint
@@ -52,7 +55,7 @@ class GGUFReader:
         self._arch = self._meta("general.architecture")
         if not isinstance(self._arch, str):
             raise UserError(f"{path} has no general.architecture key; it is not a model GGUF file")
-        self.family = family_for_gguf(self._arch)
+        self.family = family_for_gguf(self._arch, experts=bool(self._meta(f"{self._arch}.expert_count", 0)))
         hf_names = _hf_names(self.family, int(self._need("block_count")))
         self.auto_dtype = "float32"  # GGUF weights are dequantized; float32 keeps them exact
         self._tensors: dict[str, TensorInfo] = {}
@@ -64,6 +67,11 @@ class GGUFReader:
                     f"{path} carries precomputed RoPE factors ({t.name}), which trtserve cannot convert; build from the HF checkpoint instead"
                 )
             name = hf_names.get(t.name)
+            if name is None and re.fullmatch(r"blk\.\d+\.ffn_(gate|up|down)\.\d+\.weight", t.name):
+                raise UserError(
+                    f"{path} stores one tensor per expert ({t.name}), an older llama.cpp layout trtserve does not read; "
+                    "re-convert the model with a current llama.cpp (merged ffn_*_exps tensors) or build from the HF checkpoint"
+                )
             if name is None:
                 raise UserError(
                     f"GGUF tensor {t.name} in {path} is not part of a {self.family.name} model; the file does not match its architecture"
@@ -71,6 +79,13 @@ class GGUFReader:
             self._tensors[name] = t
         self.hf_config = self._hf_config()
         self._permuted = self._permuted_heads()
+        fam, layers = self.family, range(self.hf_config.num_hidden_layers)
+        # weight name -> the constant llama.cpp's converter added to it (Gemma's norms), taken off on load
+        self._offsets = {
+            f"{fam.hf.module(r, i)}.weight": off
+            for r, off in fam.gguf.weight_offsets.items()
+            for i in (layers if r in fam.hf.layer else [None])
+        }
 
     def _meta(self, key: str, default=None):
         return self._file.metadata.get(key, default)
@@ -102,6 +117,9 @@ class GGUFReader:
         hidden = int(need("embedding_length"))
         head_dim = int(self._meta(f"{arch}.attention.key_length", hidden // heads))
         rope = self._rope(head_dim)
+        if self.family.gguf.local_rope_base is not None:  # HF's per-layer-type RoPE (Gemma 3)
+            local = {"rope_type": "default", "rope_theta": self.family.gguf.local_rope_base}
+            rope = {"full_attention": rope, "sliding_attention": local}
         embed = self.family.hf.module(EMBED) + ".weight"
         if embed not in self._tensors:
             raise UserError(
@@ -153,8 +171,6 @@ class GGUFReader:
         return rope
 
     def _read_floats(self, t: TensorInfo) -> np.ndarray:
-        import gguf
-
         return np.asarray(gguf.quants.dequantize(self._file.read(t), t.ggml_type), dtype=np.float32).reshape(-1)
 
     def names(self) -> list[str]:
@@ -164,21 +180,40 @@ class GGUFReader:
         # GGUF lists dimensions fastest-first; torch wants them slowest-first.
         return tuple(reversed(self._tensors[name].dims))
 
-    def load(self, name: str) -> torch.Tensor:
-        import gguf
+    def ggml_type(self, name: str) -> gguf.GGMLQuantizationType:
+        """The stored type of the tensor read under HF name `name`."""
+        return self._tensors[name].ggml_type
 
+    def tensor_bytes(self) -> dict[str, tuple[str, int]]:
+        """GGUF tensor name -> (its stored type's name, its data bytes), for every tensor in the file."""
+        return {t.name: (t.ggml_type.name, t.nbytes) for t in self._file.tensors.values()}
+
+    def load_int4(self, name: str) -> Int4Rows:
+        """A Q4_0 / Q4_1 / Q4_K tensor's own 4-bit values, scales and zeros, rows as `load` orders them."""
+        t = self._tensors[name]
+        rows = int4_rows(self._read(t), t.ggml_type, self.shape(name))
+        heads = self._permuted.get(name)
+        return rows if heads is None else Int4Rows(*(_unpermute(x, heads) for x in (rows.q, rows.scale, rows.zero)))
+
+    def _read(self, t: TensorInfo) -> np.ndarray:
+        try:
+            return self._file.read(t)
+        except GGUFFormatError as err:
+            raise UserError(f"{self.path} is not a readable GGUF file ({err}); re-download or re-convert it") from None
+
+    def load(self, name: str) -> torch.Tensor:
         t = self._tensors[name]
         try:
-            data = gguf.quants.dequantize(self._file.read(t), t.ggml_type)
+            data = gguf.quants.dequantize(self._read(t), t.ggml_type)
         except NotImplementedError:
             raise UserError(
                 f"GGUF tensor {t.name} has type {t.ggml_type.name}, which trtserve cannot read; "
                 "re-quantize the file to F32, F16, BF16, Q8_0, Q4_0/Q4_1, Q5_0/Q5_1 or a K-quant"
             ) from None
-        except GGUFFormatError as err:
-            raise UserError(f"{self.path} is not a readable GGUF file ({err}); re-download or re-convert it") from None
         # F32 data is a view of the read buffer, the rest a new array: neither is copied again.
         w = torch.from_numpy(np.asarray(data, dtype=np.float32)).reshape(self.shape(name))
+        if name in self._offsets:
+            w = w - self._offsets[name]
         return _unpermute(w, self._permuted[name]) if name in self._permuted else w
 
     def save_tokenizer(self, dest: Path) -> None:

@@ -45,6 +45,32 @@ def cpu_default(m: ModelConfig, b: EngineBuildConfig) -> dict:
     return {"kv_blocks": size.num_blocks, "bytes": size.num_bytes, "tokens": size.num_tokens, "why": size.reason}
 
 
+def source_weight_bytes(source: dict, weight_bytes: int) -> dict:
+    """A GGUF-built engine's weight bytes next to the GGUF's tensor bytes (where the file is still there)."""
+    path = Path(source.get("path", ""))
+    if source.get("kind") != "GGUFReader" or not path.is_file():
+        return {}
+    from trtserve.build.gguf_file import GGUFFile, GGUFFormatError
+
+    try:
+        gguf_bytes = sum(t.nbytes for t in GGUFFile(path).tensors.values())
+    except (GGUFFormatError, OSError):
+        return {}
+    return {"gguf_weight_bytes": gguf_bytes, "weight_bytes_per_gguf_byte": round(weight_bytes / max(gguf_bytes, 1), 3)}
+
+
+def kv_by_layer_kind(m: ModelConfig, max_seq_len: int) -> dict:
+    """Each kind of layer (global, or windowed: "window_W"), with its layer count: the KV bytes one token
+    costs those layers, and what a max_seq_len sequence costs them (every layer keeps every block; a
+    windowed one needs only its window's: docs/building.md)."""
+    per_layer = m.kv_bytes_per_token() // m.num_hidden_layers
+    kinds = {f"{'global' if w is None else f'window_{w}'} x{n}": n * per_layer for w, n in m.kv_layer_kinds().items()}
+    return {
+        "kv_bytes_per_token_by_layer_kind": kinds,
+        "kv_bytes_full_length_by_layer_kind": {k: v * max_seq_len for k, v in kinds.items()},
+    }
+
+
 def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int | None = None) -> dict:
     manifest = verify_engine_dir(engine_dir)
     if (engine_dir / CONFIG_FILE).is_file():  # a tensor model's engine dir: no KV cache, no LLM shape
@@ -78,8 +104,9 @@ def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int 
         "max_num_tokens": b.max_num_tokens,
         "tokens_per_block": bs,
         "weight_bytes": weight_bytes,  # resident: quantized weights stay quantized in memory
+        **source_weight_bytes(manifest.source, weight_bytes),
         "kv_bytes_per_token": kv_per_token,
-    }
+    } | kv_by_layer_kind(m, b.max_seq_len)
     if m.moe is not None:
         from trtserve.models.moe import parameters
         from trtserve.models.registry import family_for_trtllm

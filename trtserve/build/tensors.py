@@ -24,11 +24,13 @@ from trtserve.build.convert import (
     checkpoint_specs,
     engine_specs,
 )
+from trtserve.build.gguf_linears import kept
 from trtserve.build.job import Written
 from trtserve.build.planner import BuildPlan
 from trtserve.build.safetensors_io import TensorSpec, write_safetensors
 from trtserve.engine.layout import CHECKPOINT_DIR, ENGINE_WEIGHTS, TOKENIZER_DIR, rank_file
 from trtserve.engine.model_config import ModelConfig
+from trtserve.models.quant_formats import by_name
 
 _EXPORT_DIR = ".modelopt-export"  # ModelOpt's scratch export inside the staged dir, removed again
 
@@ -41,7 +43,8 @@ class TensorStep(Protocol):
 
 def tensors_for(plan: BuildPlan) -> TensorStep:
     """The step for the plan, its checks done (UserError before anything is written)."""
-    return QuantizedTensors(plan) if plan.config.quant else SourceTensors(plan)
+    modelopt = plan.config.quant and by_name(plan.config.quant)[0].source is None  # else the source's own (gguf)
+    return QuantizedTensors(plan) if modelopt else SourceTensors(plan)
 
 
 class SourceTensors:
@@ -49,14 +52,16 @@ class SourceTensors:
 
     def __init__(self, plan: BuildPlan):
         self.plan = plan
+        self.kept = kept(plan)  # --quant gguf: the GGUF's linears stay quantized (build/gguf_linears.py)
         tp = plan.config.tp_size
         expected = check_source(plan.reader, plan.model)
         self.ranks = [checkpoint_specs(plan.model, plan.reader, r, tp) for r in range(tp)]
         assert_each_source_used_once(self.ranks[0], expected, plan.model)
+        self.ranks = [self.kept.specs(r) for r in self.ranks]
 
     def write(self, tmp: Path, console: Console, *, engine_weights: bool) -> Written:
-        model = self.plan.model
-        weights = engine_specs(model, self.plan.reader) if engine_weights else []
+        model = self.kept.model
+        weights = self.kept.specs(engine_specs(model, self.plan.reader)) if engine_weights else []
         write_checkpoint_config(tmp, model)
         with _progress(console, sum(len(r) for r in self.ranks) + len(weights)) as step:
             ckpt_bytes = sum(write_safetensors(tmp / rank_file(r), s, step) for r, s in enumerate(self.ranks))

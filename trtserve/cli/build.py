@@ -32,10 +32,13 @@ class RegistryChoice(click.Choice):
 
 def quant_help() -> str:
     """The formats for --help: which ones run the calibration text."""
-    recipes = [r for s in quant_formats.QUANT_FORMATS.values() for r in s.recipes]
+    recipes = [r for s in quant_formats.QUANT_FORMATS.values() if s.source is None for r in s.recipes]
     cal = ", ".join(r.name for r in recipes if r.calibrated)
     plain = ", ".join(r.name for r in recipes if not r.calibrated)
-    return f"calibrated with --calib-data text: {cal} (and any --kv-cache-quant); weights only: {plain}"
+    kept = ", ".join(
+        f"{r.name} ({r.summary})" for s in quant_formats.QUANT_FORMATS.values() if s.source for r in s.recipes
+    )
+    return f"calibrated with --calib-data text: {cal} (and any --kv-cache-quant); weights only: {plain}; no ModelOpt: {kept}"
 
 
 @click.command("build")

@@ -57,7 +57,14 @@ class ModelConfig(BaseModel):
     attn_bias: bool = False  # q/k/v biases (Qwen2)
     mlp_bias: bool = False
     tie_word_embeddings: bool = False
-    sliding_window: int | None = None  # Mistral-style local attention (keys within the window)
+    sliding_window: int | None = None  # local attention (keys within the window): every layer's, or layer_windows'
+    # each layer's window (None: it attends to every key), where layers differ (Gemma's local and global
+    # layers); None: every layer has sliding_window
+    layer_windows: list[int | None] | None = None
+    rotary_base_local: float | None = None  # RoPE base of the windowed layers, unscaled (Gemma 3); None: rotary_base
+    norm_weight_offset: float = 0.0  # every RMSNorm scales by (offset + weight), in float32 (Gemma: 1)
+    attn_logit_softcapping: float | None = None  # attention scores become cap * tanh(scores / cap) (Gemma 2)
+    final_logit_softcapping: float | None = None  # logits become cap * tanh(logits / cap) (Gemma 2)
     rotary_dim: int | None = None  # RoPE rotates each head's first rotary_dim dims, the rest pass (Phi-3); None: all
     rope_skip_layers: list[int] | None = None  # layers whose q and k are not rotated (SmolLM3's NoPE layers)
     embedding_multiplier: float = 1.0  # token embeddings scaled by it (Granite)
@@ -91,6 +98,27 @@ class ModelConfig(BaseModel):
     def is_moe_layer(self, layer: int) -> bool:
         """Whether the layer's MLP is the mixture of experts (else the dense MLP)."""
         return self.moe is not None and (self.moe_layers is None or layer in self.moe_layers)
+
+    def window(self, layer: int) -> int | None:
+        """The keys one layer attends to: those within this many positions of the query; None: every key."""
+        return self.layer_windows[layer] if self.layer_windows is not None else self.sliding_window
+
+    @property
+    def attention_windows(self) -> tuple[int | None, ...]:
+        """The distinct windows of the layers (None: full attention), in layer order: one attention mask each."""
+        return tuple(dict.fromkeys(self.window(i) for i in range(self.num_hidden_layers)))
+
+    @property
+    def min_window(self) -> int | None:
+        """The smallest window of any layer; None where no layer has one."""
+        return min((w for w in self.attention_windows if w is not None), default=None)
+
+    def kv_layer_kinds(self) -> dict[int | None, int]:
+        """How many layers attend within each window (None: to every key)."""
+        kinds: dict[int | None, int] = {}
+        for i in range(self.num_hidden_layers):
+            kinds[self.window(i)] = kinds.get(self.window(i), 0) + 1
+        return kinds
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> int:
         """Bytes of K and V cache one token takes across all layers."""

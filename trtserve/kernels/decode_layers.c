@@ -18,6 +18,7 @@
  *   or torch's CPU int4 pack (wdt 4, W4A16; int4.h) with scales and zeros per group of gs inputs:
  *   qkv [(n_h + 2 n_kv) hd][H], dense [H][n_h hd], fc_gate [2I][H] ([fc; gate]), proj [H][I];
  *   norms [H] in dt; biases (or NULL) of the outputs in dt
+ *   a layer with experts (moe, else NULL; experts.h, weights in dt) runs them in place of fc_gate and proj
  *   kv [layers][2][slots][n_kv][hd]; cos, sin [positions][hd] (NeoX, sign in the sin table)
  *   LoRA (or NULL): lora[l] the step's adapters side by side per linear (models/lora_step.py: A [C][in],
  *   B^T [C][out] in dt), spans [M][4][2] each row's own columns [c0, c1) of each linear (c0 == c1: none)
@@ -27,6 +28,7 @@
 #include <stdlib.h>
 
 #include "attention.h"
+#include "experts.h"
 #include "gemv.h"
 #include "int4.h"
 #include "pointwise.h"
@@ -37,6 +39,7 @@ typedef struct { /* one layer's weights; biases may be NULL, scales are NULL unl
     const void *qkv_sz, *dense_sz, *fc_gate_sz, *proj_sz; /* int4: [K/gs][N][2] scale, zero in dt; else NULL */
     int64_t gs, bn;                                       /* int4: inputs per group, outputs per pack block */
     int64_t q8; /* int4: int8 activations (int4.h's INT4_Q8 path) where built, for 64-output blocks */
+    const experts_t* moe; /* the layer's experts in place of its MLP (plain weights only); NULL: dense */
 } layer_t;
 
 typedef struct { /* one layer's LoRA updates, linears in LINEARS order (qkv, dense, fc_gate, proj) */
@@ -53,6 +56,7 @@ typedef struct {
     const lora_t* lora; /* [layers] or NULL */
     const int64_t* spans;
     float* lora_tmp; /* scratch: [M][widest C] */
+    void* moe_tmp;   /* scratch: the largest experts_scratch of the layers with experts */
 } step_t;
 
 /* Work-shared y = (x w^T) * scale (+ bias) into float32 y holding dt-rounded values; w in wdt. int4 (sz, gs,
@@ -168,6 +172,10 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
         lora_update(s, l, 1, att, n_h * hd, d, H, dt);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) norm_row(h, dt, d, F32, m * H, H, w->post_norm, dt, s->eps, x, F32);
+        if (wdt == dt && w->moe) { /* the experts' output into d, as the MLP's (plain weights: the entry checks) */
+            experts_block(w->moe, x, M, H, d, F32, s->moe_tmp, dt);
+            continue;
+        }
         linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, w->q8, xsum, w->fc_gate_b, 2 * I,
                fg, dt);
         lora_update(s, l, 2, x, H, fg, 2 * I, dt);
@@ -204,6 +212,13 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
         n_h % n_kv || n_layers < 1)
         return -1;
     if (wdt == I4 && (dt == F16 || !int4_shapes_ok(L, n_layers, H, n_h, hd, I, (n_h + 2 * n_kv) * hd))) return -1;
+    int64_t moe_bytes = 0; /* experts: plain weights, the widest scratch any layer's needs */
+    for (int64_t l = 0; l < n_layers; l++) {
+        if (!L[l].moe) continue;
+        const experts_t* e = L[l].moe;
+        if (wdt != dt || e->k < 1 || e->k > e->E || e->k > 64 || e->I < 1 || e->S < 0) return -1;
+        moe_bytes = experts_scratch(e, M, H) > moe_bytes ? experts_scratch(e, M, H) : moe_bytes;
+    }
     int64_t longest = 0;
     for (int64_t m = 0; m < M; m++) {
         if (pos[m] < 0 || pos[m] >= n_blk * bs) return -1;
@@ -212,14 +227,16 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     const split_t split = split_heads(M, n_kv, n_h / n_kv, threads);
     if (lora && (!spans || lora_width < 1)) return -1;
     float* lora_scratch = lora ? malloc(sizeof(float) * (size_t)(M * lora_width)) : NULL;
-    const step_t s = {M,   H,     n_h, n_kv, hd,  I,      n_slots, n_blk, bs,   split,
-                      eps, scale, cos, sin,  pos, slots, tables,  lora,  spans, lora_scratch};
+    void* moe_scratch = moe_bytes ? malloc((size_t)moe_bytes) : NULL;
+    const step_t s = {M,   H,     n_h, n_kv, hd,  I,      n_slots, n_blk, bs,    split,
+                      eps, scale, cos, sin,  pos, slots, tables,  lora,  spans, lora_scratch, moe_scratch};
     const int64_t width = (n_h + 2 * n_kv) * hd;
     const int64_t widest_in = H > n_h * hd ? (H > I ? H : I) : (n_h * hd > I ? n_h * hd : I); /* int4's xsum, x_q */
     float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I + widest_in)));
     const int64_t att_scratch = head_scratch(split.nr, longest, hd);
     float* att_bufs = malloc(sizeof(float) * (size_t)(threads * att_scratch));
-    if (!scratch || !att_bufs || (lora && !lora_scratch)) {
+    if (!scratch || !att_bufs || (lora && !lora_scratch) || (moe_bytes && !moe_scratch)) {
+        free(moe_scratch);
         free(scratch);
         free(att_bufs);
         free(lora_scratch);
@@ -243,5 +260,6 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     free(scratch);
     free(att_bufs);
     free(lora_scratch);
+    free(moe_scratch);
     return 0;
 }

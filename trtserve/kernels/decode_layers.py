@@ -22,7 +22,7 @@ INT8 = 3  # decode_layers.c's weight dtype code for int8 (W8A16)
 INT4 = 4  # and for torch's CPU int4 pack (W4A16; int4.h)
 # The layer features (trtserve/models/features.py) decode_layers.c implements; the decoder takes
 # this path only for models whose features are a subset. The kernel attends to every key up to
-# the position, so "sliding_window" holds only while positions are inside the window: the decoder
+# the position, so "sliding_window" holds only while positions are inside the (smallest) window: the decoder
 # checks that per step. Embeddings and lm_head are outside the kernel, tied or not.
 FEATURES = frozenset(
     {
@@ -33,9 +33,12 @@ FEATURES = frozenset(
         "qkv_bias",  # qkv_b
         "mlp_bias",  # fc_gate_b, proj_b
         "sliding_window",
+        "layer_windows",  # the same per-step check, against the smallest window (ModelConfig.min_window)
         "tied_embeddings",
+        "moe",  # a layer's experts (models/moe.py) by experts.h, the op-by-op path's kernel, plain weights only
     }
 )
+MLP_FIELDS = ("fc_gate", "fc_gate_bias", "proj", "proj_bias")  # what a layer with experts has none of
 # The step features (trtserve/models/features.py) it implements: rows under LoRA adapters ("lora"), as the
 # per-op path's stacked product (models/lora_step.py), each row over its own adapter's columns only.
 STEP_FEATURES = frozenset({"lora"})
@@ -47,6 +50,7 @@ class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
         + [(f + "_s", ctypes.c_void_p) for f in LINEARS]
         + [(f + "_sz", ctypes.c_void_p) for f in LINEARS]
         + [("gs", ctypes.c_int64), ("bn", ctypes.c_int64), ("q8", ctypes.c_int64)]
+        + [("moe", ctypes.c_void_p)]  # experts.h's experts_t (kernels/experts.py) or NULL
     )
 
 
@@ -82,8 +86,9 @@ class Packed:
     """The layers' weight pointers for `run`, the weights' dtype code, and the most rows `run` takes
     (int4: those the per-op path runs on the same kernel math); the tensors must outlive it."""
 
-    def __init__(self, table: ctypes.Array, wdt: int, max_rows: int = dense.MAX_ROWS):
+    def __init__(self, table: ctypes.Array, wdt: int, max_rows: int = dense.MAX_ROWS, experts: list | None = None):
         self.table, self.wdt, self.max_rows = table, wdt, max_rows
+        self.experts = experts or []  # the experts' packs the table points to
 
 
 @cache
@@ -155,13 +160,20 @@ def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -
     wdt = INT8 if _int8_weight_only(first) else INT4 if _int4_groupwise(first) else DTYPES[dtype]
     hidden = shapes["dense"][0]
     sizes = {"input_norm": hidden, "post_norm": hidden, **{f + "_bias": shapes[f][0] for f in LINEARS}}
-    table, max_rows = (_Layer * len(layers))(), dense.MAX_ROWS
+    table, max_rows, experts = (_Layer * len(layers))(), dense.MAX_ROWS, []
     for row, layer in zip(table, layers, strict=True):
+        if layer.experts is not None:  # run by experts.h; quantized experts, or other linears, are not
+            if layer.experts.packed is None or wdt != DTYPES[dtype] or layer.experts.packed.dtype != dtype:
+                return None
+            experts.append(layer.experts.packed)
+            row.moe = ctypes.addressof(layer.experts.packed.struct)
         if wdt == INT4:
             max_rows = min(max_rows, _pack_int4(row, layer, dtype, shapes))
             if not max_rows:
                 return None
         for f in FIELDS:
+            if layer.experts is not None and f in MLP_FIELDS:
+                continue
             t = getattr(layer, f)
             if f in LINEARS:
                 if wdt == INT4:
@@ -178,7 +190,7 @@ def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -
             elif not (_cpu(t, dtype) and t.numel() == sizes[f]):
                 return None
             setattr(row, f, t.data_ptr())
-    return Packed(table, wdt, max_rows)
+    return Packed(table, wdt, max_rows, experts)
 
 
 def run(

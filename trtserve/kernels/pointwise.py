@@ -26,6 +26,7 @@ FEATURES = frozenset(
         "qkv_bias",  # the rest happen outside these kernels
         "mlp_bias",
         "sliding_window",
+        "layer_windows",
         "tied_embeddings",
         "moe",  # the experts run outside these kernels (models/moe.py); the glue around them is the same
     }

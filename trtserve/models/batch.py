@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import torch
 
@@ -33,10 +34,19 @@ class AttnGroup:
     q_valid: torch.Tensor  # (G, max_q) bool: real query rows
     block_tables: torch.Tensor  # (G, n_blocks) int64: KV blocks covering each sequence's keys; pad -> 0
     kv_lens: torch.Tensor  # (G,) int64: keys of each sequence after this step (cached + new tokens)
-    attn_mask: torch.Tensor  # (G, 1, gqa_group * max_q, n_blocks * tokens_per_block) bool: True = attend
+    # by attention window (None: every key up to the query): (G, 1, gqa_group * max_q, n_blocks *
+    # tokens_per_block) bool, True = attend; those make_batch was given, and any attn_mask built since
+    attn_masks: dict[int | None, torch.Tensor]
+    build_mask: Callable[[int | None], torch.Tensor]  # one window's mask, as attn_masks holds it
     # Where the G * max_q output rows go: (rows of them that are real, their flat token indices);
     # None when every row is real and row r is flat token r (one group of the whole batch in order).
     scatter: tuple[torch.Tensor, torch.Tensor] | None
+
+    def attn_mask(self, window: int | None = None) -> torch.Tensor:
+        """The mask of the layers attending within `window` keys (None: every key up to the query)."""
+        if window not in self.attn_masks:
+            self.attn_masks[window] = self.build_mask(window)
+        return self.attn_masks[window]
 
 
 @dataclass(frozen=True)
@@ -55,13 +65,15 @@ class FlatBatch:
 def make_batch(
     seqs: Sequence[SeqChunk],
     tokens_per_block: int,
-    sliding_window: int | None = None,
+    windows: int | Sequence[int | None] | None = None,
     device: torch.device | None = None,
     logit_rows: Sequence[Sequence[int]] | None = None,
     gqa_group: int = 1,
 ) -> FlatBatch:
-    """Lay out a step. logit_rows: per sequence, offsets within its chunk whose logits are wanted
-    (default: its last token). gqa_group: query heads per KV head."""
+    """Lay out a step. windows: the model's distinct attention windows (ModelConfig.attention_windows; an
+    int or None: one for every layer), a mask each. logit_rows: per sequence, offsets within its chunk
+    whose logits are wanted (default: its last token). gqa_group: query heads per KV head."""
+    windows = tuple(windows) if isinstance(windows, Sequence) else (windows,)
     n_b = len(seqs)
     q_lens = torch.tensor([len(s.tokens) for s in seqs])  # (B,)
     starts = torch.tensor([s.start for s in seqs])  # (B,)
@@ -83,7 +95,7 @@ def make_batch(
 
     to = dict(device=device)
     groups = [
-        _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, sliding_window, gqa_group, device)
+        _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, windows, gqa_group, device)
         for idx in _group_by_length(q_lens.tolist(), kv_lens.tolist())
     ]
     return FlatBatch(
@@ -120,7 +132,7 @@ def _group_by_length(q_lens: list[int], kv_lens: list[int]) -> list[list[int]]:
     return groups + [cur]
 
 
-def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, window, gqa_group, device) -> AttnGroup:
+def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_group, device) -> AttnGroup:
     sel = torch.tensor(idx)
     ql, st, kl, off = q_lens[sel], starts[sel], kv_lens[sel], offsets[sel]
     max_q = int(ql.max())
@@ -130,12 +142,11 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, window, gqa_gro
     q_index = torch.where(q_valid, off[:, None] + rows[None, :], 0)
     q_pos = st[:, None] + rows[None, :]  # (G, max_q)
     k_pos = torch.arange(n_blk * block)
-    mask = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < kl[:, None, None])
-    if window is not None:
-        mask &= (q_pos[:, :, None] - k_pos[None, None, :]) < window
+    causal = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < kl[:, None, None])
     # Padded query rows attend to key 0 only, so softmax never sees an all-masked row.
-    mask |= (~q_valid)[:, :, None] & (k_pos == 0)[None, None, :]
+    pad = (~q_valid)[:, :, None] & (k_pos == 0)[None, None, :]
     to = dict(device=device)
+    build = partial(_mask, causal, pad, q_pos, k_pos, gqa_group, device)
     rows_valid = q_valid.flatten().nonzero().squeeze(1)  # (real rows,)
     targets = q_index.flatten()[rows_valid]
     in_order = bool(q_valid.all()) and torch.equal(targets, torch.arange(int(q_lens.sum())))
@@ -145,8 +156,16 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, window, gqa_gro
         scatter=None if in_order else (rows_valid.to(**to), targets.to(**to)),
         block_tables=tables[sel, :n_blk].to(**to),
         kv_lens=kl.to(**to),
-        attn_mask=mask.repeat(1, gqa_group, 1)[:, None].to(**to),  # (G, 1, group * max_q, keys)
+        attn_masks={w: build(w) for w in windows},
+        build_mask=build,
     )
+
+
+def _mask(causal, pad, q_pos, k_pos, gqa_group: int, device, window: int | None) -> torch.Tensor:
+    """(G, 1, gqa_group * max_q, keys): causal (G, max_q, keys) within the window (a query at q_pos sees the
+    keys fewer than `window` positions behind it: HF's kv_idx > q_idx - window), padded rows on key 0."""
+    mask = causal if window is None else causal & ((q_pos[:, :, None] - k_pos[None, None, :]) < window)
+    return (mask | pad).repeat(1, gqa_group, 1)[:, None].to(device=device)
 
 
 def _logits_indices(

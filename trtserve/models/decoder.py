@@ -20,15 +20,16 @@ from safetensors.torch import load_file
 from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig
 from trtserve.engine.options import EngineOptions, check_requirements
-from trtserve.kernels import attention, decode_layers, dense, int4, native, pointwise
+from trtserve.kernels import decode_layers, dense, int4, native, pointwise
 from trtserve.models import deterministic as det
 from trtserve.models.batch import FlatBatch
 from trtserve.models.dtypes import TORCH_DTYPES
-from trtserve.models.features import LORA
+from trtserve.models.features import LORA, SCALED_EMBEDDINGS
 from trtserve.models.kv_cache import PagedKVCache
 from trtserve.models.layout import EMBED, LM_HEAD
 from trtserve.models.lora_step import LoraStep
 from trtserve.models.moe import Experts
+from trtserve.models.paged_attention import LayerAttention
 from trtserve.models.registry import family_for_trtllm
 from trtserve.models.rope import Rope
 
@@ -50,14 +51,19 @@ class Layer:
     proj: Linear | None  # (hidden, intermediate); None in a layer with experts
     proj_bias: torch.Tensor | None
     kv_scale: torch.Tensor | None = None  # (2,) K and V scales of an 8-bit KV cache
-    q_norm: torch.Tensor | None = None  # (head_dim,): RMSNorm over each q head before RoPE (features.QK_NORM)
-    k_norm: torch.Tensor | None = None  # (head_dim,): the same over each k head
+    q_norm: torch.Tensor | None = None  # (head_dim,): RMSNorm over each q head before RoPE (features.QK_NORM);
+    k_norm: torch.Tensor | None = None  # the same over each k head; (q_size,), (kv_size,): over all heads (OLMoE)
     experts: Experts | None = None  # the layer's MLP where it has experts (ModelConfig.moe_layers)
+    attn_out_norm: torch.Tensor | None = None  # (hidden,): attention's output normed before its add (SANDWICH_NORMS)
+    mlp_out_norm: torch.Tensor | None = None  # (hidden,): the MLP's output normed so too
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0) -> torch.Tensor:
+    """RMSNorm as HF: Llama's scales in the model dtype; with an offset, Gemma's by (offset + weight) in float32."""
     xf = x.float()
     xf = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    if offset:
+        return (xf * (offset + weight.float())).to(x.dtype)
     return weight * xf.to(x.dtype)
 
 
@@ -109,13 +115,26 @@ class DecoderModel:
                     q_norm=w.pop(m["q_norm"] + ".weight") if "q_norm" in m else None,
                     k_norm=w.pop(m["k_norm"] + ".weight") if "k_norm" in m else None,
                     experts=Experts.take(w, m, cfg) if cfg.is_moe_layer(i) else None,
+                    **{r: w.pop(m[r] + ".weight") for r in ("attn_out_norm", "mlp_out_norm") if r in m},
                 )
             )
         if w:
             raise ValueError(f"unused engine weights: {sorted(w)[:5]}")
         self.rope = Rope(cfg, max_positions, self.dtype, device)
+        # the windowed layers' RoPE where they rotate by their own base (features.LOCAL_ROPE), unscaled
+        local = cfg.rotary_base_local is not None and cfg.model_copy(
+            update={"rotary_base": cfg.rotary_base_local, "rotary_scaling": None}
+        )
+        self.local_rope = Rope(local, max_positions, self.dtype, device) if local else None
         self.scale = cfg.head_size**-0.5 if cfg.attention_multiplier is None else cfg.attention_multiplier
         self.rope_skip = frozenset(cfg.rope_skip_layers or ())  # layers attending without RoPE
+        self.attention = [  # each layer's, within its window (ModelConfig.window)
+            LayerAttention(
+                cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size, self.scale, cfg.window(i),
+                cfg.attn_logit_softcapping, deterministic,
+            )
+            for i in range(cfg.num_hidden_layers)
+        ]  # fmt: skip
         # Every layer of a decode step in one C call (plain, W8A16 or W4A16 weights on CPU) where it
         # implements each of the model's layer features, else None
         n_h, n_kv, hd, hidden, inter = (
@@ -130,6 +149,10 @@ class DecoderModel:
             for t in self.linears():
                 t.int8_activations = True
         features = family.features_of(cfg)
+        # Gemma rounds sqrt(hidden) to the model dtype before scaling (features.SCALED_EMBEDDINGS)
+        self.embed_scale = cfg.embedding_multiplier
+        if SCALED_EMBEDDINGS in features:
+            self.embed_scale = float(torch.tensor(self.embed_scale, dtype=self.dtype))
         step = not deterministic and self._implements(decode_layers, "the one-call decode step", features)
         self.step_weights = decode_layers.pack(self.layers, self.dtype, shapes) if step else None
         # Whether the one-call step runs rows under LoRA adapters too; where not, such steps run op by op
@@ -179,9 +202,10 @@ class DecoderModel:
         return cls(cfg, load_file(str(path)), max_positions, device, options)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        eps, offset = self.cfg.norm_epsilon, self.cfg.norm_weight_offset
         if self.deterministic:
-            return det.tiled(lambda t: rms_norm(t, w, self.cfg.norm_epsilon), x)
-        return rms_norm(x, w, self.cfg.norm_epsilon)
+            return det.tiled(lambda t: rms_norm(t, w, eps, offset), x)
+        return rms_norm(x, w, eps, offset)
 
     def new_kv_cache(self, num_blocks: int, tokens_per_block: int) -> PagedKVCache:
         kv_algo = self.cfg.quantization.kv_cache_quant_algo
@@ -205,8 +229,8 @@ class DecoderModel:
     def run(self, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None = None) -> torch.Tensor:
         """Run every token of the batch; returns the residual stream after the last layer (T, hidden)."""
         h = self.embed[batch.token_ids]  # (T, hidden): the residual stream, updated in place
-        if self.cfg.embedding_multiplier != 1.0:
-            h.mul_(self.cfg.embedding_multiplier)
+        if self.embed_scale != 1.0:
+            h.mul_(self.embed_scale)
         if not self._decode_step(h, batch, kv, lora):
             self._layers(h, batch, kv, lora)
         return h
@@ -222,6 +246,8 @@ class DecoderModel:
         logits = self.linear(last, self.lm_head)  # (N, vocab)
         if self.cfg.logits_scaling != 1.0:
             logits = logits / self.cfg.logits_scaling
+        if (cap := self.cfg.final_logit_softcapping) is not None:
+            logits = torch.tanh(logits / cap) * cap
         return logits.float()
 
     def _decode_step(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None) -> bool:
@@ -245,7 +271,7 @@ class DecoderModel:
             or not batch.decoding
             or kv.kv_quant is not None
             or rows > self.decode_step_rows()
-            or (cfg.sliding_window is not None and int(batch.positions.max()) >= cfg.sliding_window)
+            or (cfg.min_window is not None and int(batch.positions.max()) >= cfg.min_window)
         ):
             return False
         # a sequence verifying proposals has a row each, under its block table: the kernel writes every row's
@@ -262,18 +288,25 @@ class DecoderModel:
         gains the LoRA update of the adapter its rows run under."""
         n_h, hd = self.cfg.num_attention_heads, self.cfg.head_size
         rope = self.rope.tables(self.rope.rows(batch.positions, batch.prompt_lens))
+        local = self.local_rope.tables(batch.positions) if self.local_rope else rope  # (features.LOCAL_ROPE)
         x = self._add_norm(h, None, self.layers[0].input_norm)
         for i, layer in enumerate(self.layers):
             qkv = self._lora_mm(lora, i, "qkv", x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) * hd)
-            q = self._rope_kv(i, qkv, batch, kv, rope).view(-1, n_h, hd)
-            attn = self._attention(i, q, batch, kv)  # (T, n_h * hd)
-            attn_out = self._residual(self._lora_mm(lora, i, "dense", attn, layer.dense))
+            q = self._rope_kv(i, qkv, batch, kv, rope if self.cfg.window(i) is None else local).view(-1, n_h, hd)
+            attn = self.attention[i](i, q, batch, kv)  # (T, n_h * hd)
+            attn_out = self._residual(
+                self._out_norm(self._lora_mm(lora, i, "dense", attn, layer.dense), layer.attn_out_norm)
+            )
             x = self._add_norm(h, attn_out, layer.post_norm)
-            out = self._residual(self._mlp(i, layer, x, lora))
+            out = self._residual(self._out_norm(self._mlp(i, layer, x, lora), layer.mlp_out_norm))
             if i + 1 < len(self.layers):
                 x = self._add_norm(h, out, self.layers[i + 1].input_norm)
             else:
                 h.add_(out)
+
+    def _out_norm(self, out: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
+        """A block's output, RMS-normed before its residual add where the layer has that norm (SANDWICH_NORMS)."""
+        return out if w is None else self._norm(out, w)
 
     def _residual(self, delta: torch.Tensor) -> torch.Tensor:
         """A block's output as the residual stream adds it (scaled by features.RESIDUAL_SCALE's multiplier)."""
@@ -314,9 +347,10 @@ class DecoderModel:
                 return q
         qkv = qkv.view(-1, n_h + 2 * n_kv, hd)
         qk, w = qkv[:, : n_h + n_kv], self.layers[layer]
-        if w.q_norm is not None:  # per head, as HF's q_norm / k_norm
-            eps = self.cfg.norm_epsilon
-            qk = torch.cat([rms_norm(qk[:, :n_h], w.q_norm, eps), rms_norm(qk[:, n_h:], w.k_norm, eps)], dim=1)
+        if w.q_norm is not None:  # per head as HF's q_norm / k_norm, or over all heads at once (OLMoE's)
+            q, k = (t.flatten(1) if w.q_norm.numel() > hd else t for t in (qk[:, :n_h], qk[:, n_h:]))
+            q, k = self._norm(q, w.q_norm).view(-1, n_h, hd), self._norm(k, w.k_norm).view(-1, n_kv, hd)
+            qk = torch.cat([q, k], dim=1)
         if layer not in self.rope_skip:
             qk = self.rope.apply(qk, rope)  # q and k heads rotated in one pass
         q, k = qk.split([n_h, n_kv], dim=1)  # (T, n_h, hd), (T, n_kv, hd)
@@ -328,59 +362,16 @@ class DecoderModel:
         if layer.experts is not None:
             return layer.experts(x, self.linear)
         fc_gate = self._lora_mm(lora, i, "fc_gate", x, layer.fc_gate, layer.fc_gate_bias)  # (T, 2 I): [fc | gate]
-        return self._lora_mm(lora, i, "proj", self._silu_mul(fc_gate), layer.proj, layer.proj_bias)
+        return self._lora_mm(lora, i, "proj", self._act_mul(fc_gate), layer.proj, layer.proj_bias)
 
-    def _silu_mul(self, fc_gate: torch.Tensor) -> torch.Tensor:
+    def _act_mul(self, fc_gate: torch.Tensor) -> torch.Tensor:
+        """act(fc) * gate over [fc | gate] (T, 2 I): SiLU, or GeGLU's tanh GELU (features.GELU_TANH_GATED_MLP)."""
         if self._fused(fc_gate) and (y := pointwise.silu_mul(fc_gate)) is not None:
             return y
         fc, gate = fc_gate.chunk(2, dim=-1)  # (T, I) each
+        if self.cfg.hidden_act == "gelu_pytorch_tanh":
+            return F.gelu(fc, approximate="tanh") * gate
         return F.silu(fc) * gate
-
-    def _attention(self, layer: int, q: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
-        if self.deterministic:
-            bs = kv.tokens_per_block
-            pos = torch.arange(batch.block_tables.shape[1] * bs, device=q.device)
-            kv_slots = batch.block_tables[:, pos // bs] * bs + pos % bs  # (B, max_blocks * bs)
-            return det.attention(
-                q,
-                kv.layer_keys(layer),
-                kv.layer_values(layer),
-                kv_slots[batch.seq_ids],
-                batch.positions,
-                self.scale,
-                self.cfg.sliding_window,
-            )
-        n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
-        group = n_h // n_kv
-        out = None
-        in_place = kv.kv_quant is None and self.cfg.sliding_window is None and attention.usable(q, kv.layer_keys(layer))
-        for g in batch.groups:
-            n_g, max_q = g.q_index.shape
-            if max_q == 1 and in_place:  # decode rows: keys and values read where they lie in the cache
-                out = q.new_empty(q.shape[0], n_h * hd) if out is None else out
-                k_all, v_all = kv.layer_keys(layer), kv.layer_values(layer)  # (slots, n_kv, hd)
-                bs = kv.tokens_per_block
-                if attention.decode_attention(
-                    q, k_all, v_all, g.block_tables, g.kv_lens, g.q_index[:, 0], bs, self.scale, out
-                ):
-                    if g.scatter is None:
-                        return out  # the whole batch, in order
-                    continue
-            # Whole blocks, copied once (and dequantized if the cache is 8-bit): (G, keys, n_kv, hd)
-            # -> viewed as (G, n_kv, keys, hd)
-            keys, values = kv.gather_blocks(layer, g.block_tables.flatten())
-            keys = keys.view(n_g, -1, n_kv, hd).transpose(1, 2)
-            values = values.view(n_g, -1, n_kv, hd).transpose(1, 2)
-            qg = q[g.q_index].view(n_g, max_q, n_kv, group, hd)  # (G, max_q, n_kv, group, hd)
-            qg = qg.permute(0, 2, 3, 1, 4).reshape(n_g, n_kv, group * max_q, hd)
-            o = F.scaled_dot_product_attention(qg, keys, values, attn_mask=g.attn_mask, scale=self.scale)
-            o = o.view(n_g, n_kv, group, max_q, hd).permute(0, 3, 1, 2, 4).reshape(n_g * max_q, n_h * hd)
-            if g.scatter is None:
-                return o  # the whole batch, in order
-            rows, targets = g.scatter
-            out = q.new_empty(q.shape[0], n_h * hd) if out is None else out
-            out.index_copy_(0, targets, o.index_select(0, rows))
-        return out  # (T, n_h * hd)
 
 
 def check_int8_activations(model: DecoderModel, value: bool) -> None:

@@ -46,6 +46,7 @@ def attention(
     positions: torch.Tensor,  # (T,)
     scale: float,
     window: int | None,
+    softcap: float | None = None,  # scores become softcap * tanh(scores / softcap) (Gemma 2)
 ) -> torch.Tensor:
     """Causal attention per token over its own sequence's keys; returns (T, n_h * hd)."""
     n_h, hd, dev = q.shape[1], q.shape[2], q.device
@@ -65,6 +66,8 @@ def attention(
             k = keys[slots].float().repeat_interleave(group, dim=2)  # (TILE, KEY_BLOCK, n_h, hd)
             v = values[slots].float().repeat_interleave(group, dim=2)
             s = (qt[:, None] * k).sum(-1) * scale  # (TILE, KEY_BLOCK, n_h)
+            if softcap is not None:
+                s = torch.tanh(s / softcap) * softcap
             k_pos = torch.arange(j, j + KEY_BLOCK, device=dev)
             allowed = k_pos[None, :] <= pos[:, None]  # (TILE, KEY_BLOCK)
             if window is not None:

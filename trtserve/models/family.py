@@ -15,16 +15,22 @@ from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig
 from trtserve.models.features import (
     CONFIG_FIELDS,
+    GELU_TANH_GATED_MLP,
+    LOCAL_ROPE,
     LONG_ROPE,
     MLP_BIAS,
     PARTIAL_ROTARY,
     QKV_BIAS,
     ROPE_SCALING,
+    SILU_GATED_MLP,
     SLIDING_WINDOW,
     TIED_EMBEDDINGS,
 )
 from trtserve.models.layout import Layout, Names
 
+FULL, SLIDING = "full_attention", "sliding_attention"  # HF's layer_types
+# The MLP activation of each gated-MLP feature (HF's hidden_act names)
+ACTIVATIONS = {SILU_GATED_MLP: "silu", GELU_TANH_GATED_MLP: "gelu_pytorch_tanh"}
 # RoPE variants whose inverse frequencies are fixed at load time (see models/rope.py).
 SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "yarn", "longrope")
 
@@ -42,6 +48,10 @@ class GGUFNames:
     model_type: str | None = None  # transformers' model_type where it is not `arch` (qwen3moe: qwen3_moe)
     # HF config values llama.cpp's graph of the architecture fixes (it writes no key for them)
     config_values: dict[str, Any] = field(default_factory=dict)
+    # source roles whose weights llama.cpp's converter shifted by a constant (Gemma's norms: + 1), undone on read
+    weight_offsets: dict[str, float] = field(default_factory=dict)
+    # the RoPE base llama.cpp's graph fixes for the windowed layers (Gemma 3); None: the global one
+    local_rope_base: float | None = None
 
 
 @dataclass(frozen=True)
@@ -79,13 +89,16 @@ class DecoderFamily:
         """Translate a transformers config object to TensorRT-LLM's pretrained_config."""
         heads = hf.num_attention_heads
         head_size = getattr(hf, "head_dim", None) or hf.hidden_size // heads
-        rope = dict(getattr(hf, "rope_parameters", None) or {})
+        rope, local_theta = _rope_parameters(hf)
         theta = float(rope.pop("rope_theta", getattr(hf, "rope_theta", 10000.0)))
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type not in SUPPORTED_ROPE_TYPES:
             raise UserError(f"rope type {rope_type!r} is not supported; supported: {', '.join(SUPPORTED_ROPE_TYPES)}")
-        if getattr(hf, "hidden_act", "silu") != "silu":
-            raise UserError(f"hidden_act {hf.hidden_act!r} is not supported; only 'silu' is")
+        act = getattr(hf, "hidden_activation", None) or getattr(hf, "hidden_act", None) or "silu"
+        if act not in (acts := [a for f, a in ACTIVATIONS.items() if f in self.features]):
+            raise UserError(
+                f"hidden_act {act!r} is not supported for {self.name}; only {' or '.join(map(repr, acts))} is"
+            )
         partial = float(rope.pop("partial_rotary_factor", getattr(hf, "partial_rotary_factor", 1.0)) or 1.0)
         asked = _asked(hf, rope_type, partial)
         for feature, key in asked.items():
@@ -94,6 +107,8 @@ class DecoderFamily:
                     f"{self.name} with {key}={getattr(hf, key, None)!r} is not supported ({feature}); turn it off in config.json"
                 )
         on = self.features | asked.keys()
+        if local_theta is not None and LOCAL_ROPE not in self.features | self.config_features:
+            raise UserError(f"{self.name} with a RoPE base per layer type is not supported; give one rope_theta")
         extras = self.config_extras(hf) if self.config_extras else {}
         return ModelConfig(
             architecture=self.trtllm_architecture,
@@ -105,6 +120,7 @@ class DecoderFamily:
             num_key_value_heads=getattr(hf, "num_key_value_heads", None) or heads,
             head_size=head_size,
             intermediate_size=hf.intermediate_size,
+            hidden_act=act,
             max_position_embeddings=getattr(hf, "max_position_embeddings", 2048) or 2048,
             norm_epsilon=float(hf.rms_norm_eps),
             rotary_base=theta,
@@ -117,8 +133,37 @@ class DecoderFamily:
             mlp_bias=MLP_BIAS in on,
             tie_word_embeddings=TIED_EMBEDDINGS in on,
             sliding_window=getattr(hf, "sliding_window", None) if SLIDING_WINDOW in on else None,
+            rotary_base_local=local_theta if local_theta != theta else None,
             **extras,
         )
+
+
+def _rope_parameters(hf) -> tuple[dict, float | None]:
+    """HF's rope_parameters of the global layers, and the windowed layers' RoPE base where HF keys them by
+    layer type (Gemma 3: {"full_attention": {...}, "sliding_attention": {...}}; None where it does not)."""
+    rope = dict(getattr(hf, "rope_parameters", None) or {})
+    if FULL not in rope:
+        return rope, None
+    local = dict(rope.get(SLIDING) or {})
+    if local.get("rope_type", local.get("type", "default")) != "default":
+        raise UserError(
+            f"rope type {local.get('rope_type')!r} on sliding-window layers is not supported; only 'default' is"
+        )
+    return dict(rope[FULL]), float(local.get("rope_theta", getattr(hf, "rope_local_base_freq", 10000.0)))
+
+
+def layer_windows(hf) -> list[int | None]:
+    """Each layer's attention window from HF's `layer_types` (or the older `sliding_window_pattern`: every
+    pattern-th layer global); a UserError names a layer type trtserve does not run."""
+    types = getattr(hf, "layer_types", None)
+    if not types:
+        pattern = int(getattr(hf, "sliding_window_pattern", 0) or 0)
+        types = [SLIDING if pattern and (i + 1) % pattern else FULL for i in range(hf.num_hidden_layers)]
+    unknown = sorted({t for t in types if t not in (FULL, SLIDING)})
+    if unknown or len(types) != hf.num_hidden_layers:
+        got = f"layer type {unknown[0]!r}" if unknown else f"{len(types)} layer types for {hf.num_hidden_layers} layers"
+        raise UserError(f"{got} is not supported; layer_types must name {FULL!r} or {SLIDING!r} for each layer")
+    return [hf.sliding_window if t == SLIDING else None for t in types]
 
 
 def _asked(hf, rope_type: str, partial_rotary: float) -> dict[str, str]:

@@ -17,16 +17,28 @@ SLIDING_WINDOW = "sliding_window"  # attention sees only the last `sliding_windo
 TIED_EMBEDDINGS = "tied_embeddings"  # lm_head is the token embedding
 ROPE_SCALING = "rope_scaling"  # RoPE frequencies rescaled (linear, llama3, yarn)
 QK_NORM = "qk_norm"  # q and k each RMS-normed per head (head_dim weights) before RoPE (Qwen3)
+QK_NORM_WIDE = "qk_norm_wide"  # q and k each RMS-normed over all their heads at once (q_size, kv_size weights; OLMoE)
 NOPE_LAYERS = "nope_layers"  # some layers rotate neither q nor k (ModelConfig.rope_skip_layers; SmolLM3)
 RESIDUAL_SCALE = "residual_scale"  # each block's output scaled before the residual add (Granite)
 PARTIAL_ROTARY = "partial_rotary"  # RoPE rotates only each head's first ModelConfig.rotary_dim dims (Phi-3)
 LONG_ROPE = "long_rope"  # LongRoPE: short or long factors by the sequence's length, as HF picks them (Phi-3)
 MOE = "moe"  # some layers' MLP routes each token to its top-k of many experts (ModelConfig.moe; models/moe.py)
+LAYER_WINDOWS = "layer_windows"  # layers attend within their own window or to every key (ModelConfig.layer_windows)
+LOCAL_ROPE = "local_rope"  # the windowed layers rotate by their own RoPE base (ModelConfig.rotary_base_local; Gemma 3)
+OFFSET_NORM = "offset_norm"  # RMSNorms scale by (1 + weight) in float32 (ModelConfig.norm_weight_offset; Gemma)
+SANDWICH_NORMS = "sandwich_norms"  # attention's and the MLP's outputs are RMS-normed before the residual add (Gemma)
+GELU_TANH_GATED_MLP = "gelu_tanh_gated_mlp"  # down(gelu_tanh(gate(x)) * up(x)) (Gemma's GeGLU)
+SCALED_EMBEDDINGS = (
+    "scaled_embeddings"  # embeddings times ModelConfig.embedding_multiplier rounded to the dtype (Gemma)
+)
+ATTN_SOFTCAP = "attn_softcap"  # attention scores soft-capped: cap * tanh(s / cap) (ModelConfig.attn_logit_softcapping)
+FINAL_SOFTCAP = "final_softcap"  # logits soft-capped the same way (ModelConfig.final_logit_softcapping)
 
 FEATURES = frozenset(
     {
         RMS_NORM, ROPE_NEOX, SILU_GATED_MLP, QKV_BIAS, MLP_BIAS, SLIDING_WINDOW, TIED_EMBEDDINGS, ROPE_SCALING,
-        QK_NORM, NOPE_LAYERS, RESIDUAL_SCALE, PARTIAL_ROTARY, LONG_ROPE, MOE,
+        QK_NORM, QK_NORM_WIDE, NOPE_LAYERS, RESIDUAL_SCALE, PARTIAL_ROTARY, LONG_ROPE, MOE, LAYER_WINDOWS, LOCAL_ROPE,
+        OFFSET_NORM, SANDWICH_NORMS, GELU_TANH_GATED_MLP, SCALED_EMBEDDINGS, ATTN_SOFTCAP, FINAL_SOFTCAP,
     }
 )  # fmt: skip
 # A step feature, not a model's: some rows of the step run under LoRA adapters (models/lora.py). A fast
@@ -42,4 +54,8 @@ CONFIG_FIELDS = {
     ROPE_SCALING: "rotary_scaling",
     PARTIAL_ROTARY: "rotary_dim",
     LONG_ROPE: "long_rope",  # a ModelConfig property: rotary_scaling's type is longrope
+    LAYER_WINDOWS: "layer_windows",
+    LOCAL_ROPE: "rotary_base_local",
+    ATTN_SOFTCAP: "attn_logit_softcapping",
+    FINAL_SOFTCAP: "final_logit_softcapping",
 }

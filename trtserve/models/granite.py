@@ -30,5 +30,5 @@ FAMILY = DecoderFamily(
     config_features=frozenset({MLP_BIAS, TIED_EMBEDDINGS, ROPE_SCALING}),
     config_extras=_config,
     backends=frozenset({"torch"}),
-    quant_formats=frozenset(),
+    quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
 )

@@ -5,19 +5,23 @@ Each token's router logits pick its top-k experts (softmax over all of them, the
 renormalized where the family does, as HF transformers computes them); the step's tokens are grouped
 by expert and each expert the step uses runs once over its tokens, so a step reads only the weights of
 the experts its tokens use. Every output adds its tokens' experts in expert order, as HF's loop does.
+The C expert kernel (kernels/experts.c) runs these steps in one call for plain CPU weights, in prefill,
+op-by-op decode and the one-call decode step; the torch path (`Experts.grouped`) runs the rest. Each
+row's output depends on that row alone in both, so batching never changes a sequence's tokens.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 
 import torch
 import torch.nn.functional as F
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig, Moe
+from trtserve.kernels import experts as kernel
 from trtserve.models.layout import LM_HEAD, Layout, Source, Target
 
 DENSE_MLP = ("gate_proj", "up_proj", "down_proj")  # the dense layout's MLP roles: layers without experts only
@@ -96,6 +100,16 @@ class Experts:
     shared_fc_gate: torch.Tensor | None = None  # (2 * S, hidden): the shared expert's [fc; gate]
     shared_proj: torch.Tensor | None = None  # (hidden, S)
     shared_gate: torch.Tensor | None = None  # (1, hidden)
+    # The C kernel's view of these weights (kernels/experts.py; None: the torch path runs), and whether
+    # to use it (scripts/bench_moe.py turns it off to time the torch path)
+    packed: kernel.Packed | None = field(default=None, init=False, repr=False)
+    use_kernel: bool = True
+
+    def __post_init__(self):
+        gates = self.router if self.shared_gate is None else torch.cat([self.router, self.shared_gate])
+        self.packed = kernel.pack(
+            gates, self.fc_gate, self.proj, self.top_k, self.renormalize, self.shared_fc_gate, self.shared_proj
+        )
 
     @classmethod
     def take(cls, w: dict[str, torch.Tensor], modules: dict[str, str], cfg: ModelConfig) -> Experts:
@@ -116,6 +130,12 @@ class Experts:
         return cls(pop("router"), fc_gate, pop("experts_proj"), moe.top_k, moe.normalization_mode == 1, **shared)
 
     def __call__(self, x: torch.Tensor, linear: Linear) -> torch.Tensor:
+        if self.use_kernel and self.packed is not None and (y := kernel.run(self.packed, x)) is not None:
+            return y  # the same steps in one C call
+        return self.grouped(x, linear)
+
+    def grouped(self, x: torch.Tensor, linear: Linear) -> torch.Tensor:
+        """The torch path: each expert the step uses runs once over its tokens, one op at a time."""
         weights, experts = self.route(x, linear)  # (T, k) each
         k = self.top_k
         flat = experts.flatten()  # (T * k,): token t's j-th expert at t * k + j

@@ -44,5 +44,5 @@ FAMILY = DecoderFamily(
     features=llama.FEATURES,
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING, LONG_ROPE, PARTIAL_ROTARY, SLIDING_WINDOW}),
     backends=frozenset({"torch"}),
-    quant_formats=frozenset(),
+    quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
 )

@@ -69,6 +69,9 @@ class QuantFormatSpec:
     trtllm: TrtllmFlags = TrtllmFlags()
     group_sizes: tuple[int, ...] = ()  # the --group-size values it takes (int4 groups); () = none
     modelopt_algo: str | None = None  # the quant_algo ModelOpt's export writes, where it differs
+    # The source format whose own quantization the format keeps ("gguf": a GGUF file's blocks, re-encoded
+    # per linear by build/gguf_linears.py), built without ModelOpt; None: ModelOpt quantizes.
+    source: str | None = None
 
     @property
     def exported_as(self) -> str:
@@ -159,6 +162,15 @@ _BUILTIN = (
         CheckpointRules(per_tensor_shape=(), inputs_per_element=2),
         TrtllmFlags(fp8_context_fmha=True, gemm_plugin="nvfp4"),
     ),
+    # A GGUF file's own quantization, each linear in the packed format nearest its GGUF type: W4A16
+    # with zero points in groups of 32 (Q4_0, Q4_1, Q4_K, exact), W8A16 (Q8_0, Q5_*, Q6_K) or dense.
+    QuantFormatSpec(
+        "MIXED_PRECISION",
+        (ModeloptRecipe("gguf", "", False, "keep a GGUF file's own quantization (int4 / int8 per tensor)"),),
+        1,
+        _Q + "mixed_linear",
+        source="gguf",
+    ),
 )
 QUANT_FORMATS: dict[str, QuantFormatSpec] = {s.quant_algo: s for s in _BUILTIN}
 
@@ -176,6 +188,11 @@ KV_CACHE_FORMATS: dict[str, KVCacheFormatSpec] = {
 def quant_names() -> list[str]:
     """Every --quant value, in registry order."""
     return [r.name for s in QUANT_FORMATS.values() for r in s.recipes]
+
+
+def modelopt_names() -> list[str]:
+    """The --quant values ModelOpt produces (not those keeping a source's own quantization)."""
+    return [r.name for s in QUANT_FORMATS.values() if s.source is None for r in s.recipes]
 
 
 def grouped_names() -> list[str]:

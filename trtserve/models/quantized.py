@@ -165,8 +165,11 @@ class Int4Groupwise:
         self.group_size = group_size
         self.packed = torch._convert_weight_to_int4pack_for_cpu((w.int() + 8).contiguous(), 1)
         scale = t["weights_scaling_factor"].float()  # (out, in / group)
-        # torch's kernel computes (q - 8) * scale + zero per group: zero = 0 for symmetric int4.
-        self.scales_zeros = torch.stack([scale.t(), torch.zeros_like(scale.t())], dim=-1).to(dtype).contiguous()
+        # torch's kernel computes (q - 8) * scale + zero per group: zero = 0 for symmetric int4; GGUF's
+        # Q4_1 / Q4_K carry theirs (build/gguf_blocks.py)
+        zero = t["zero"].float() if "zero" in t else torch.zeros_like(scale)  # (out, in / group)
+        self.scales_zeros = torch.stack([scale.t(), zero.t()], dim=-1).to(dtype).contiguous()
+        self._zeros = bool(zero.any())
         pqs = t.get("prequant_scaling_factor")
         self.pre_quant = None if pqs is None else pqs.to(dtype)  # (in,)
         self.kernel = int4_kernel.supports(dtype, self.out_features)
@@ -182,6 +185,8 @@ class Int4Groupwise:
         widen.widen_int4pack(
             self.packed, self.out_features, int4_kernel.block_n(), a, self._scales_f32, self.group_size, out
         )
+        if self._zeros:  # (rows, in / group, group) += each group's zero
+            out.unflatten(1, (-1, self.group_size)).add_(self.scales_zeros[:, a:b, 1].t().to(out.dtype)[..., None])
 
     def ours(self, dtype: torch.dtype, rows: int) -> bool:
         """Whether `rows` CPU input rows of `dtype` (after the pre-quant scale) go to our int4 kernel
@@ -328,6 +333,18 @@ class Nvfp4Linear:
     def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
         rows = partial(self.widen_rows, dtype=x.dtype)
         return slab_linear(x, x.dtype, rows, self.weight.shape[0], bias=bias)
+
+
+def mixed_linear(t: dict[str, torch.Tensor], dtype: torch.dtype, group_size: int = 128):
+    """MIXED_PRECISION (a GGUF's own quantization, build/gguf_linears.py): each linear in its own
+    format, told by its tensors: int4 with per-group scales (and zeros), int8 with per-row scales, or
+    a plain (out, in) weight, which the decoder runs as it runs unquantized ones."""
+    w, scale = t["weight"], t.get("weights_scaling_factor")
+    if scale is None:
+        return w.to(dtype)
+    if scale.dim() == 2:  # (out, in / group)
+        return Int4Groupwise(t, dtype, w.shape[1] // scale.shape[1])
+    return Int8WeightOnly(t, dtype)
 
 
 def make_linear(t: dict[str, torch.Tensor], algo: str, dtype: torch.dtype, group_size: int = 128):

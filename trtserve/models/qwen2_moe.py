@@ -4,7 +4,7 @@ every token runs, its output scaled by sigmoid(shared_expert_gate(x))."""
 
 from trtserve.engine.errors import UserError
 from trtserve.models import llama, qwen3_moe
-from trtserve.models.family import DecoderFamily
+from trtserve.models.family import DecoderFamily, GGUFNames
 from trtserve.models.features import MOE, QKV_BIAS, ROPE_SCALING, TIED_EMBEDDINGS
 from trtserve.models.layout import LLAMA, Names
 from trtserve.models.moe import moe_config, with_experts
@@ -14,6 +14,14 @@ SHARED_HF = {
     "shared_up_proj": "mlp.shared_expert.up_proj",
     "shared_down_proj": "mlp.shared_expert.down_proj",
     "shared_expert_gate": "mlp.shared_expert_gate",
+}
+
+# llama.cpp's shared expert: ffn_*_shexp, and its gate ffn_gate_inp_shexp, stored (1, hidden) as HF's
+SHARED_GGUF = {
+    "shared_gate_proj": "ffn_gate_shexp",
+    "shared_up_proj": "ffn_up_shexp",
+    "shared_down_proj": "ffn_down_shexp",
+    "shared_expert_gate": "ffn_gate_inp_shexp",
 }
 
 
@@ -34,7 +42,24 @@ FAMILY = DecoderFamily(
     hf=Names(
         llama.HF_NAMES.model, llama.HF_NAMES.layer_prefix, llama.HF_NAMES.layer | qwen3_moe.EXPERTS_HF | SHARED_HF
     ),
-    gguf=None,  # llama.cpp's qwen2moe (its shared-expert gate's layout) is not read yet
+    gguf=GGUFNames(
+        "qwen2moe",
+        Names(
+            llama.GGUF_NAMES.model,
+            llama.GGUF_NAMES.layer_prefix,
+            llama.GGUF_NAMES.layer | qwen3_moe.EXPERTS_GGUF | SHARED_GGUF,
+        ),
+        permuted_qk=False,
+        config_keys={
+            "num_experts": "expert_count",
+            "num_experts_per_tok": "expert_used_count",
+            "moe_intermediate_size": "expert_feed_forward_length",
+            "shared_expert_intermediate_size": "expert_shared_feed_forward_length",
+        },
+        model_type="qwen2_moe",
+        # llama.cpp's qwen2moe graph: experts in every layer, the top k not renormalized
+        config_values={"norm_topk_prob": False, "mlp_only_layers": [], "decoder_sparse_step": 1},
+    ),
     features=llama.FEATURES | {QKV_BIAS, MOE},
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING}),
     config_extras=_config,

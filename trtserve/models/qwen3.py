@@ -27,5 +27,5 @@ FAMILY = DecoderFamily(
     features=llama.FEATURES | {QK_NORM},
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING}),
     backends=frozenset({"torch"}),
-    quant_formats=frozenset(),
+    quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
 )

@@ -4,9 +4,23 @@ one `DecoderFamily` passed to `register_family`."""
 from __future__ import annotations
 
 from trtserve.engine.errors import UserError
-from trtserve.models import granite, llama, mistral, mixtral, phi3, qwen2, qwen2_moe, qwen3, qwen3_moe, smollm3
+from trtserve.models import (
+    gemma2,
+    gemma3,
+    granite,
+    llama,
+    mistral,
+    mixtral,
+    olmoe,
+    phi3,
+    qwen2,
+    qwen2_moe,
+    qwen3,
+    qwen3_moe,
+    smollm3,
+)
 from trtserve.models.family import DecoderFamily
-from trtserve.models.features import CONFIG_FIELDS
+from trtserve.models.features import CONFIG_FIELDS, MOE
 
 _FAMILIES: dict[str, DecoderFamily] = {}  # by name, in registration order
 
@@ -19,8 +33,13 @@ def register_family(fam: DecoderFamily) -> None:
         if other.name == fam.name:
             problems.append(f"the name {fam.name!r} is taken")
         problems += [f"{a} is {other.name}'s" for a in fam.hf_architectures if a in other.hf_architectures]
-        if fam.gguf and other.gguf and fam.gguf.arch == other.gguf.arch:
-            problems.append(f"GGUF architecture {fam.gguf.arch!r} is {other.name}'s")
+        if (
+            fam.gguf
+            and other.gguf
+            and fam.gguf.arch == other.gguf.arch
+            and (MOE in fam.features) == (MOE in other.features)
+        ):
+            problems.append(f"GGUF architecture {fam.gguf.arch!r} is {other.name}'s")  # one with experts may share it
         same = (fam.layout, fam.features) == (other.layout, other.features)
         if fam.trtllm_architecture == other.trtllm_architecture and not same:
             problems.append(f"it shares {fam.trtllm_architecture} with {other.name} but not its layout and features")
@@ -74,10 +93,12 @@ def family_for_hf(architectures: list[str] | None, model_type: str | None = None
     raise UserError(f"architecture {got} is not supported; trtserve builds: {supported()}")
 
 
-def family_for_gguf(arch: str) -> DecoderFamily:
-    for fam in _FAMILIES.values():
-        if fam.gguf and fam.gguf.arch == arch:
-            return fam
+def family_for_gguf(arch: str, experts: bool = False) -> DecoderFamily:
+    """The family of a GGUF file of `arch`; experts: the file has experts (llama.cpp writes Mixtral as
+    `llama` with an expert count), which picks the family with experts among those of one arch."""
+    fams = [fam for fam in _FAMILIES.values() if fam.gguf and fam.gguf.arch == arch]
+    for fam in sorted(fams, key=lambda f: (MOE in f.features) != experts):
+        return fam
     known = ", ".join(sorted(fam.gguf.arch for fam in _FAMILIES.values() if fam.gguf))
     raise UserError(f"GGUF architecture {arch!r} is not supported; trtserve reads GGUF files of: {known}")
 
@@ -103,5 +124,8 @@ for _fam in (
     qwen3_moe.FAMILY,
     mixtral.FAMILY,
     qwen2_moe.FAMILY,
+    olmoe.FAMILY,
+    gemma2.FAMILY,
+    gemma3.FAMILY,
 ):
     register_family(_fam)

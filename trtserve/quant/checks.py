@@ -49,7 +49,17 @@ def check_quant(cfg: ModelConfig, build: QuantRequest) -> None:
                 f"add --quant (one of {', '.join(quant_names())})"
             )
         return
-    block = by_name(quant)[0].block_for(build.group_size)
+    spec = by_name(quant)[0]
+    if spec.source is not None and build.backend != "torch":
+        raise UserError(
+            f"--quant {quant} keeps a {spec.source.upper()} file's own quantization on the torch backend only; "
+            f"drop --backend {build.backend}, or pick a ModelOpt format such as --quant w4a16"
+        )
+    if spec.source is not None and build.kv_cache_quant is not None:
+        raise UserError(
+            f"--kv-cache-quant needs ModelOpt's calibration, which --quant {quant} does not run; drop one of them"
+        )
+    block = spec.block_for(build.group_size)
     bad = {k: v for k, v in in_features(cfg).items() if v % block}
     if bad:
         what = ", ".join(f"{k} = {v}" for k, v in bad.items())

@@ -22,6 +22,7 @@ class QuantRequest(Protocol):
     calib_seq_len: int  # tokens per window
     calib_data: Path | None  # TXT or JSONL; None: docstrings of the Python standard library
     tp_size: int
+    backend: str  # a name of trtserve/engine/backends.py
 
 
 class TensorSource(Protocol):

@@ -88,7 +88,9 @@ class ModelRunner:
             n_tokens += c.num_new_tokens
         cfg = self.model.cfg
         group = cfg.num_attention_heads // cfg.num_key_value_heads
-        batch = make_batch(seqs, self.kv.tokens_per_block, cfg.sliding_window, self.model.device, rows_per_seq, group)
+        batch = make_batch(
+            seqs, self.kv.tokens_per_block, cfg.attention_windows, self.model.device, rows_per_seq, group
+        )
         lora = None
         if self.lora.enabled:  # each chunk's rows under its adapter (active: the scheduler holds it)
             w = [self.lora.weights(c.request) for c in step.chunks]

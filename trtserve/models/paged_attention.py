@@ -1,0 +1,102 @@
+"""One layer's attention over the paged KV cache, for every row of a flat batch (models/batch.py).
+
+A layer attends within its window (ModelConfig.window: Gemma's local layers, Mistral's every layer) by
+its group's mask for that window; the in-place decode kernel attends to every key, so it runs only for
+layers without one. Soft-capped scores (Gemma 2) run as HF's eager attention does: scores scaled,
+capped, masked, softmax in float32.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from trtserve.kernels import attention
+from trtserve.models import deterministic as det
+from trtserve.models.batch import AttnGroup, FlatBatch
+from trtserve.models.kv_cache import PagedKVCache
+
+
+@dataclass(frozen=True)
+class LayerAttention:
+    """What one layer's attention computes."""
+
+    heads: int
+    kv_heads: int
+    head_size: int
+    scale: float  # the scores' factor (head_size ** -0.5 unless the config sets one)
+    window: int | None  # keys within this many positions of the query; None: every key up to it
+    softcap: float | None  # scores become softcap * tanh(scores / softcap); None: left as they are
+    deterministic: bool  # batch-invariant tiles (models/deterministic.py)
+
+    def __call__(self, layer: int, q: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
+        """Attention of q (T, heads, head_size) over the layer's cached keys; returns (T, heads * head_size)."""
+        if self.deterministic:
+            bs = kv.tokens_per_block
+            pos = torch.arange(batch.block_tables.shape[1] * bs, device=q.device)
+            kv_slots = batch.block_tables[:, pos // bs] * bs + pos % bs  # (B, max_blocks * bs)
+            keys, values = kv.layer_keys(layer), kv.layer_values(layer)
+            return det.attention(
+                q, keys, values, kv_slots[batch.seq_ids], batch.positions, self.scale, self.window, self.softcap
+            )
+        out = None
+        in_place = (
+            kv.kv_quant is None
+            and self.window is None
+            and self.softcap is None
+            and attention.usable(q, kv.layer_keys(layer))
+        )
+        for g in batch.groups:
+            if g.q_index.shape[1] == 1 and in_place:  # decode rows: keys and values read where they lie
+                out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
+                k_all, v_all = kv.layer_keys(layer), kv.layer_values(layer)  # (slots, n_kv, hd)
+                bs = kv.tokens_per_block
+                if attention.decode_attention(
+                    q, k_all, v_all, g.block_tables, g.kv_lens, g.q_index[:, 0], bs, self.scale, out
+                ):
+                    if g.scatter is None:
+                        return out  # the whole batch, in order
+                    continue
+            o = self._group(layer, q, g, kv)
+            if g.scatter is None:
+                return o  # the whole batch, in order
+            rows, targets = g.scatter
+            out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
+            out.index_copy_(0, targets, o.index_select(0, rows))
+        return out  # (T, n_h * hd)
+
+    def _group(self, layer: int, q: torch.Tensor, g: AttnGroup, kv: PagedKVCache) -> torch.Tensor:
+        """One group's padded attention: (G * max_q, heads * head_size), row by (sequence, query row)."""
+        n_h, n_kv, hd = self.heads, self.kv_heads, self.head_size
+        group = n_h // n_kv
+        n_g, max_q = g.q_index.shape
+        # Whole blocks, copied once (and dequantized if the cache is 8-bit): (G, keys, n_kv, hd)
+        # -> viewed as (G, n_kv, keys, hd)
+        keys, values = kv.gather_blocks(layer, g.block_tables.flatten())
+        keys = keys.view(n_g, -1, n_kv, hd).transpose(1, 2)
+        values = values.view(n_g, -1, n_kv, hd).transpose(1, 2)
+        qg = q[g.q_index].view(n_g, max_q, n_kv, group, hd)  # (G, max_q, n_kv, group, hd)
+        qg = qg.permute(0, 2, 3, 1, 4).reshape(n_g, n_kv, group * max_q, hd)
+        mask = g.attn_mask(self.window)  # (G, 1, group * max_q, keys)
+        if self.softcap is None:
+            o = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
+        else:
+            o = softcapped(qg, keys, values, mask, self.scale, self.softcap)
+        return o.view(n_g, n_kv, group, max_q, hd).permute(0, 3, 1, 2, 4).reshape(n_g * max_q, n_h * hd)
+
+
+def softcapped(
+    q: torch.Tensor,  # (G, n_kv, rows, hd)
+    keys: torch.Tensor,  # (G, n_kv, keys, hd)
+    values: torch.Tensor,  # (G, n_kv, keys, hd)
+    mask: torch.Tensor,  # (G, 1, rows, keys) bool: True = attend
+    scale: float,
+    cap: float,
+) -> torch.Tensor:
+    """HF's eager attention with soft-capped scores (Gemma 2): (G, n_kv, rows, hd)."""
+    scores = torch.matmul(q, keys.transpose(-1, -2)) * scale  # (G, n_kv, rows, keys)
+    scores = torch.tanh(scores / cap) * cap
+    scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), values)
