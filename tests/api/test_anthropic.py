@@ -58,7 +58,7 @@ def server(tmp_path_factory, faults):
     from trtserve.build.builder import build_engine
     from trtserve.build.config import BuildConfig
 
-    hf = make_hf_model(tmp_path_factory.mktemp("anthropic-hf"), "llama", max_position_embeddings=1024)
+    hf = make_hf_model(tmp_path_factory.mktemp("anthropic-hf"), "llama", max_position_embeddings=2048)
     (hf / "chat_template.jinja").write_text(THINK_TEMPLATE)
     engine = tmp_path_factory.mktemp("engines") / "tiny-anthropic"
     build_engine(BuildConfig(model=str(hf), tokens_per_block=16), engine, quiet=True)
@@ -155,8 +155,8 @@ def test_thinking_and_tool_use_streamed_and_not(client, model):
         model=model,
         messages=ASK,
         tools=TOOLS,
-        max_tokens=200,
-        thinking={"type": "enabled", "budget_tokens": 100},
+        max_tokens=1100,
+        thinking={"type": "enabled", "budget_tokens": 1024},  # Anthropic's floor
         extra_body={"seed": 1, "guided_grammar": THINK_THEN_CALL},
     )
     m = client.messages.create(**kw)
@@ -237,7 +237,7 @@ def test_thinking_disabled_drops_thinking_and_omitted_keeps_its_signature(client
     kw = dict(model=model, messages=ASK, max_tokens=40, extra_body={"guided_grammar": grammar})
     off = client.messages.create(**kw, thinking={"type": "disabled"})
     assert [(b.type, b.text) for b in off.content] == [("text", "Shown.")]
-    on = client.messages.create(**kw, thinking={"type": "enabled", "budget_tokens": 20})
+    on = client.messages.create(**{**kw, "max_tokens": 1100}, thinking={"type": "enabled", "budget_tokens": 1024})
     assert off.usage.input_tokens + off.usage.cache_read_input_tokens > (
         on.usage.input_tokens + on.usage.cache_read_input_tokens
     )  # disabled: the template closes an empty think block in the prompt
@@ -331,7 +331,7 @@ def _error(server, body: dict, headers: dict | None = None, path: str = "/v1/mes
         ({"messages": ASK, "max_tokens": None}, "max_tokens"),
         ({"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]}, "tool_use_id"),
         ({"messages": [{"role": "user", "content": [{"type": "video", "url": "v"}]}]}, "messages.0.content.0.type"),
-        ({"messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]}, "image blocks"),
+        ({"messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]}, "document blocks"),
         ({"messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 8}}, "budget_tokens"),
         ({"messages": ASK, "tool_choice": {"type": "any"}}, "tool_choice"),
         ({"messages": ASK, "tools": [{"type": "web_search_20250305", "name": "web_search"}]}, "tools.0.type"),

@@ -291,7 +291,7 @@ def test_api_key_admission_metrics_and_access_log(tiny_llama_engine, tmp_path, m
             f'trtserve_grpc_requests_total{{code="RESOURCE_EXHAUSTED",method="ModelInfer",model="{model_name}",version="1"}}'
             in text
         )
-        ttft = f'trtserve_time_to_first_token_seconds_count{{model="{model_name}",protocol="grpc",version="1"}}'
+        ttft = f'trtserve_time_to_first_token_seconds_count{{frontend="kserve",model="{model_name}",protocol="grpc",version="1"}}'
         assert ttft in text
         c.close()
     finally:

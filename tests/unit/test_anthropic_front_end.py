@@ -140,10 +140,11 @@ def test_tool_results_become_tool_messages_in_order():
 @pytest.mark.parametrize(
     ("body", "says"),
     [
-        (_request(messages=[{"role": "user", "content": [{"type": "image", "source": {}}]}]), "not supported yet"),
+        (_request(messages=[{"role": "user", "content": [{"type": "document", "source": {}}]}]), "not supported yet"),
         (_request(messages=[{"role": "assistant", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]), "take"),
         (_request(messages=[{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x"}]}]), "no earlier"),
-        (_request(thinking={"type": "enabled", "budget_tokens": 50}), "below max_tokens"),
+        (_request(thinking={"type": "enabled", "budget_tokens": 50}), "at least 1024"),
+        (_request(thinking={"type": "enabled", "budget_tokens": 1024}, max_tokens=1024), "below max_tokens"),
         (_request(tool_choice={"type": "tool", "name": "g"}, tools=[{"name": "f", "input_schema": {}}]), "not among"),
         (_request(tools=[{"type": "bash_20250124", "name": "bash"}]), "server tool"),
         (
@@ -163,9 +164,14 @@ def test_unknown_top_level_fields_are_ignored_and_thinking_sets_template_variabl
     )
     assert req.template_vars() == {"enable_thinking": False} and not req.shows_thinking()
     asked = CountTokensRequest.model_validate(
-        _request(thinking={"type": "enabled", "budget_tokens": 9}, chat_template_kwargs={"enable_thinking": False})
+        _request(thinking={"type": "enabled", "budget_tokens": 1024}, chat_template_kwargs={"enable_thinking": False})
     )
     assert asked.template_vars() == {"enable_thinking": False}  # the request's own variables win
+    assert (asked.thinking_budget(), req.thinking_budget()) == (1024, 0)  # the engine's budget; disabled: 0
+    adaptive = CountTokensRequest.model_validate(_request(thinking={"type": "adaptive"}))
+    assert (
+        adaptive.thinking_budget() is None and CountTokensRequest.model_validate(_request()).thinking_budget() is None
+    )
     assert CountTokensRequest.model_validate(_request(output_config={"effort": "max"})).effort() == "high"
 
 

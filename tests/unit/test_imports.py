@@ -17,13 +17,14 @@ ALLOWED = {
     "engine": set(),
     "kernels": set(),
     "text": {"engine"},
+    "vision": {"engine"},  # images in without torch (Pillow, numpy): decode, limits, pixels, placeholders
     "models": {"engine", "kernels"},
     "runtime": {"engine", "models", "kernels"},
     "backends": {"engine", "runtime", "models"},
     "quant": {"engine", "models"},  # build-time math and checkpoint I/O; `build` drives it
     "build": {"engine", "models", "quant", "backends", "tensor"},
     "tensor": {"engine"},  # tensor models (ONNX Runtime, Python steps, ensembles): no torch, no serve
-    "serve": {"engine", "text", "state", "tensor"},
+    "serve": {"engine", "text", "state", "tensor", "vision"},
     "state": {"engine"},  # the durable state store (SQLite): serve/batch, serve/idempotency, receipts
     "bench": {"engine"},
     "llm": {"engine", "text", "runtime"},
@@ -34,7 +35,7 @@ ALLOWED = {
 }
 # The root package (trtserve/__init__.py: __version__, and LLM / SamplingParams as lazy attributes)
 # may be imported by anyone; it imports nothing of ours at module level (checked below).
-TORCH_FREE = ("engine", "text", "serve", "state", "tensor")
+TORCH_FREE = ("engine", "text", "serve", "state", "tensor", "vision")
 
 
 def _package(path: Path) -> str:

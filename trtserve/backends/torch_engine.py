@@ -45,6 +45,7 @@ CAPABILITIES = Capabilities(
     lora=True,
     kv_transfer=True,
     kv_events=True,
+    thinking=True,
 )
 ADAPTER_TIMEOUT_S = 60.0  # loading one adapter (read, check, convert) between two steps
 SLEEP_TIMEOUT_S = 120.0  # releasing or remaking the KV cache (and moving weights) between two steps
@@ -133,6 +134,7 @@ class TorchEngine:
             options=cfg.options,
             capabilities=replace(CAPABILITIES, lora=self.core.lora.enabled),
             pooling=manifest.pooling,
+            vision=manifest.vision,
         )
         self._startup["kv_cache"] = time.perf_counter() - start
         self._stats = self.core.stats()

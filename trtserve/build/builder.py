@@ -26,6 +26,7 @@ from trtserve.build.output import check_target, staged_dir
 from trtserve.build.planner import BuildPlan, resolve
 from trtserve.build.pooling import write_pooling_head
 from trtserve.build.strategies import STRATEGIES
+from trtserve.build.vision import write_vision
 from trtserve.engine.backends import BACKENDS
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import ENGINE_CONFIG, TOKENIZER_DIR, EngineConfig
@@ -99,6 +100,8 @@ def build_engine(
         written = job.write(tmp, console)
         if plan.pooling is not None:
             write_pooling_head(tmp, plan.pooling, plan.reader, written.model)
+        if plan.vision is not None:
+            write_vision(tmp, plan.vision, plan.reader, written.model.dtype)
         write_engine_config(tmp, written.model, plan)
         pack_adapters(tmp, plan.config, written.model)
         manifest = write_manifest(
@@ -110,6 +113,7 @@ def build_engine(
             build_config=plan.config.model_dump(mode="json"),
             target=job.target,
             pooling=plan.pooling,
+            vision=plan.vision,
         )
     weights = f" ({written.weight_bytes / 2**20:.1f} MiB of weights)" if written.weight_bytes else ""
     console.print(f"[green]Engine written to[/] {out}{weights}")

@@ -55,6 +55,10 @@ class GGUFReader:
         self._arch = self._meta("general.architecture")
         if not isinstance(self._arch, str):
             raise UserError(f"{path} has no general.architecture key; it is not a model GGUF file")
+        if self._arch == "clip":  # llama.cpp's mmproj file: a vision tower and projector (docs/vision.md)
+            raise UserError(
+                f"{path} is a llama.cpp mmproj (vision) file, which trtserve does not read; build the HF checkpoint"
+            )
         self.family = family_for_gguf(self._arch, experts=bool(self._meta(f"{self._arch}.expert_count", 0)))
         hf_names = _hf_names(self.family, int(self._need("block_count")))
         self.auto_dtype = "float32"  # GGUF weights are dequantized; float32 keeps them exact

@@ -10,6 +10,7 @@ import torch
 
 from trtserve.build.experts import ExpertStacks
 from trtserve.build.safetensors_io import SafetensorsFile
+from trtserve.build.vision import text_family_of
 from trtserve.engine.errors import UserError
 from trtserve.engine.hashing import fingerprint
 from trtserve.models.pooling import family_for_checkpoint
@@ -25,6 +26,8 @@ TOKENIZER_FILES = (
     "chat_template.jinja",
     "chat_template.json",
     "generation_config.json",
+    "preprocessor_config.json",  # a vision-language model's image processor (kept; docs/vision.md)
+    "processor_config.json",
 )
 _TORCH_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
 
@@ -35,7 +38,8 @@ class HFReader:
         self.description = f"HF directory {path}"
         raw = _read_json(path / "config.json", "the model's config")
         # a pooling checkpoint (Qwen3ForSequenceClassification, Qwen3Model) reads as its family's causal LM
-        self.family = family_for_checkpoint(raw.get("architectures"), raw.get("model_type"))
+        # a vision-language checkpoint (LlavaForConditionalGeneration) reads as its text_config's family
+        self.family = text_family_of(raw) or family_for_checkpoint(raw.get("architectures"), raw.get("model_type"))
         self.hf_config = _hf_config(path, raw)
         self._files = self._weight_files()
         self._where: dict[str, Path] = {}

@@ -114,6 +114,10 @@ def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int 
         total, active = parameters(family_for_trtllm(m.architecture).layout, m)
         info |= {"experts": m.moe.num_experts, "experts_per_token": m.moe.top_k}
         info |= {"parameters": total, "active_parameters": active}  # a token reads the active ones
+    if manifest.vision is not None:  # the tower and projector, and what one image costs in the prompt
+        v = manifest.vision
+        info |= {"vision": v.family, "vision_tower": v.tower.kind, "vision_parameters": v.vision_parameters}
+        info |= {"image_size": v.tower.image_size, "tokens_per_image": v.tokens_per_image}
     if manifest.backend == "torch":
         info["kv_cache_default_cpu"] = cpu_default(m, b)
     if memory is not None and kv_cache_memory is not None:

@@ -14,10 +14,12 @@ from trtserve.build.job import Job
 from trtserve.build.pooling import pooled_model, pooling_config, pooling_reader
 from trtserve.build.reader import CheckpointReader
 from trtserve.build.source import open_checkpoint
+from trtserve.build.vision import vision_config, vision_reader
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import EngineBuildConfig, PluginConfig
 from trtserve.engine.model_config import Mapping, ModelConfig
 from trtserve.engine.pooling import PoolingConfig
+from trtserve.engine.vision import VisionConfig
 from trtserve.models.quant_formats import by_name, kv_by_name
 from trtserve.quant.checks import check_quant
 
@@ -35,6 +37,7 @@ class BuildPlan:
     limits: EngineBuildConfig
     quantization: dict | None  # the checkpoint's `quantization` as planned (requested, or the source's)
     pooling: PoolingConfig | None = None  # a pooling model's task and head (build/pooling.py); None: an LLM
+    vision: VisionConfig | None = None  # a vision-language model's images (build/vision.py); None: text only
 
     @property
     def backend(self) -> str:
@@ -81,7 +84,7 @@ def resolve(cfg: BuildConfig, strategy: Strategy) -> BuildPlan:
     """The plan for `cfg`; UserError for anything that cannot work. `cfg` is not changed."""
     if not cfg.model:
         raise UserError("no MODEL given; pass it as an argument or set `model:` in the --config file")
-    reader = pooling_reader(cfg, open_checkpoint(cfg.model))
+    reader = vision_reader(cfg, pooling_reader(cfg, open_checkpoint(cfg.model)))
     strategy.accept(cfg, reader)
     reader.family.check_build(cfg.backend, cfg.quant)
     dtype = resolve_dtype(cfg, reader)
@@ -92,7 +95,8 @@ def resolve(cfg: BuildConfig, strategy: Strategy) -> BuildPlan:
     quantization = requested_quantization(cfg) if cfg.quant else strategy.source_quantization(reader)
     limits = strategy.built_limits(resolve_limits(cfg, model), quantization)
     resolved = cfg.model_copy(update={"dtype": dtype, "max_seq_len": limits.max_seq_len, "model": str(reader.path)})
-    plan = BuildPlan(resolved, reader, model, limits, quantization, pooling_config(cfg, reader, model))
+    pooling = pooling_config(cfg, reader, model)
+    plan = BuildPlan(resolved, reader, model, limits, quantization, pooling, vision_config(reader))
     strategy.check_plan(plan)
     return plan
 

@@ -41,6 +41,7 @@ from trtserve.engine.layout import (
     OPTIONS_FILE,
     TOKENIZER_DIR,
     TRT_ENGINE_DIR,
+    VISION_WEIGHTS,
     EngineBuildConfig,
 )
 
@@ -74,7 +75,7 @@ class _Strategy:
 
     def is_weights(self, rel: str) -> bool:
         """Whether the engine dir's file `rel` is one the backend loads as weights (`trtserve inspect`)."""
-        return rel == ENGINE_WEIGHTS
+        return rel in (ENGINE_WEIGHTS, VISION_WEIGHTS)  # a vision model's tower and projector too
 
 
 class TorchStrategy(_Strategy):

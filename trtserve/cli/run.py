@@ -58,6 +58,11 @@ from trtserve.cli.speculative import speculative_options, with_speculative
     help="Template variables of every chat request, as JSON, e.g. '{\"enable_thinking\": false}'.",
 )
 @click.option(
+    "--allowed-media-domains",
+    callback=lambda ctx, param, v: [d.strip().lower() for d in v.split(",") if d.strip()] if v else None,
+    help="Domains whose http(s) image URLs the server may fetch, comma-separated (docs/vision.md) [none: data: URLs only].",
+)
+@click.option(
     "--otlp-traces-endpoint",
     help="Send OpenTelemetry traces to this OTLP endpoint, e.g. http://127.0.0.1:4317 (needs trtserve[otel]) [off].",
 )

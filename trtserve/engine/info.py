@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from trtserve.engine.options import EngineOptions
 from trtserve.engine.pooling import PoolingConfig
+from trtserve.engine.vision import VisionConfig
 
 
 @dataclass(frozen=True)
@@ -20,6 +21,7 @@ class Capabilities:
     lora: bool = False  # LoRA adapters per request: Engine.load_adapter / unload_adapter work
     kv_transfer: bool = False  # GenerateRequest.kv_transfer, Engine.export_kv / release_kv work (disaggregation)
     kv_events: bool = False  # Engine.subscribe_kv_events works
+    thinking: bool = False  # RequestOptions.thinking_span works: thinking budgets, grammars after the thinking
 
 
 @dataclass(frozen=True)
@@ -34,3 +36,4 @@ class EngineInfo:
     options: EngineOptions  # the run-time options it runs with (engine/options.py)
     capabilities: Capabilities
     pooling: PoolingConfig | None = None  # a pooling engine's head (engine/pooling.py); None: it generates
+    vision: VisionConfig | None = None  # a vision-language engine's images (engine/vision.py); None: text only

@@ -8,6 +8,7 @@ ENGINE_DIR/
   tokenizer/                  tokenizer files and chat template
   lora/NAME/                  torch: PEFT LoRA adapters packed by `build --lora NAME=DIR`, served under NAME
   pooling.safetensors         torch, a pooling model with a head: its classifier or reranker rows (docs/pooling.md)
+  vision.safetensors          torch, a vision-language model: its vision tower and projector (docs/vision.md)
   manifest.json               sha256 of every file, source fingerprint, toolchain, build config
   engine/                     backend tensorrt: what `trtllm-build` writes (config.json, rank{r}.engine)
   hf/                         backend trtllm: the Hugging Face checkpoint TensorRT-LLM's PyTorch backend loads
@@ -33,6 +34,7 @@ HF_DIR = "hf"
 OPTIONS_FILE = "llm_api_options.yaml"
 LORA_DIR = "lora"
 POOLING_WEIGHTS = "pooling.safetensors"  # a pooling model's head (engine/pooling.py), beside model.safetensors
+VISION_WEIGHTS = "vision.safetensors"  # a vision-language model's tower and projector (engine/vision.py)
 
 
 def rank_file(rank: int) -> str:

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from trtserve.engine.errors import EngineIntegrityError, UserError
 from trtserve.engine.hashing import sha256_file, sha256_file_once
 from trtserve.engine.pooling import PoolingConfig
+from trtserve.engine.vision import VisionConfig
 
 MANIFEST = "manifest.json"
 FORMAT_VERSION = 1
@@ -34,6 +35,7 @@ class Manifest(BaseModel):
     # tensorrt / trtllm: {tensorrt_llm, tensorrt, cuda, gpu_name, sm} the engine was built with (None: none there)
     target: dict[str, str | None] | None = None
     pooling: PoolingConfig | None = None  # a pooling model's task and head (engine/pooling.py); None: an LLM
+    vision: VisionConfig | None = None  # a vision-language model's images (engine/vision.py); None: text only
 
 
 def engine_fingerprint(manifest: Manifest) -> str:
@@ -53,6 +55,7 @@ def write_manifest(
     build_config: dict,
     target: dict | None = None,
     pooling: PoolingConfig | None = None,
+    vision: VisionConfig | None = None,
 ) -> Manifest:
     """Hash every file of the (staged) engine dir into manifest.json. toolchain: package -> version
     of what built it (the build side knows; this package imports none of it)."""
@@ -70,12 +73,15 @@ def write_manifest(
         files=files,
         target=target,
         pooling=pooling,
+        vision=vision,
     )
     data = manifest.model_dump(mode="json")
     if target is None:
         data.pop("target")  # torch engines: the manifest stays as before
     if pooling is None:
         data.pop("pooling")  # LLMs: the manifest stays as before
+    if vision is None:
+        data.pop("vision")  # text-only models: the manifest stays as before
     (engine_dir / MANIFEST).write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return manifest
 

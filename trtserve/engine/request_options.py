@@ -15,6 +15,8 @@ from trtserve.engine.adapters import AdapterRef
 from trtserve.engine.errors import UserError
 from trtserve.engine.kv_transfer import KVTransfer
 from trtserve.engine.pooling import PoolingTask
+from trtserve.engine.thinking import ThinkingSpan
+from trtserve.engine.vision import ImageInput
 
 MAX_NAMESPACE_CHARS = 256
 
@@ -33,6 +35,11 @@ class RequestOptions:
     return_metrics: bool = False  # True: the response carries its timings (serve's; engines ignore it)
     # prefill only: the final delta's `pooled` holds the engine's pooled output for this task (engine/pooling.py)
     pooling: PoolingTask | None = None
+    # the prompt's images in order (engine/vision.py), each at its run of the model's image token; () text only
+    images: tuple[ImageInput, ...] = ()
+    # a reasoning model's think tags and budget (engine/thinking.py): the engine closes the thinking at the
+    # budget and starts a grammar after it; None: the reply is all answer
+    thinking_span: ThinkingSpan | None = None
 
     def __post_init__(self):
         if not math.isfinite(self.priority):

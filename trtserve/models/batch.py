@@ -60,6 +60,9 @@ class FlatBatch:
     seq_ids: torch.Tensor  # (T,) int64: the sequence (row of block_tables) each token belongs to
     decoding: bool = False  # every sequence runs decode rows only (SeqChunk.decode_rows)
     prompt_lens: torch.Tensor | None = None  # (T,) int64: each token's SeqChunk.prompt_len; None: none known
+    # image rows (runtime/features/vision.py): (R,) int64 flat token indices, (R, hidden) the embeddings that
+    # replace their tokens'; None: every row embeds its token
+    embeds: tuple[torch.Tensor, torch.Tensor] | None = None
 
 
 def make_batch(

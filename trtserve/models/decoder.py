@@ -231,6 +231,8 @@ class DecoderModel:
         h = self.embed[batch.token_ids]  # (T, hidden): the residual stream, updated in place
         if self.embed_scale != 1.0:
             h.mul_(self.embed_scale)
+        if batch.embeds is not None:  # an image's rows: the vision encoder's output (HF's masked_scatter)
+            h[batch.embeds[0]] = batch.embeds[1].to(h.dtype)
         if not self._decode_step(h, batch, kv, lora):
             self._layers(h, batch, kv, lora)
         return h

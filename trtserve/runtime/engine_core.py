@@ -27,10 +27,11 @@ from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.features import Features
 from trtserve.runtime.features.handoff import KVHandoff, holds_kv
 from trtserve.runtime.features.kv_tier import NoTier, Tier
-from trtserve.runtime.features.long_rope import long_rope_scopes
 from trtserve.runtime.features.lora import make_lora
 from trtserve.runtime.features.pooling import NoPooling, Pooling
 from trtserve.runtime.features.speculation import NoSpeculation, Speculation
+from trtserve.runtime.features.thinking import ThinkingBudget
+from trtserve.runtime.features.vision import model_features
 from trtserve.runtime.grammar_queue import GrammarQueue
 from trtserve.runtime.guided import Grammars
 from trtserve.runtime.kv_export import contract_listener
@@ -64,7 +65,7 @@ class EngineCore:
         self.tier = Tier(KVTier(cfg.kv_offload, self.fingerprint)) if cfg.kv_offload else NoTier()
         self.handoff = KVHandoff(self.fingerprint)
         self.pooling = Pooling(engine.pooling) if engine.pooling is not None else NoPooling()
-        scopes = long_rope_scopes(engine.model)  # LongRoPE: a long prompt's blocks keyed apart
+        scopes = [*model_features(engine), ThinkingBudget(engine.config.pretrained_config.vocab_size)]
         self.features = Features(self.lora, self.speculation, self.tier, self.handoff, self.pooling, *scopes)
         self.asleep = False  # sleep() released the KV cache
         self._make_kv_cache(num_blocks)
@@ -83,7 +84,7 @@ class EngineCore:
         kv = self.engine.model.new_kv_cache(num_blocks, bs)
         self.kv_block_bytes = kv.data.nbytes // num_blocks
         self.features.on_cache(self.blocks, kv)
-        self.runner = ModelRunner(self.engine.model, kv, self.blocks, self.lora, self.pooling)
+        self.runner = ModelRunner(self.engine.model, kv, self.blocks, self.lora, self.pooling, self.engine.vision)
         # check()ed requests not yet added; a check against an old cache's size no longer holds
         self._checked: weakref.WeakSet[GenerateRequest] = weakref.WeakSet()
 
@@ -281,7 +282,7 @@ class EngineCore:
             child.rope_long = parent.rope_long
             child.make_generator()
             if parent.params.guided is not None:  # the parent has accepted nothing yet: a fresh matcher
-                child.guided = self.grammars.new_state(parent.params.guided)
+                child.guided = self.grammars.new_state(parent.params.guided, parent.options.thinking_span)
             self.scheduler.fork(parent, child)
             self.groups[parent.seq.request].append(child)
             tok, lp = sample(row, [row_for(child, self.engine.eos_token_ids)])

@@ -39,7 +39,7 @@ class GrammarQueue:
             elif (err := fut.exception()) is not None:
                 failed.append((r, err))
             else:
-                r.guided = self.grammars.state_of(fut.result())  # not from the LRU: it may have evicted it
+                r.guided = self.grammars.state_of(fut.result(), r.options.thinking_span)  # not the LRU: it may evict it
                 ready.append(r)
         self._waiting = still
         return ready, failed

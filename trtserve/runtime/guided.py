@@ -11,6 +11,12 @@ Invariant: `state.num_accepted == len(output_token_ids)`. Preemption in this eng
 the KV cache but keeps the output tokens, so the matcher stays valid; `sync` rolls it back (or
 forward) to any other output length should a path drop or replay tokens.
 
+A reasoning model's grammar starts after its thinking (the request's `ThinkingSpan`): the state sees
+every output token, but only those from the answer's first on reach the matcher; while thinking
+its row is not masked. A reply that may still open its thinking (a one-token open tag, not yet
+written) may take the open tag besides what the grammar allows. A tag of several tokens that the
+prompt did not open is ordinary text there: the grammar applies from the first token.
+
 xgrammar (and TokenizerInfo, which walks the whole vocabulary) is loaded on the first
 constrained request, so servers that never see one pay nothing at start-up.
 
@@ -33,6 +39,7 @@ import torch
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.sampling import GuidedDecoding
+from trtserve.engine.thinking import ThinkingSpan
 
 DEFAULT_CACHE_SIZE = 128  # compiled grammars kept; a large JSON schema's is ~0.1-1 MB
 
@@ -121,15 +128,15 @@ class Grammars:
         fut.add_done_callback(lambda _: self._pending.pop(guide, None))
         return fut
 
-    def new_state(self, guide: GuidedDecoding) -> GuidedState:
-        return self.state_of(self.compile(guide))
+    def new_state(self, guide: GuidedDecoding, thinking: ThinkingSpan | None = None) -> GuidedState:
+        return self.state_of(self.compile(guide), thinking)
 
     @staticmethod
-    def state_of(compiled) -> GuidedState:
-        """A fresh matcher at the start of a compiled grammar."""
+    def state_of(compiled, thinking: ThinkingSpan | None = None) -> GuidedState:
+        """A fresh matcher at the start of a compiled grammar (after the thinking, for a reasoning model)."""
         import xgrammar as xgr
 
-        return GuidedState(xgr.GrammarMatcher(compiled))
+        return GuidedState(xgr.GrammarMatcher(compiled), thinking)
 
 
 def _compile(compiler, guide: GuidedDecoding):
@@ -182,38 +189,85 @@ def choice_ebnf(choices: list[str]) -> str:
 
 
 class GuidedState:
-    """One sequence's matcher; has accepted `num_accepted` of its output tokens."""
+    """One sequence's matcher; has seen `num_accepted` of its output tokens, and accepted those of its
+    answer (all of them without a thinking span)."""
 
-    def __init__(self, matcher):
+    def __init__(self, matcher, thinking: ThinkingSpan | None = None):
         self.matcher = matcher
-        self.num_accepted = 0
+        if thinking is not None and not thinking.starts_inside and len(thinking.open_ids) > 1:
+            thinking = None  # a tag of several tokens the prompt did not open: the grammar applies at once
+        self.thinking = thinking
+        self.tokens: list[int] = []  # the output tokens seen
+        self.answer_from: int | None = self._answer_from()  # where the matcher's tokens begin; None: thinking
+
+    @property
+    def num_accepted(self) -> int:
+        return len(self.tokens)
+
+    @property
+    def constraining(self) -> bool:
+        """The grammar shapes the next token (it does not while thinking)."""
+        return self.answer_from is not None or self._may_open
+
+    @property
+    def _may_open(self) -> bool:
+        """Nothing written yet, and the reply may still open its thinking with a one-token tag."""
+        return (
+            self.answer_from is None
+            and not self.tokens
+            and self.thinking is not None
+            and not self.thinking.starts_inside
+        )
+
+    def _answer_from(self) -> int | None:
+        return 0 if self.thinking is None else self.thinking.phase(self.tokens).answer_from
 
     def sync(self, output_ids: Sequence[int]) -> None:
-        """Make the matcher stand after exactly `output_ids` (rollback or replay)."""
+        """Make the state stand after exactly `output_ids` (rollback or replay)."""
         if self.num_accepted > len(output_ids):
-            self.matcher.rollback(self.num_accepted - len(output_ids))
-            self.num_accepted = len(output_ids)
+            keep = len(output_ids)
+            if self.answer_from is not None:
+                self.matcher.rollback(self.num_accepted - max(keep, self.answer_from))
+            del self.tokens[keep:]
+            if self.answer_from is not None and keep < self.answer_from:
+                self.answer_from = self._answer_from()
         for t in output_ids[self.num_accepted :]:
             self.accept(t)
 
     def accept(self, token: int) -> bool:
-        """Advance by the emitted token; False if the grammar refused it (the matcher is unchanged)."""
+        """Advance by the emitted token; False if the grammar refused it (the state is unchanged)."""
+        if self.answer_from is None:
+            if self._may_open and token != self.thinking.open_ids[0]:
+                self.answer_from = 0  # the reply does not think: the grammar starts here
+            else:
+                self.tokens.append(token)
+                if token == self.thinking.close_ids[-1] or len(self.tokens) <= len(self.thinking.open_ids):
+                    self.answer_from = self._answer_from()  # only a close tag's last token can end the thinking
+                return True
         ok = self.matcher.accept_token(token)
         if ok:
-            self.num_accepted += 1
+            self.tokens.append(token)
         return ok
+
+    def fill(self, bitmask, row: int) -> None:
+        """Row `row` of bitmask: the tokens allowed next (the open tag too while the reply may open it)."""
+        self.matcher.fill_next_token_bitmask(bitmask, row)
+        if self._may_open:
+            t = self.thinking.open_ids[0]
+            bit = 1 << (t % 32)
+            bitmask[row, t // 32] |= bit - 2**32 if bit >= 2**31 else bit  # int32 words
 
     @property
     def is_terminated(self) -> bool:
         """The grammar is complete and has accepted its stop token: nothing more may follow."""
-        return self.matcher.is_terminated()
+        return self.answer_from is not None and self.matcher.is_terminated()
 
 
 def apply_grammar_masks(logits: torch.Tensor, states: Sequence[GuidedState | None]) -> None:
     """In place: -inf for every token the row's grammar forbids. logits: (B, vocab); rows whose
-    state is None are left as they are (and cost nothing). A row whose other masks (min_tokens,
+    state is None or thinking are left as they are (and cost nothing). A row whose other masks (min_tokens,
     bad words, logit_bias) left no allowed token falls back to the grammar's choice alone."""
-    rows = [i for i, s in enumerate(states) if s is not None]
+    rows = [i for i, s in enumerate(states) if s is not None and s.constraining]
     if not rows:
         return
     import xgrammar as xgr
@@ -221,7 +275,7 @@ def apply_grammar_masks(logits: torch.Tensor, states: Sequence[GuidedState | Non
     vocab = logits.shape[1]
     bitmask = xgr.allocate_token_bitmask(len(rows), vocab)  # (R, ceil(vocab / 32)) int32, all allowed
     for j, i in enumerate(rows):
-        states[i].matcher.fill_next_token_bitmask(bitmask, j)
+        states[i].fill(bitmask, j)
     masked = logits[rows]  # (R, vocab) a copy
     xgr.apply_token_bitmask_inplace(masked, bitmask.to(logits.device), vocab_size=vocab)
     dead = ~torch.isfinite(masked).any(dim=-1)  # (R,) no token left after the grammar's mask

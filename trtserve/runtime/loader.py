@@ -4,19 +4,28 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError
 
 from trtserve.engine.errors import EngineIntegrityError, UserError
-from trtserve.engine.layout import ENGINE_WEIGHTS, POOLING_WEIGHTS, TOKENIZER_DIR, EngineConfig, read_engine_config
+from trtserve.engine.layout import (
+    ENGINE_WEIGHTS,
+    POOLING_WEIGHTS,
+    TOKENIZER_DIR,
+    VISION_WEIGHTS,
+    EngineConfig,
+    read_engine_config,
+)
 from trtserve.engine.manifest import Manifest, verify_engine_dir
 from trtserve.engine.options import EngineOptions, check_backend
 from trtserve.engine.rules import load_tokenizer
 from trtserve.models.decoder import DecoderModel
 from trtserve.models.pooling import PoolingHead
+from trtserve.models.vision import VisionEncoder
+from trtserve.runtime.features.vision import NoVision, Vision
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +40,7 @@ class LoadedEngine:
     eos_token_ids: frozenset[int]
     weights_seconds: float = 0.0  # reading (memory-mapping) the weights and building the model from them
     pooling: PoolingHead | None = None  # a pooling model's head (manifest.pooling); None: it generates
+    vision: NoVision = field(default_factory=NoVision)  # its vision encoder and cache (manifest.vision); text: none
 
 
 def default_device(device: str | None = None) -> torch.device:
@@ -74,6 +84,9 @@ def load_engine(
             f"embedding of {tuple(model.embed.shape)}; {rebuild}"
         )
     pooling = None if manifest.pooling is None else PoolingHead.load(manifest.pooling, path / POOLING_WEIGHTS, dev)
+    vision = NoVision()
+    if manifest.vision is not None:  # the tower and projector, with the encoder cache (features/vision.py)
+        vision = Vision(VisionEncoder.load(path / VISION_WEIGHTS, manifest.vision, dev, cfg.dtype))
     weights_seconds = time.perf_counter() - start
     tokenizer, eos = load_tokenizer(path / TOKENIZER_DIR)
-    return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos), weights_seconds, pooling)
+    return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos), weights_seconds, pooling, vision)

@@ -3,11 +3,13 @@
 A request's blocks are keyed by a hash chain: block k's key = H(key of block k-1, its token ids),
 and the chain starts at a root made of everything that must match for reuse to be safe:
 
-    root = H(engine fingerprint, cache_salt, cache_namespace, context_version, adapter hash)
+    root = H(engine fingerprint, cache_salt, cache_namespace, context_version, adapter hash[, image hashes])
 
 So a changed engine, a different salt, another namespace, another context version or another LoRA
 adapter (or none) never hits an old block: a block cached under version 7 is never reused by a
 request that says version 8, nor one computed under adapter A by a request of adapter B or the base.
+A prompt with images keys its chain by their content hashes, in order: its image tokens' ids are the
+same for every image, so only the same images reuse its blocks (a text-only prompt's root is unchanged).
 
 To count the reuse that the version refused (a metric), the first block of a namespaced,
 versioned chain also gets a *head* key: the same hash with the version left out. A lookup that
@@ -36,6 +38,7 @@ class PrefixScope:
     namespace: str | None = None  # cache_namespace: a named context (invalidated as a whole)
     version: int | None = None  # context_version: the state of that context the prompt was built from
     adapter: str | None = None  # the LoRA adapter's content hash (AdapterRef.content_hash); None: the base model
+    images: tuple[str, ...] = ()  # the prompt's images' content hashes (ImageInput.content_hash), in order
 
     @classmethod
     def of(cls, scope: PrefixScope | str | None) -> PrefixScope:
@@ -56,8 +59,13 @@ class PrefixScope:
 def chain_root(fingerprint: str, scope: PrefixScope | str | None) -> bytes:
     s = PrefixScope.of(scope)
     # JSON keeps the fields apart: no salt can be chosen to collide with another namespace.
-    text = json.dumps([fingerprint, s.salt or "", s.namespace, s.version, s.adapter])
+    text = json.dumps([fingerprint, s.salt or "", s.namespace, s.version, s.adapter, *_images(s)])
     return hashlib.blake2b(text.encode(), digest_size=16).digest()
+
+
+def _images(scope: PrefixScope) -> list[list[str]]:
+    """The root's image part: none for a text-only prompt (its keys stay as they were, KV tiers included)."""
+    return [list(scope.images)] if scope.images else []
 
 
 def block_key(parent: bytes, tokens: Sequence[int]) -> bytes:
@@ -68,7 +76,7 @@ def head_key(fingerprint: str, scope: PrefixScope, first_block: Sequence[int]) -
     """The version-free key of a versioned chain's first block (None for an unversioned scope)."""
     if scope.version is None:
         return None
-    text = json.dumps([fingerprint, scope.salt or "", scope.namespace, "*", scope.adapter])
+    text = json.dumps([fingerprint, scope.salt or "", scope.namespace, "*", scope.adapter, *_images(scope)])
     root = hashlib.blake2b(text.encode(), digest_size=16)
     return block_key(root.digest(), first_block)
 

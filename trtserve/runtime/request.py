@@ -72,7 +72,8 @@ class Request:
         o = self.options
         adapter = o.adapter.content_hash if o.adapter is not None else None
         salt = f"{o.cache_salt or ''}\x00long-rope" if self.rope_long else o.cache_salt
-        return PrefixScope(salt, o.cache_namespace, o.context_version, adapter)
+        images = tuple(img.content_hash for img in o.images)  # its images' content (features/vision.py)
+        return PrefixScope(salt, o.cache_namespace, o.context_version, adapter, images)
 
     @property
     def num_tokens(self) -> int:

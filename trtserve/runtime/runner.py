@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -16,6 +16,7 @@ from trtserve.models.lora_step import Stack, segments_of, stack
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.features.lora import NoLora
 from trtserve.runtime.features.pooling import NoPooling
+from trtserve.runtime.features.vision import NoVision
 from trtserve.runtime.sampler import logprobs_of
 from trtserve.runtime.schedule import SchedulerOutput
 
@@ -57,8 +58,10 @@ class ModelRunner:
         blocks: BlockManager,
         lora: NoLora | None = None,
         pooling: NoPooling | None = None,
+        vision: NoVision | None = None,
     ):
         self.model, self.kv, self.blocks, self.lora = model, kv, blocks, lora or NoLora()
+        self.vision = vision or NoVision()  # the image rows whose embeddings the encoder's output replaces
         self.pooling = pooling or NoPooling()  # which rows' final hidden states a pooling chunk needs
         self._stacks: OrderedDict[tuple[LoraWeights, ...], Stack] = OrderedDict()  # by adapter set, LRU
         self._last_set: tuple[LoraWeights, ...] = ()  # the previous step's adapters
@@ -91,6 +94,8 @@ class ModelRunner:
         batch = make_batch(
             seqs, self.kv.tokens_per_block, cfg.attention_windows, self.model.device, rows_per_seq, group
         )
+        if (embeds := self.vision.embeds(step.chunks)) is not None:
+            batch = replace(batch, embeds=embeds)
         lora = None
         if self.lora.enabled:  # each chunk's rows under its adapter (active: the scheduler holds it)
             w = [self.lora.weights(c.request) for c in step.chunks]

@@ -3,7 +3,8 @@ top-k/top-p/min-p, logprobs.
 
 Rows are processed as one batch where the math allows; only the draw itself runs per request,
 with the request's own generator, so a seeded request gets the same tokens in any batch.
-Order: penalties, logit_bias, min_tokens and bad-word masks, then the grammar's mask (guided.py).
+Order: penalties, logit_bias, min_tokens and bad-word masks, then the grammar's mask (guided.py),
+then a forced token (a spent thinking budget, features/thinking.py) over all of them.
 Logprobs are those of that final distribution, before temperature: a constrained sequence
 reports logprobs after masking (forbidden tokens have -inf and never appear among the top-N).
 """
@@ -16,6 +17,7 @@ from dataclasses import dataclass
 import torch
 
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
+from trtserve.runtime.features.thinking import forced_token
 from trtserve.runtime.guided import GuidedState, apply_grammar_masks
 from trtserve.runtime.request import Request
 
@@ -28,6 +30,7 @@ class SampleRow:
     generator: torch.Generator | None
     banned_until_min: Sequence[int] = ()  # EOS and stop ids, masked while output < min_tokens
     guided: GuidedState | None = None  # the sequence's grammar matcher, standing after output_ids
+    forced: int | None = None  # the only token it may emit next (its thinking budget is spent)
 
 
 def row_for(r: Request, eos_token_ids, ahead: list[int] | None = None) -> SampleRow:
@@ -36,7 +39,7 @@ def row_for(r: Request, eos_token_ids, ahead: list[int] | None = None) -> Sample
     if r.guided is not None and ahead is None:
         r.guided.sync(r.output_token_ids)  # a no-op unless a path dropped or replayed tokens
     output = r.output_token_ids + ahead if ahead else r.output_token_ids
-    return SampleRow(r.params, r.prompt_token_ids, output, r.generator, banned, r.guided)
+    return SampleRow(r.params, r.prompt_token_ids, output, r.generator, banned, r.guided, forced_token(r, output))
 
 
 # Repetition penalties below this divide as this: logits / 5e-324 overflowed to inf, and softmax and
@@ -85,6 +88,15 @@ def apply_bad_words(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
                 logits[i, last] = float("-inf")
 
 
+def apply_forced(logits: torch.Tensor, rows: Sequence[SampleRow]) -> None:
+    """In place: a row with a forced token keeps only that token (kept finite if a mask had removed it)."""
+    for i, r in enumerate(rows):
+        if r.forced is not None:
+            keep = logits[i, r.forced].clamp_min(torch.finfo(logits.dtype).min)
+            logits[i] = float("-inf")
+            logits[i, r.forced] = keep
+
+
 def logprobs_of(logprobs: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
     """logprobs: (vocab,) log-softmax of one row."""
     lp = float(logprobs[token])
@@ -105,6 +117,7 @@ def processed(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
     apply_logit_bias(logits, rows)
     apply_bad_words(logits, rows)
     apply_grammar_masks(logits, [r.guided for r in rows])
+    apply_forced(logits, rows)
     return logits
 
 

@@ -54,6 +54,8 @@ class ServeConfig(BaseModel):
     tool_call_parser: str | None = (
         None  # hermes | qwen3_coder | llama3_json | pythonic | mistral | harmony | deepseek_v3
     )
+    # hosts whose http(s) image URLs may be fetched (docs/vision.md); empty: images come as data: URLs only
+    allowed_media_domains: list[str] = []
     default_chat_template_kwargs: dict = {}  # template variables of every chat request, e.g. {enable_thinking: false}
     engine: RuntimeConfig = RuntimeConfig()  # the engine section: KV-cache budget, limits, engine options
 

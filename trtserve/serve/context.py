@@ -26,6 +26,7 @@ class RequestContext:
     cached_tokens: int | None = None
     queue_ms: float | None = None  # milliseconds its first generation to be scheduled waited in the engine's queue
     span: RequestSpan = NO_SPAN  # its trace's server span (serve/telemetry/tracing.py); NO_SPAN when off
+    frontend: str = "other"  # the API it came by, a label of the request metrics (`frontend_of`)
 
     def routed(self, model: str, version: int | str) -> None:
         self.model, self.version = model, str(version)
@@ -60,9 +61,22 @@ class RequestContext:
         return fields
 
 
+# path prefix -> front end, the first that matches (the `frontend` label of the request metrics)
+FRONTENDS = (
+    ("/v1/messages", "anthropic"),
+    ("/v1/responses", "responses"),
+    ("/v1/", "openai"),
+    ("/v2/", "kserve"),
+)
+
+
+def frontend_of(path: str) -> str:
+    return next((name for prefix, name in FRONTENDS if path.startswith(prefix)), "other")
+
+
 def open_context(scope: dict) -> RequestContext:
     """The middleware's: a new context for this HTTP request."""
-    context = scope[_KEY] = RequestContext()
+    context = scope[_KEY] = RequestContext(frontend=frontend_of(scope.get("path", "")))
     return context
 
 

@@ -140,7 +140,8 @@ class GenerationRun:
     async def deltas(self) -> AsyncIterator[TextDelta]:
         """Raises APIError 504 on the deadline and 500 if the engine failed the request."""
         svc, req = self.service, self.req
-        m, labels = svc.metrics, (svc.model_name, svc.version, self.protocol)
+        frontend = self.context.frontend if self.context is not None else "other"
+        m, labels = svc.metrics, (svc.model_name, svc.version, self.protocol, frontend)
         itl = m.itl.labels(*labels)  # resolved once: it is observed for every token
         start = last = time.monotonic()
         first, ok, queued = True, False, None

@@ -52,6 +52,11 @@ class ReasoningParser:
     def _split(self, text: str, final: bool) -> tuple[str, str]:
         return "", text
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """Where the whole reply's reasoning lies: [start, end) character ranges of `text`, tags
+        excluded (what `parse` returns, before its whitespace is stripped)."""
+        return []
+
 
 class ThinkParser(ReasoningParser):
     """`<think>reasoning</think>answer`; reasoning and the answer's start are stripped of whitespace."""
@@ -77,6 +82,17 @@ class ThinkParser(ReasoningParser):
             return reasoning.strip(), ""
         return text[start:end].strip(), text[end + len(self.CLOSE) :].lstrip()
 
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        head = text.lstrip()
+        if head.startswith(self.OPEN):
+            start = len(text) - len(head) + len(self.OPEN)
+        elif self.starts_inside:
+            start = 0
+        else:
+            return []
+        end = text.find(self.CLOSE, start)
+        return [(start, len(text) if end < 0 else end)]
+
 
 class HarmonyReasoningParser(ReasoningParser):
     """gpt-oss: `analysis` is reasoning; messages to a recipient go on, as written, to the tool parser
@@ -101,6 +117,15 @@ class HarmonyReasoningParser(ReasoningParser):
             else:
                 content.append(m.body)
         return "\n\n".join(reasoning), "".join(content)
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        out, pos = [], 0
+        for m in harmony.split(text, True):
+            at = text.find(m.body, pos)
+            if m.channel == "analysis" and m.recipient is None and m.body:
+                out.append((at, at + len(m.body)))
+            pos = at + len(m.body)
+        return out
 
 
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {

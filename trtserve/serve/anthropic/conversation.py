@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from trtserve.serve.anthropic.protocol import (
     CountTokensRequest,
+    ImageBlock,
     MessagesRequest,
     TextBlock,
     ThinkingBlock,
@@ -20,7 +21,8 @@ from trtserve.serve.anthropic.protocol import (
     ToolUseBlock,
 )
 from trtserve.serve.errors import APIError
-from trtserve.serve.openai.protocol import ChatCompletionRequest, ChatMessage
+from trtserve.serve.openai.content import ImageURL, ImageURLPart
+from trtserve.serve.openai.protocol import ChatCompletionRequest, ChatMessage, TextPart
 from trtserve.serve.openai.tools import FunctionCall, FunctionDef, NamedFunction, NamedToolChoice, Tool, ToolCall
 
 # Fields that mean the same on both APIs (by chat's name), passed through as they are.
@@ -58,18 +60,27 @@ def chat_messages(req: CountTokensRequest) -> list[ChatMessage]:
         if m.role == "assistant":
             out.append(_assistant(m.blocks()))
             continue
-        text: list[str] = []
+        text: list[str | ImageURLPart] = []
         for b in m.blocks():
             if isinstance(b, ToolResultBlock):
                 if text:
-                    out.append(ChatMessage(role=m.role, content="".join(text)))
+                    out.append(ChatMessage(role=m.role, content=_content(text)))
                     text = []
                 out.append(ChatMessage(role="tool", tool_call_id=b.tool_use_id, content=b.text()))
             elif isinstance(b, TextBlock):
                 text.append(b.text)
+            elif isinstance(b, ImageBlock):  # chat's image_url part (docs/vision.md)
+                text.append(ImageURLPart(type="image_url", image_url=ImageURL(url=b.url())))
         if text or not m.blocks():
-            out.append(ChatMessage(role=m.role, content="".join(text)))
+            out.append(ChatMessage(role=m.role, content=_content(text)))
     return out
+
+
+def _content(parts: list[str | ImageURLPart]) -> str | list:
+    """A user message's text, or its parts where it holds an image."""
+    if all(isinstance(p, str) for p in parts):
+        return "".join(parts)
+    return [TextPart(type="text", text=p) if isinstance(p, str) else p for p in parts]
 
 
 def _assistant(blocks: list) -> ChatMessage:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from trtserve.serve.json_body import JsonBody
 from trtserve.serve.openai.schema_rules import absent, present
@@ -60,18 +60,35 @@ class RedactedThinkingBlock(_Part):
     data: str  # opaque; this server writes none, and drops it from the prompt
 
 
-UserBlock = Annotated[TextBlock | ToolResultBlock, Field(discriminator="type")]
+class ImageSourceBlock(_Part):
+    type: Literal["base64", "url"]
+    media_type: str | None = None  # base64: image/png | image/jpeg | image/webp
+    data: str | None = None  # base64: the file's bytes
+    url: str | None = None  # url: fetched only from --allowed-media-domains (docs/vision.md)
+
+
+class ImageBlock(_Part):
+    type: Literal["image"]
+    source: ImageSourceBlock
+
+    def url(self) -> str:
+        """The image as chat's image_url takes it: a data: URL, or the URL."""
+        s = self.source
+        return f"data:{s.media_type or 'image/png'};base64,{s.data or ''}" if s.type == "base64" else s.url or ""
+
+
+UserBlock = Annotated[TextBlock | ToolResultBlock | ImageBlock, Field(discriminator="type")]
 AssistantBlock = Annotated[
     TextBlock | ThinkingBlock | RedactedThinkingBlock | ToolUseBlock, Field(discriminator="type")
 ]
 # The block types each role takes (as the models below say); anything else is refused, by name,
 # before the blocks are parsed.
 ROLE_BLOCKS = {
-    "user": ("text", "tool_result"),
+    "user": ("text", "tool_result", "image"),
     "assistant": ("text", "thinking", "redacted_thinking", "tool_use"),
     "system": ("text",),
 }
-_LATER = {"image", "document", "search_result"}  # Anthropic's, refused until the vision issue lands
+_LATER = {"document", "search_result"}  # Anthropic's, refused until trtserve reads them
 
 
 class _Turn(_Part):
@@ -135,11 +152,22 @@ class ToolChoiceNone(JsonBody):
 ToolChoice = Annotated[ToolChoiceAuto | ToolChoiceAny | ToolChoiceTool | ToolChoiceNone, Field(discriminator="type")]
 
 
+MIN_THINKING_BUDGET = 1024  # Anthropic's floor for thinking.budget_tokens (its SDK types say so too)
+
+
 class ThinkingEnabled(JsonBody):
     model_config = ConfigDict(extra="forbid")
     type: Literal["enabled"]
-    budget_tokens: int = Field(ge=1, lt=2**31)  # below max_tokens; Anthropic's floor of 1024 is not kept
+    # the engine's thinking budget: at least 1024 and below max_tokens, as Anthropic's API requires
+    budget_tokens: int = Field(lt=2**31, json_schema_extra={"minimum": MIN_THINKING_BUDGET})
     display: Literal["summarized", "omitted"] | None = None
+
+    @field_validator("budget_tokens")
+    @classmethod
+    def _floor(cls, v: int) -> int:
+        if v < MIN_THINKING_BUDGET:
+            raise ValueError(f"must be at least {MIN_THINKING_BUDGET}, as Anthropic's API requires (got {v})")
+        return v
 
 
 class ThinkingAdaptive(JsonBody):
@@ -257,6 +285,13 @@ class CountTokensRequest(RequestOptionFields):
         """output_config.effort as the reasoning_effort templates take (low / medium / high)."""
         effort = self.output_config.effort if self.output_config else None
         return "high" if effort in ("xhigh", "max") else effort
+
+    def thinking_budget(self) -> int | None:
+        """The engine's thinking budget: `budget_tokens` when enabled, 0 when disabled (a model that
+        thinks anyway is closed at once), none when adaptive or unset."""
+        if isinstance(self.thinking, ThinkingEnabled):
+            return self.thinking.budget_tokens
+        return 0 if isinstance(self.thinking, ThinkingDisabled) else None
 
     def shows_thinking(self) -> bool:
         """false: the model's thinking is split off and dropped (`thinking: {"type": "disabled"}`)."""

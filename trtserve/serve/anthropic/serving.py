@@ -23,6 +23,8 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
 from trtserve.serve.group import closing, collect_all, merged
+from trtserve.serve.images import load_images_now
+from trtserve.serve.openai.content import image_sources
 from trtserve.serve.openai.serving import OpenAIServing
 from trtserve.text.outputs import RequestOutput
 
@@ -101,9 +103,11 @@ class MessagesServing:
         plan, params = split.plan_reply(self.chat, prompt, params, req.shows_thinking())
         builder = BlockBuilder(split.Splitter(plan), req.omits_thinking(), req.parallel())
         rid = new_id("msg")
-        run = self.chat.svc.start(
-            prompt.ids, params, req.request_options(client_id=rid), timeout=req.timeout, context=context
+        images = load_images_now(self.chat.svc, [s for m in chat_req.messages for s in image_sources(m)])
+        options = req.request_options(
+            client_id=rid, thinking_span=plan.thinking_span(req.thinking_budget(), params.guided), images=images
         )
+        run = self.chat.svc.start(prompt.ids, params, options, timeout=req.timeout, context=context)
         return Turn(rid, prompt, run, builder, self.chat.served_name)
 
     # ---- stream: true ------------------------------------------------------------------------

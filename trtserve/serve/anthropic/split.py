@@ -34,7 +34,10 @@ def plan_reply(
     chat: OpenAIServing, prompt: Prompt, params: SamplingParams, include_reasoning: bool
 ) -> tuple[ReplyPlan, SamplingParams]:
     """How the reply is read, and the params that keep what its parsers read (special tokens)."""
-    plan = reply_plan(chat.tok, chat.svc.config, prompt.tools, prompt.ids, constrained(params), include_reasoning)
+    thinks = chat.svc.engine.info.capabilities.thinking
+    plan = reply_plan(
+        chat.tok, chat.svc.config, prompt.tools, prompt.ids, constrained(params), include_reasoning, thinks
+    )
     return plan, plan.params(params)
 
 

@@ -86,7 +86,9 @@ class CallLog:
 
     def __init__(self, server: ServerState, method: str, rid: str, metadata: dict[str, str] | None = None):
         self.server, self.method, self.rid = server, method, rid
-        self.context = RequestContext()  # the routed version, then tokens and ttft: filled by GenerationRun
+        self.context = RequestContext(
+            frontend="kserve"
+        )  # the routed version, then tokens and ttft: filled by GenerationRun
         if metadata is not None and method not in HEALTH:
             self.context.span = server.tracing.server_span(
                 SERVICE.strip("/") + "/" + method,

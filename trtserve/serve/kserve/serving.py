@@ -10,12 +10,14 @@ from starlette.requests import Request as HTTPRequest
 
 import trtserve
 from trtserve.engine.errors import UserError
+from trtserve.engine.vision import ImageInput
 from trtserve.serve import speculative
 from trtserve.serve.config import MAX_CLIENT_ID
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun, GenerationService
 from trtserve.serve.group import admit_all, collect_all
+from trtserve.serve.images import ImageSource, load_images, load_images_now, prompt_with_images
 from trtserve.serve.kserve.infer import OPTIONAL_INPUTS, OUTPUTS, InferCall, infer_call
 from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
 from trtserve.serve.sse import event
@@ -72,12 +74,20 @@ class KServeServing:
 
     # ---- requests -> runs ------------------------------------------------------------------------
     def _start(
-        self, prompt: str, g: GenerateInputs, rid: str, context: RequestContext, priority: float | None = None, **kw
+        self,
+        prompt: str,
+        g: GenerateInputs,
+        rid: str,
+        context: RequestContext,
+        priority: float | None = None,
+        images: tuple[ImageInput, ...] = (),
+        **kw,
     ) -> GenerationRun:
-        """priority: the infer call's (default: g's); kw: timeout (default: g's), protocol."""
-        ids = list(self.tok.encode(prompt))
+        """priority: the infer call's (default: g's); images: generate's image_input, one placeholder each in
+        the prompt (docs/vision.md); kw: timeout (default: g's), protocol."""
+        ids = prompt_with_images(self.svc, list(self.tok.encode(prompt)), len(images))
         params = g.sampling_params([list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words])
-        given = {"client_id": rid} | ({} if priority is None else {"priority": priority})
+        given = {"client_id": rid, "images": images} | ({} if priority is None else {"priority": priority})
         return self.svc.start(ids, params, g.request_options(**given), context=context, **{"timeout": g.timeout} | kw)
 
     def _text(self, prompt: str, out: RequestOutput, g: GenerateInputs) -> list[str]:
@@ -155,6 +165,7 @@ class KServeServing:
         if not isinstance(body, dict):
             raise APIError(400, "the generate body must be a JSON object")
         body = dict(body)
+        body.pop("image_input", None)  # read by _image_sources
         text = body.pop("text_input", None)
         if isinstance(text, list) and len(text) == 1:
             text = text[0]
@@ -168,11 +179,24 @@ class KServeServing:
             raise APIError(400, f"id must be a string of at most {MAX_CLIENT_ID} characters")
         return text, client_id, generate_inputs({**params, **body})
 
+    @staticmethod
+    def _image_sources(body) -> list[ImageSource]:
+        """generate's image_input: base64 images or data: URLs (one or a list), beside text_input."""
+        given = body.get("image_input") if isinstance(body, dict) else None
+        given = [given] if isinstance(given, str) else given or []
+        if not isinstance(given, list) or not all(isinstance(x, str) for x in given):
+            raise APIError(400, "image_input must be a base64 image or data: URL, or a list of them")
+        return [
+            ImageSource(url=x) if x.startswith(("data:", "http:", "https:")) else ImageSource(base64=x) for x in given
+        ]
+
     async def generate(self, body: dict, http: HTTPRequest, context: RequestContext) -> JSONResponse:
+        images = await load_images(self.svc, self._image_sources(body))
         text, client_id, g = self._generate_args(body)
         if g.stream:
             raise APIError(400, "stream: true needs the generate_stream endpoint")
-        run = self._start(text, g, client_id if client_id is not None else self.svc.new_id("gen"), context)
+        rid = client_id if client_id is not None else self.svc.new_id("gen")
+        run = self._start(text, g, rid, context, images=images)
         (out,) = await collect_all([run], http)
         texts = self._text(text, out, g)
         resp = {
@@ -194,8 +218,10 @@ class KServeServing:
         return JSONResponse(resp)
 
     def generate_stream(self, body: dict, context: RequestContext) -> StreamingResponse:
+        images = load_images_now(self.svc, self._image_sources(body))
         text, client_id, g = self._generate_args(body)
-        run = self._start(text, g, client_id if client_id is not None else self.svc.new_id("gen"), context)
+        rid = client_id if client_id is not None else self.svc.new_id("gen")
+        run = self._start(text, g, rid, context, images=images)
         prefix = "" if g.exclude_input_in_output else text
 
         async def events():

@@ -12,6 +12,7 @@ from trtserve.engine.sampling import MAX_LOGPROBS, GuidedDecoding, SamplingParam
 from trtserve.serve import speculative
 from trtserve.serve.json_body import JsonBody
 from trtserve.serve.openai import schema_rules as rules
+from trtserve.serve.openai.content import ImageURLPart
 from trtserve.serve.openai.tools import Tool, ToolCall, ToolChoice, ToolPlan
 from trtserve.serve.request_fields import RequestOptionFields
 from trtserve.serve.telemetry.timings import metrics_field
@@ -255,7 +256,7 @@ class TextPart(JsonBody):
 class ChatMessage(JsonBody):
     model_config = ConfigDict(extra="forbid")
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: str | list[TextPart] | None = None
+    content: str | list[Annotated[TextPart | ImageURLPart, Field(discriminator="type")]] | None = None
     name: str | None = None
     tool_calls: list[ToolCall] | None = None  # an assistant's earlier calls
     tool_call_id: str | None = None  # role "tool": the call this message answers
@@ -265,7 +266,7 @@ class ChatMessage(JsonBody):
 
     def text(self) -> str:
         if isinstance(self.content, list):
-            return "".join(p.text for p in self.content)
+            return "".join(p.text for p in self.content if isinstance(p, TextPart))
         return self.content or ""
 
 
@@ -284,6 +285,8 @@ class ChatCompletionRequest(SamplingFields):
     chat_template_kwargs: dict[str, Any] | None = None
     reasoning_effort: Literal["minimal", "low", "medium", "high"] | None = None  # for templates that read it
     include_reasoning: bool = True  # false: the reasoning is split off and not returned
+    # vLLM's: after this many reasoning tokens the engine closes the thinking and the answer follows
+    thinking_token_budget: int | None = Field(None, ge=0, lt=2**31)
 
     def asked_max_tokens(self) -> int | None:
         return self.max_completion_tokens or self.max_tokens

@@ -8,13 +8,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from trtserve.engine.sampling import SamplingParams
+from trtserve.engine.sampling import GuidedDecoding, SamplingParams
+from trtserve.engine.thinking import ThinkingSpan
 from trtserve.serve.errors import APIError
 from trtserve.serve.openai.tools import ToolCallStream, ToolPlan
 from trtserve.text.reasoning import (
     REASONING_PARSERS,
     HarmonyReasoningParser,
     ReasoningParser,
+    ThinkParser,
     opens_reasoning,
     reasoning_parser_of_template,
 )
@@ -47,10 +49,41 @@ class ReplyPlan:
     reasoning: str  # a REASONING_PARSERS name; "none": the whole reply is the answer
     starts_inside: bool  # the prompt opened `<think>`: the reply begins inside the reasoning
     include_reasoning: bool = True  # false: reasoning is split off and dropped
+    # the `<think>` and `</think>` tags' token ids, for a think-tag parser on an engine that reads a
+    # ThinkingSpan (its `thinking` capability); None: no span is sent
+    tags: tuple[tuple[int, ...], tuple[int, ...]] | None = None
 
     @property
     def thinks(self) -> bool:
         return self.reasoning != "none"
+
+    def thinking_span(self, budget: int | None, guided: GuidedDecoding | None) -> ThinkingSpan | None:
+        """What the engine needs to close the thinking at `budget` tokens and to start a grammar after
+        it. None without think tags, or with a grammar over the whole reply (`guided_grammar`), which
+        owns the thinking too. A budget the engine cannot enforce is a 400."""
+        if self.tags is None and budget is not None and self.reasoning == "think":
+            raise APIError(400, "this engine enforces no thinking budget (the torch backend does); leave it out")
+        if self.tags is None or (guided is not None and guided.kind == "grammar"):
+            return None
+        return ThinkingSpan(
+            open_ids=self.tags[0], close_ids=self.tags[1], starts_inside=self.starts_inside, budget=budget
+        )
+
+    def reasoning_tokens(self, tok, token_ids: list[int], skip_special_tokens: bool) -> int:
+        """How many of a reply's tokens the reasoning parser puts in its reasoning: those whose text lies
+        wholly inside its reasoning spans (tags excluded), token-exact."""
+        if not self.thinks or not token_ids:
+            return 0
+        lengths = PrefixLengths(tok, token_ids, skip_special_tokens)
+        parser = REASONING_PARSERS[self.reasoning](self.starts_inside)
+        return sum(lengths.tokens_within(a, b) for a, b in parser.spans(lengths.text))
+
+    def usage_details(self, tok, outputs, skip_special_tokens: bool) -> dict:
+        """Chat usage's `completion_tokens_details` for a thinking model's outputs (RequestOutput)."""
+        if not self.thinks:
+            return {}
+        n = sum(self.reasoning_tokens(tok, c.token_ids, skip_special_tokens) for o in outputs for c in o.outputs)
+        return {"completion_tokens_details": {"reasoning_tokens": n}}
 
     def params(self, params: SamplingParams) -> SamplingParams:
         """The sampling params, keeping special tokens in the text where a parser reads them."""
@@ -63,17 +96,68 @@ class ReplyPlan:
 
 
 def reply_plan(
-    tok, config, tools: ToolPlan, prompt_ids: list[int], constrained: bool, include: bool = True
+    tok,
+    config,
+    tools: ToolPlan,
+    prompt_ids: list[int],
+    constrained: bool,
+    include: bool = True,
+    engine_thinks: bool = True,
 ) -> ReplyPlan:
     """The parsers for a request: the server's (`--reasoning-parser`), else the chat template's.
-    `constrained`: a grammar shapes the output from its first token (the engine applies it there),
-    so the reply holds no reasoning and is read as the answer only."""
+    `constrained`: a grammar shapes the answer. With think tags the engine applies it after the
+    thinking (the request's ThinkingSpan); with harmony's channels from the first token, so that
+    reply holds no reasoning and is read as the answer only. `engine_thinks`: the engine reads a
+    ThinkingSpan (its `thinking` capability); without, a grammar applies from the first token there too."""
     template = getattr(tok, "chat_template", None)
     name = config.reasoning_parser or reasoning_parser_of_template(template)
-    if constrained:
+    think = REASONING_PARSERS[name] is ThinkParser and engine_thinks
+    if constrained and not think:
         name = "none"
     tail = tok.decode(prompt_ids[-16:], skip_special_tokens=False) if name != "none" else ""
-    return ReplyPlan(tools, name, opens_reasoning(tail, name), include)
+    tags = (_ids(tok, ThinkParser.OPEN), _ids(tok, ThinkParser.CLOSE)) if think else None
+    return ReplyPlan(tools, name, opens_reasoning(tail, name), include, tags)
+
+
+def _ids(tok, text: str) -> tuple[int, ...]:
+    return tuple(tok.encode(text, add_special_tokens=False))
+
+
+class PrefixLengths:
+    """The characters each prefix of a reply's tokens decodes to, computed as asked (a binary search
+    asks O(log n) of them)."""
+
+    def __init__(self, tok, token_ids: list[int], skip_special_tokens: bool):
+        self.tok, self.ids, self.skip = tok, token_ids, skip_special_tokens
+        self._lengths = {0: 0}
+        self.text = self._decode(len(token_ids))
+
+    def _decode(self, k: int) -> str:
+        return self.tok.decode(self.ids[:k], skip_special_tokens=self.skip)
+
+    def length(self, k: int) -> int:
+        if k not in self._lengths:
+            self._lengths[k] = len(self._decode(k))
+        return self._lengths[k]
+
+    def _first(self, chars: int) -> int:
+        """The fewest tokens whose text reaches `chars` characters (all of them if none does)."""
+        lo, hi = 0, len(self.ids)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.length(mid) >= chars:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def tokens_within(self, start: int, end: int) -> int:
+        """Tokens whose text lies wholly in characters [start, end)."""
+        first = self._first(start)  # tokens from `first` on start at or after `start`
+        last = self._first(end + 1)  # tokens before `last - 1` end at or before `end`
+        if self.length(last) <= end:  # every token ends by `end`
+            last += 1
+        return max(0, last - 1 - first)
 
 
 class ReplyStream:

@@ -13,13 +13,17 @@ from starlette.requests import Request as HTTPRequest
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.sampling import SamplingParams
+from trtserve.engine.thinking import ThinkingSpan
+from trtserve.engine.vision import ImageInput
 from trtserve.serve import speculative
 from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.generation import GenerationRun, GenerationService
 from trtserve.serve.group import admit_all, collect_all, merged
+from trtserve.serve.images import load_images, prompt_with_images
 from trtserve.serve.openai import protocol as p
 from trtserve.serve.openai import tools
+from trtserve.serve.openai.content import image_sources
 from trtserve.serve.openai.reply import ReplyPlan, reply_plan, template_kwargs
 from trtserve.serve.receipts.model import receipt_field
 from trtserve.serve.repository import adapters as lora
@@ -74,14 +78,22 @@ class OpenAIServing:
             )
         except Exception as err:  # jinja raises for conversations the template rejects
             raise APIError(400, f"the chat template rejected these messages: {err}", "messages") from None
-        return list(enc["input_ids"])
+        num_images = sum(len(image_sources(m)) for m in messages)  # each placeholder as the model's image rows
+        return prompt_with_images(self.svc, list(enc["input_ids"]), num_images)
 
     def _start(
-        self, client_id: str, ids: list[int], params: SamplingParams, body: p.SamplingFields, context: RequestContext
+        self,
+        client_id: str,
+        ids: list[int],
+        params: SamplingParams,
+        body: p.SamplingFields,
+        context: RequestContext,
+        thinking: ThinkingSpan | None = None,
+        images: tuple[ImageInput, ...] = (),
     ) -> GenerationRun:
-        return self.svc.start(
-            ids, params, body.request_options(client_id=client_id), timeout=body.timeout, context=context
-        )
+        """thinking: the reply's think tags and budget (ReplyPlan.thinking_span)."""
+        options = body.request_options(client_id=client_id, thinking_span=thinking, images=images)
+        return self.svc.start(ids, params, options, timeout=body.timeout, context=context)
 
     @staticmethod
     async def stream(events: AsyncIterator[str]) -> AsyncIterator[str]:
@@ -172,17 +184,22 @@ class OpenAIServing:
         cfg = self.svc.config
         plan = body.tool_plan(getattr(self.tok, "chat_template", None), cfg.tool_call_parser)
         kwargs = template_kwargs(cfg.default_chat_template_kwargs, body.chat_template_kwargs, body.reasoning_effort)
+        images = await load_images(self.svc, [s for m in body.messages for s in image_sources(m)])  # off the loop
         ids = self.encode_chat(body.messages, body.add_generation_prompt, plan.template_tools(), kwargs)
         top = body.top_logprobs or 0 if body.logprobs else None
         max_tokens = self.max_tokens(body.max_completion_tokens or body.max_tokens, len(ids))
         rid = self.svc.new_id("chatcmpl")
         params = body.sampling_params(max_tokens, top, guided=plan.guided())
-        reply = reply_plan(self.tok, cfg, plan, ids, constrained(params), body.include_reasoning)
+        thinks = self.svc.engine.info.capabilities.thinking
+        reply = reply_plan(self.tok, cfg, plan, ids, constrained(params), body.include_reasoning, thinks)
         params = reply.params(params)
-        runs = [self._start(f"{rid}-0", ids, params, body, context)]  # one prompt: its n sequences share one run
+        span = reply.thinking_span(body.thinking_token_budget, params.guided)
+        runs = [
+            self._start(f"{rid}-0", ids, params, body, context, span, images)
+        ]  # one prompt: its n sequences share one run
         name = self.served_name
         if body.stream:
-            return self.stream(self._stream_chat(rid, name, body, runs, reply))
+            return self.stream(self._stream_chat(rid, name, body, runs, reply, params.skip_special_tokens))
         (out,) = await collect_all(runs, http)
         choices = []
         for c in out.outputs:
@@ -197,10 +214,13 @@ class OpenAIServing:
                     "stop_reason": c.stop_reason,
                 }
             )
-        usage = p.usage([out], body.return_spec_decode_stats)
+        usage = p.usage([out], body.return_spec_decode_stats) | reply.usage_details(
+            self.tok, [out], params.skip_special_tokens
+        )
         return p.envelope("chat.completion", rid, name, choices, usage) | {"receipt": receipt_field(runs)}
 
-    async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs, reply: ReplyPlan):
+    async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs, reply: ReplyPlan, skip: bool):
+        """skip: the run's skip_special_tokens (its text, which the reasoning count decodes again)."""
         kind = "chat.completion.chunk"
         for j in range(body.n):
             yield event(
@@ -234,9 +254,9 @@ class OpenAIServing:
                 | _spec_decode(body, runs[i], d)
             )
         if body.stream_options and body.stream_options.include_usage:
-            yield event(
-                p.envelope(kind, rid, name, [], p.usage([r.output for r in runs], body.return_spec_decode_stats))
-            )
+            outputs = [r.output for r in runs]
+            usage = p.usage(outputs, body.return_spec_decode_stats) | reply.usage_details(self.tok, outputs, skip)
+            yield event(p.envelope(kind, rid, name, [], usage))
 
     # ---- models and tokens -------------------------------------------------------------------
     def model_card(self, model_id: str | None = None) -> dict:

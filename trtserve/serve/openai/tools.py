@@ -21,6 +21,7 @@ from pydantic import ConfigDict, Field
 
 from trtserve.engine.sampling import GuidedDecoding
 from trtserve.serve.json_body import JsonBody
+from trtserve.serve.openai.content import template_content
 from trtserve.text.tool_calls import ParsedCall, ToolCallDelta, ToolCallParser
 from trtserve.text.tool_parsers import TOOL_PARSERS, CompleteCalls, new_tool_parser, tool_parser_of_template
 
@@ -69,7 +70,7 @@ class ToolCall(JsonBody):
 def template_message(m) -> dict:
     """One ChatMessage as chat templates expect it: tool call arguments as objects (HF's convention)."""
     role = "system" if m.role == "developer" else m.role
-    msg: dict[str, Any] = {"role": role, "content": m.text()}
+    msg: dict[str, Any] = {"role": role, "content": template_content(m)}  # parts where it holds images
     if m.tool_calls:
         msg["tool_calls"] = [
             {

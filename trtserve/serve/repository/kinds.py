@@ -82,6 +82,7 @@ class ModelKind:
     add_metrics: MetricsHook
     remove_metrics: MetricsHook
     hint: str = ""  # where a route it does not serve should send its requests ({model}: its name)
+    images: bool = False  # its prompts may hold images (docs/vision.md; the engine's EngineInfo.vision says how)
 
     def serves(self, front_end: FrontEnd) -> bool:
         return front_end in self.front_ends
@@ -158,7 +159,20 @@ POOLING = ModelKind(
     remove_metrics=_remove_engine,
     hint="it serves POST /v1/embeddings, /v1/rerank, /v1/score or /classify (docs/pooling.md)",
 )
-KINDS: dict[str, ModelKind] = {k.name: k for k in (TENSOR, POOLING, LLM)}  # detection order: the fallback last
+VISION = ModelKind(
+    name="vision",
+    noun="a vision-language model",
+    accepts="a vision-language engine dir (`trtserve build` of a LlavaForConditionalGeneration checkpoint, docs/vision.md)",
+    detect="trtserve.serve.images:vision_dir",
+    opener="trtserve.serve.repository.kinds:open_llm",  # the LLM's engine, its prompts with images
+    front_ends=frozenset({FrontEnd.GENERATE, FrontEnd.INFER}),
+    tensors=Tensors.TEXT,
+    kv_cache=True,
+    add_metrics=_add_engine,
+    remove_metrics=_remove_engine,
+    images=True,
+)
+KINDS: dict[str, ModelKind] = {k.name: k for k in (TENSOR, POOLING, VISION, LLM)}  # detection order: the fallback last
 
 
 def detect(model_dir: Path, version_dir: Path) -> tuple[ModelKind, Path | None]:

@@ -58,7 +58,7 @@ def chat_messages(instructions: str | None, items: list) -> list[ChatMessage]:
         elif isinstance(item, MessageItem):
             reasoning = thought if item.role == "assistant" else None
             thought = None if item.role == "assistant" else thought
-            messages.append(ChatMessage(role=item.role, content=item.text(), reasoning_content=reasoning))
+            messages.append(ChatMessage(role=item.role, content=item.chat_content(), reasoning_content=reasoning))
         elif isinstance(item, FunctionCallItem):
             call = ToolCall(id=item.call_id, function=FunctionCall(name=item.name, arguments=item.arguments))
             last = messages[-1] if messages else None

@@ -140,11 +140,12 @@ def _copy(item: dict) -> dict:
     return json.loads(json.dumps(item))
 
 
-def usage(prompt_tokens: int, output_tokens: int, cached: int) -> dict:
+def usage(prompt_tokens: int, output_tokens: int, cached: int, reasoning: int = 0) -> dict:
+    """reasoning: the output tokens the reasoning parser put in reasoning items."""
     return {
         "input_tokens": prompt_tokens,
         "input_tokens_details": {"cached_tokens": cached},
         "output_tokens": output_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": reasoning},
         "total_tokens": prompt_tokens + output_tokens,
     }

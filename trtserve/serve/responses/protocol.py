@@ -40,7 +40,15 @@ class Refusal(_Item):
     refusal: str
 
 
-Part = Annotated[InputText | OutputText | Refusal, Field(discriminator="type")]
+class InputImage(_Item):
+    """An image (docs/vision.md): a data: URL, or an http(s) URL fetched only from --allowed-media-domains."""
+
+    type: Literal["input_image"]
+    image_url: str = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] = "auto"  # accepted; every image is one tile here
+
+
+Part = Annotated[InputText | OutputText | Refusal | InputImage, Field(discriminator="type")]
 
 
 class MessageItem(_Item):
@@ -54,7 +62,22 @@ class MessageItem(_Item):
     def text(self) -> str:
         if isinstance(self.content, str):
             return self.content
-        return "".join(p.refusal if isinstance(p, Refusal) else p.text for p in self.content)
+        return "".join(p.refusal if isinstance(p, Refusal) else p.text for p in self.content if not _image(p))
+
+    def chat_content(self) -> str | list[dict]:
+        """Its content as chat's: the text, or text and image_url parts where it holds an image."""
+        if isinstance(self.content, str) or not any(_image(p) for p in self.content):
+            return self.text()
+        return [
+            {"type": "image_url", "image_url": {"url": p.image_url}}
+            if _image(p)
+            else {"type": "text", "text": p.refusal if isinstance(p, Refusal) else p.text}
+            for p in self.content
+        ]
+
+
+def _image(part) -> bool:
+    return isinstance(part, InputImage)
 
 
 class FunctionCallItem(_Item):
@@ -275,6 +298,8 @@ class ResponsesRequest(RequestOptionFields):
     timeout: float | None = Field(None, gt=0.0)  # seconds
     return_spec_decode_stats: bool = False  # true: its acceptance counts in usage.spec_decode
     guided_grammar: str | None = None  # vLLM's: an EBNF grammar over the whole reply (thinking included)
+    # as on /v1/chat/completions: after this many reasoning tokens the engine closes the thinking
+    thinking_token_budget: int | None = Field(None, ge=0, lt=2**31)
 
     @model_validator(mode="before")
     @classmethod

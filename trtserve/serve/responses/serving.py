@@ -6,7 +6,7 @@ functions, so the same conversation gets the same prompt tokens and the same gre
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 from pydantic import ValidationError
 from starlette.requests import Request as HTTPRequest
@@ -17,6 +17,8 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
 from trtserve.serve.group import closing, collect_all, merged, release
+from trtserve.serve.images import load_images_now
+from trtserve.serve.openai.content import image_sources
 from trtserve.serve.openai.protocol import ChatCompletionRequest
 from trtserve.serve.openai.reply import ReplyPlan, reply_plan, template_kwargs
 from trtserve.serve.openai.serving import OpenAIServing, constrained
@@ -37,6 +39,7 @@ class Turn:
 
     def __init__(self, rid: str, req: ResponsesRequest, run: GenerationRun, plan: ReplyPlan, model: str, stored: bool):
         self.id, self.req, self.run, self.plan, self.model, self.stored = rid, req, run, plan, model, stored
+        self.reasoning_tokens: Callable[[list[int]], int] = lambda ids: 0  # of an output's token ids
         self.created_at = rows.now()
         self.context: list[dict] = []  # the conversation's input items, stored with the response
 
@@ -67,7 +70,7 @@ class Turn:
             "tools": [t.model_dump(exclude_none=True) for t in r.tools or []],
             "top_p": 1.0 if r.top_p is None else r.top_p,
             "truncation": "disabled",
-            "usage": _usage(out, r.return_spec_decode_stats) if out is not None else None,
+            "usage": _usage(out, r.return_spec_decode_stats, self.reasoning_tokens) if out is not None else None,
             "user": r.user,
             "receipt": self.run.receipt_id,
         }
@@ -153,11 +156,19 @@ class ResponsesServing:
         kwargs = template_kwargs(cfg.default_chat_template_kwargs, req.chat_template_kwargs, effort)
         ids = self.chat.encode_chat(chat.messages, True, plan.template_tools(), kwargs)
         params = chat.sampling_params(self.chat.max_tokens(req.max_output_tokens, len(ids)), None, guided=plan.guided())
-        reply = reply_plan(tok, cfg, plan, ids, constrained(params))
+        reply = reply_plan(
+            tok, cfg, plan, ids, constrained(params), True, self.chat.svc.engine.info.capabilities.thinking
+        )
         params = reply.params(params)
         rid = new_id("resp")
-        run = self.chat.svc.start(ids, params, req.request_options(client_id=rid), timeout=req.timeout, context=context)
-        return Turn(rid, req, run, reply, self.chat.served_name, stored)
+        images = load_images_now(self.chat.svc, [s for m in chat.messages for s in image_sources(m)])
+        options = req.request_options(
+            client_id=rid, thinking_span=reply.thinking_span(chat.thinking_token_budget, params.guided), images=images
+        )
+        run = self.chat.svc.start(ids, params, options, timeout=req.timeout, context=context)
+        turn = Turn(rid, req, run, reply, self.chat.served_name, stored)
+        turn.reasoning_tokens = lambda token_ids: reply.reasoning_tokens(tok, token_ids, params.skip_special_tokens)
+        return turn
 
     async def _save(self, turn: Turn, body: dict) -> None:
         if turn.stored:
@@ -228,6 +239,7 @@ _SAMPLING = {
     "priority",
     "user",
     "guided_grammar",
+    "thinking_token_budget",
 }
 
 
@@ -235,10 +247,12 @@ def _item_status(finish: str | None) -> str:
     return "incomplete" if finish == "length" else "completed"
 
 
-def _usage(out: RequestOutput, spec_decode: bool = False) -> dict:
-    """`spec_decode`: with the speculative-decoding counts the client asked for."""
+def _usage(out: RequestOutput, spec_decode: bool, reasoning: Callable[[list[int]], int]) -> dict:
+    """`spec_decode`: with the speculative-decoding counts the client asked for; `reasoning`: how many of
+    an output's tokens are reasoning."""
     done = sum(len(c.token_ids) for c in out.outputs)
-    body = usage(len(out.prompt_token_ids), done, out.num_cached_tokens)
+    thought = sum(reasoning(c.token_ids) for c in out.outputs)
+    body = usage(len(out.prompt_token_ids), done, out.num_cached_tokens, thought)
     if spec_decode:
         body["spec_decode"] = speculative.stats_field(c.spec for c in out.outputs)
     if (timings := metrics_field([out])) is not None:  # return_metrics

@@ -145,7 +145,8 @@ def _spec_decode(stats):
     yield per
 
 
-_REQUEST = ["model", "version", "protocol"]  # protocol: "http" | "grpc"
+# protocol: "http" | "grpc"; frontend: the API it came by (serve/context.py's FRONTENDS, "kserve", "other")
+_REQUEST = ["model", "version", "protocol", "frontend"]
 
 
 class Metrics:
