@@ -1,4 +1,5 @@
-"""Offline generation: `trtserve.LLM(engine_dir).generate(prompts, SamplingParams(...))`.
+"""Offline generation: `trtserve.LLM(engine_dir).generate(prompts, SamplingParams(...))`; on a pooling
+engine (docs/pooling.md) `embed(texts)`, `classify(texts)` and `score(text_1, text_2)` instead.
 
 Drives the same engine core and output processing as the server, synchronously.
 
@@ -10,11 +11,15 @@ needs more; a server's default (a share of memory) would be far more than a few 
 from __future__ import annotations
 
 import logging
+import math
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 
+from trtserve.engine.errors import UserError
 from trtserve.engine.kv_sizing import blocks_for_requests
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.pooling import PoolingConfig
 from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.sampling import SamplingParams
@@ -22,8 +27,18 @@ from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
 from trtserve.runtime.sizing import size_kv_cache
 from trtserve.text.outputs import OutputProcessor, RequestOutput
+from trtserve.text.pooling import cosine, pair_ids, probabilities, text_ids
 
 log = logging.getLogger(__name__)
+_PREFILL_ONLY = SamplingParams(max_tokens=1, temperature=0.0)
+
+
+@dataclass(frozen=True)
+class Classification:
+    """One text's class: the label of the highest probability, and every label's probability."""
+
+    label: str
+    probs: list[float]  # in the head's label order (the checkpoint's id2label)
 
 
 class LLM:
@@ -135,3 +150,79 @@ class LLM:
                 self.core.abort(rid)
             raise
         return [procs[r.request_id].output for r in reqs]
+
+    # ---- pooling engines (docs/pooling.md) ----------------------------------------------------------
+    def embed(self, texts: str | list[str] | list[list[int]], dimensions: int | None = None) -> list[list[float]]:
+        """Each text's (or token list's) embedding, as /v1/embeddings returns it: `dimensions` keeps the
+        leading ones, renormalized (an embedder built with normalization only)."""
+        config = self._pooling("embed", "embed")
+        items = [texts] if isinstance(texts, str) else texts
+        vectors = self._pool([text_ids(self.tokenizer, x, None) if isinstance(x, str) else list(x) for x in items])
+        if dimensions is None or dimensions == config.dimensions:
+            return vectors
+        if dimensions > config.dimensions or not config.normalize:
+            raise UserError(
+                f"dimensions is {dimensions}; this model gives {config.dimensions} (fewer only where it normalizes)"
+            )
+        cut = [v[:dimensions] for v in vectors]  # Matryoshka: the leading dimensions, unit length again
+        return [[x / max(math.sqrt(sum(y * y for y in v)), 1e-12) for x in v] for v in cut]
+
+    def classify(self, texts: str | list[str]) -> list[Classification]:
+        """Each text's label and probabilities (a softmax over the labels; a sigmoid for one), as /classify."""
+        config = self._pooling("classify", "classify", "rerank")
+        items = [texts] if isinstance(texts, str) else texts
+        out = []
+        for logits in self._pool([text_ids(self.tokenizer, t, None) for t in items]):
+            probs = probabilities(config, logits)
+            out.append(Classification(config.labels[max(range(len(probs)), key=probs.__getitem__)], probs))
+        return out
+
+    def score(self, text_1: str | list[str], text_2: str | list[str]) -> list[float]:
+        """text_1 against each text_2 (one to many, or pairwise), as /v1/score: a reranker's or a
+        cross-encoder's relevance in [0, 1], an embedder's cosine similarity."""
+        config = self._pooling("score", "embed", "classify", "rerank")
+        left = [text_1] if isinstance(text_1, str) else list(text_1)
+        right = [text_2] if isinstance(text_2, str) else list(text_2)
+        left = left * len(right) if len(left) == 1 else left
+        if len(left) != len(right):
+            raise UserError(f"text_1 has {len(left)} texts and text_2 {len(right)}; give one, or as many as text_2")
+        if config.task == "embed":
+            vectors = self._pool([text_ids(self.tokenizer, t, None) for t in left + right])
+            return [cosine(a, b) for a, b in zip(vectors[: len(left)], vectors[len(left) :], strict=True)]
+        if not config.scores:
+            raise UserError(f"this classifier has {config.dimensions} labels; score needs one (a cross-encoder)")
+        prompts = [pair_ids(self.tokenizer, config, q, d, None) for q, d in zip(left, right, strict=True)]
+        return [probabilities(config, v)[0] for v in self._pool(prompts)]
+
+    def _pooling(self, what: str, *tasks: str) -> PoolingConfig:
+        config = self.engine.manifest.pooling
+        if config is None or config.task not in tasks:
+            have = "an LLM" if config is None else config.describe()
+            raise UserError(f"{what} needs a pooling engine of task {' or '.join(tasks)}; this one is {have}")
+        return config
+
+    def _pool(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Each prompt's pooled output, all submitted at once and batched by the scheduler."""
+        if self.closed:
+            raise RuntimeError("this LLM is closed; make a new one")
+        task = self.engine.manifest.pooling.task
+        reqs = [GenerateRequest(p, _PREFILL_ONLY, RequestOptions(pooling=task)) for p in prompts]
+        if self.fit_to_requests:
+            self._fit_kv_cache(reqs)
+        for req in reqs:
+            self.core.check(req)
+        out: dict = {}
+        try:
+            for req in reqs:
+                self.core.add_request(req)
+            while self.core.has_unfinished():
+                for d in self.core.step():
+                    if d.error is not None:
+                        raise RuntimeError(f"the engine failed a pooling request: {d.error}")
+                    if d.pooled is not None:
+                        out[d.request_id] = d.pooled
+        except BaseException:
+            for r in reqs:
+                self.core.abort(r.request_id)
+            raise
+        return [out[r.request_id] for r in reqs]

@@ -12,11 +12,11 @@ from fastapi.responses import JSONResponse
 from trtserve.serve.context import request_context
 from trtserve.serve.errors import APIError
 from trtserve.serve.kserve import docs as doc
-from trtserve.serve.kserve import tensors
+from trtserve.serve.kserve import pooling, tensors
 from trtserve.serve.kserve.protocol import HEADER
 from trtserve.serve.kserve.serving import KServeServing
 from trtserve.serve.repository.kinds import FrontEnd, Tensors
-from trtserve.serve.repository.lookup import routed, version_ready
+from trtserve.serve.repository.lookup import refuse, routed, version_ready
 from trtserve.serve.repository.router import parse_target
 from trtserve.serve.repository.version import ModelVersion
 from trtserve.serve.tensors.serving import TensorServing
@@ -44,7 +44,16 @@ async def _infer_config(mv: ModelVersion, raw: bytes, request: Request):
     return await tensors.infer(TensorServing.of(mv), raw, request.headers.get(HEADER))
 
 
-_INFER = {Tensors.TEXT: _infer_text, Tensors.CONFIG: _infer_config}
+_INFER = {Tensors.TEXT: _infer_text, Tensors.CONFIG: _infer_config, Tensors.POOLED: pooling.infer}
+
+
+def _routed_infer(request: Request, model: str, version: str | None) -> ModelVersion:
+    """The version KServe infer, metadata and config address: a KServe model, or a pooling engine
+    (its kind's tensors are POOLED: REST only, so the kind does not list INFER for gRPC)."""
+    mv = routed(request, model, version, front_end=None)
+    if mv.kind.tensors is not Tensors.POOLED:
+        refuse(mv, FrontEnd.INFER)
+    return mv
 
 
 def _serving(request: Request, model: str, version: str | None = None) -> KServeServing:
@@ -99,9 +108,12 @@ async def version_statistics(request: Request, model: str, version: str):
 @router.get("/v2/models/{model}", **doc.METADATA)
 @router.get("/v2/models/{model}/versions/{version}", **doc.METADATA)
 async def model_metadata(request: Request, model: str, version: str | None = None):
-    mv = routed(request, model, version, front_end=FrontEnd.INFER)
+    mv = _routed_infer(request, model, version)
     m = request.app.state.server.repository.model(parse_target(model).model, adapters=True)
-    return _METADATA[mv.kind.tensors](mv, [str(v.version) for v in m.ready_versions()])
+    versions = [str(v.version) for v in m.ready_versions()]
+    if mv.kind.tensors is Tensors.POOLED:
+        return pooling.model_metadata(mv, versions, request)
+    return _METADATA[mv.kind.tensors](mv, versions)
 
 
 @router.get("/v2/models/{model}/ready", **doc.READY)
@@ -116,7 +128,9 @@ async def model_ready(request: Request, model: str, version: str | None = None):
 @router.get("/v2/models/{model}/config", **doc.METADATA)
 @router.get("/v2/models/{model}/versions/{version}/config", **doc.METADATA)
 async def model_config(request: Request, model: str, version: str | None = None):
-    mv = routed(request, model, version, front_end=FrontEnd.INFER)
+    mv = _routed_infer(request, model, version)
+    if mv.kind.tensors is Tensors.POOLED:
+        return pooling.model_config(mv, request)
     return _CONFIG[mv.kind.tensors](mv)
 
 
@@ -124,7 +138,7 @@ async def model_config(request: Request, model: str, version: str | None = None)
 @router.post("/v2/models/{model}/versions/{version}/infer", **doc.INFER)
 async def infer(request: Request, model: str, version: str | None = None):
     raw = await request.body()  # read before routing: no await between the choice and admission
-    mv = routed(request, model, version, front_end=FrontEnd.INFER)
+    mv = _routed_infer(request, model, version)
     return await _INFER[mv.kind.tensors](mv, raw, request)
 
 

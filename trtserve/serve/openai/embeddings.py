@@ -14,11 +14,12 @@ import numpy as np
 from fastapi import APIRouter, Request
 
 from trtserve.serve.errors import APIError, error_responses
-from trtserve.serve.openai.embeddings_protocol import EmbeddingRequest, EmbeddingSpec, response
+from trtserve.serve.openai.embeddings_protocol import EmbeddingRequest, response
 from trtserve.serve.pooling.serving import pooled_embeddings
 from trtserve.serve.repository.kinds import FrontEnd
 from trtserve.serve.repository.lookup import routed
 from trtserve.serve.repository.version import ModelVersion
+from trtserve.serve.tensors.embedding_spec import EmbeddingSpec
 from trtserve.serve.tensors.serving import TensorServing
 
 router = APIRouter()

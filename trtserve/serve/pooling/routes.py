@@ -14,17 +14,18 @@ from trtserve.serve.pooling.protocol import (
     rerank_response,
     score_response,
 )
-from trtserve.serve.pooling.serving import PoolingServing
+from trtserve.serve.pooling.serving import PoolingServing, observed
 
 router = APIRouter()
 _RESPONSES = error_responses(400, 401, 404, 413, 429, 503, 504)
 
 
 async def _rerank(body: RerankRequest, request: Request, endpoint: str, api_version: str | None) -> dict:
-    serving = PoolingServing.route(request, body.model, body.user, endpoint)
-    pairs = [(body.query, d) for d in body.texts()]
-    scores, tokens = await serving.pair_scores(pairs, body.truncation, endpoint)
-    return rerank_response(serving.model, body, scores, tokens, api_version)
+    async with observed(request, "rerank", len(body.documents)) as usage:
+        serving = PoolingServing.route(request, body.model, body.user, endpoint)
+        pairs = [(body.query, d) for d in body.texts()]
+        scores, usage["tokens"] = await serving.pair_scores(pairs, body.truncation, endpoint)
+    return rerank_response(serving.model, body, scores, usage["tokens"], api_version)
 
 
 @router.post("/v1/rerank", responses=_RESPONSES)
@@ -46,13 +47,14 @@ async def rerank_v2(body: RerankRequest, request: Request):
 
 
 async def _score(body: ScoreRequest, request: Request) -> dict:
-    serving = PoolingServing.route(request, body.model, body.user, "/v1/score")
     try:
         pairs = body.pairs()
     except ValueError as err:
         raise APIError(400, str(err), "text_2") from None
-    scores, tokens = await serving.pair_scores(pairs, body.truncate_prompt_tokens, "/v1/score")
-    return score_response(serving.model, scores, tokens)
+    async with observed(request, "score", len(pairs)) as usage:
+        serving = PoolingServing.route(request, body.model, body.user, "/v1/score")
+        scores, usage["tokens"] = await serving.pair_scores(pairs, body.truncate_prompt_tokens, "/v1/score")
+    return score_response(serving.model, scores, usage["tokens"])
 
 
 @router.post("/v1/score", responses=_RESPONSES)
@@ -68,9 +70,10 @@ async def score(body: ScoreRequest, request: Request):
 
 
 async def _classify(body: ClassifyRequest, request: Request) -> dict:
-    serving = PoolingServing.route(request, body.model, body.user, "/classify")
-    probs, tokens = await serving.classify(body.texts(), body.truncate_prompt_tokens)
-    return classify_response(serving.model, serving.config.labels, probs, tokens)
+    async with observed(request, "classify", len(body.texts())) as usage:
+        serving = PoolingServing.route(request, body.model, body.user, "/classify")
+        probs, usage["tokens"] = await serving.classify(body.texts(), body.truncate_prompt_tokens)
+    return classify_response(serving.model, serving.labels, probs, usage["tokens"])
 
 
 @router.post("/classify", responses=_RESPONSES)
@@ -88,7 +91,7 @@ async def classify_v1(body: ClassifyRequest, request: Request):
 @router.post("/pooling", responses=_RESPONSES)
 async def pooling(body: ClassifyRequest, request: Request):
     """The engine's raw pooled output per input: a vector (embed) or the head's logits (classify, rerank)."""
-    serving = PoolingServing.route(request, body.model, body.user, "/pooling")
-    prompts = [serving.text_prompt(t, i, body.truncate_prompt_tokens) for i, t in enumerate(body.texts())]
-    pooled = await serving.run(prompts)
-    return pooling_response(serving.model, pooled.outputs, pooled.tokens)
+    async with observed(request, "pooling", len(body.texts())) as usage:
+        serving = PoolingServing.route(request, body.model, body.user, "/pooling")
+        outputs, usage["tokens"] = await serving.raw(body.texts(), body.truncate_prompt_tokens)
+    return pooling_response(serving.model, outputs, usage["tokens"])

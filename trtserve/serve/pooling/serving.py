@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,16 +21,19 @@ from fastapi import Request
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.messages import GenerateRequest
-from trtserve.engine.pooling import PoolingConfig, sigmoid, softmax
+from trtserve.engine.pooling import PoolingConfig, sigmoid
 from trtserve.engine.protocol import Engine
 from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.errors import APIError
-from trtserve.serve.repository.kinds import FrontEnd
+from trtserve.serve.repository.kinds import FrontEnd, Tensors
 from trtserve.serve.repository.lookup import routed
 from trtserve.serve.repository.version import ModelVersion
+from trtserve.serve.tensors.pooling import TensorPooling
+from trtserve.text.pooling import pair_ids, probabilities, text_ids
 
 _PREFILL_ONLY = SamplingParams(max_tokens=1, temperature=0.0)
+_ROUTED = "trtserve.pooling.routed"  # the ASGI scope entry holding the version a pooling call routed to
 
 
 @dataclass
@@ -48,10 +52,24 @@ class PoolingServing:
         self.model = mv.model
         self.timeout = request.app.state.server.config.request_timeout
 
+    @property
+    def task(self) -> str:
+        return self.config.task
+
+    @property
+    def labels(self) -> list[str]:
+        return self.config.labels
+
     @classmethod
-    def route(cls, request: Request, model: str | None, user: str | None, endpoint: str) -> PoolingServing:
-        """The pooling model `model` names; a 400 saying which endpoints serve another kind."""
+    def route(
+        cls, request: Request, model: str | None, user: str | None, endpoint: str
+    ) -> PoolingServing | TensorPooling:
+        """The pooling model `model` names (an engine, or a tensor model that declares a pooling task);
+        a 400 saying which endpoints serve another kind."""
         mv = routed(request, model, key=user, front_end=None)
+        request.scope[_ROUTED] = mv  # for `observed`'s metrics
+        if mv.kind.tensors is Tensors.CONFIG:  # a tensor model whose config declares what it pools, or a 400
+            return TensorPooling.route(mv, endpoint)
         if not mv.kind.serves(FrontEnd.POOLING):
             serves = "KServe infer (POST /v2/models/{m}/infer)" if mv.kind.serves(FrontEnd.INFER) else ""
             if mv.kind.serves(FrontEnd.GENERATE):
@@ -62,6 +80,12 @@ class PoolingServing:
                 "a pooling model (`trtserve build MODEL --pooling embed|classify|rerank`, docs/pooling.md)",
                 "model",
             )
+        return cls.of(mv, request)
+
+    @classmethod
+    def of(cls, mv: ModelVersion, request: Request) -> PoolingServing:
+        """A routed pooling engine's serving logic (503 once unloaded); `observed` counts its calls."""
+        request.scope[_ROUTED] = mv
         if mv.served_model is None:
             raise APIError(503, f"model {mv.model!r} was unloaded; retry")
         return cls(mv, request)
@@ -97,29 +121,14 @@ class PoolingServing:
             )
 
     def text_prompt(self, text: str, i: int, truncate: int | None) -> list[int]:
-        """One text as a prompt (the tokenizer's special tokens added); truncated to its last tokens."""
-        ids = list(self.engine.tokenizer.encode(text))
-        if truncate is not None:
-            ids = ids[-truncate:]
+        """One text as a prompt (text/pooling.py), checked against the engine's length."""
+        ids = text_ids(self.engine.tokenizer, text, truncate)
         self._check_length(ids, f"input {i}", truncate)
         return ids
 
     def pair_prompt(self, query: str, document: str, i: int, truncate: int | None) -> list[int]:
-        """A (query, document) pair as the model reads it: a reranker's prompt format (Qwen3-Reranker's:
-        prefix, pair and suffix tokenized apart, the pair cut to fit), or a cross-encoder's two texts in a
-        row; truncation cuts the pair's end."""
-        tok = self.engine.tokenizer
-        fmt = self.config.rerank_prompt
-        if fmt is None:
-            ids = list(tok.encode(query)) + list(tok.encode(document, add_special_tokens=False))
-            ids = ids[:truncate] if truncate is not None else ids
-        else:
-            prefix = tok.encode(fmt.prefix, add_special_tokens=False)
-            suffix = tok.encode(fmt.suffix, add_special_tokens=False)
-            text = fmt.pair.format(instruction=fmt.instruction, query=query, document=document)
-            pair = tok.encode(text, add_special_tokens=False)
-            room = None if truncate is None else max(truncate - len(prefix) - len(suffix), 1)
-            ids = list(prefix) + list(pair[:room]) + list(suffix)
+        """A (query, document) pair as the model reads it (text/pooling.py), checked against the engine's length."""
+        ids = pair_ids(self.engine.tokenizer, self.config, query, document, truncate)
         self._check_length(ids, f"document {i}", truncate)
         return ids
 
@@ -182,9 +191,12 @@ class PoolingServing:
         if self.config.task == "embed":
             raise self.refuse("/classify", "needs a classifier")
         pooled = await self.run([self.text_prompt(t, i, truncate) for i, t in enumerate(texts)])
-        if len(self.config.labels) == 1:  # one logit: its probability (a cross-encoder's, a reranker's)
-            return [[sigmoid(v[0])] for v in pooled.outputs], pooled.tokens
-        return [softmax(v) for v in pooled.outputs], pooled.tokens
+        return [probabilities(self.config, v) for v in pooled.outputs], pooled.tokens
+
+    async def raw(self, texts: list[str], truncate: int | None) -> tuple[list[list[float]], int]:
+        """/pooling: the engine's pooled output per text."""
+        pooled = await self.run([self.text_prompt(t, i, truncate) for i, t in enumerate(texts)])
+        return pooled.outputs, pooled.tokens
 
     async def embed(self, items: list[str] | list[list[int]], dimensions: int | None) -> tuple[list[np.ndarray], int]:
         """Each input's embedding, `dimensions` long (the leading ones, renormalized)."""
@@ -208,6 +220,23 @@ class PoolingServing:
         return vectors, pooled.tokens
 
 
+@contextlib.asynccontextmanager
+async def observed(request: Request, task: str, inputs: int):
+    """Count one pooling call on /metrics by `task` (serve/telemetry/pooling_metrics.py): the body sets
+    `usage["tokens"]`; a call that raises counts as an error (refused before routing: not counted)."""
+    start, usage = time.monotonic(), {"tokens": 0}
+    ok = False
+    try:
+        yield usage
+        ok = True
+    finally:
+        mv = request.scope.get(_ROUTED)
+        metrics = request.app.state.server.metrics
+        if mv is not None and metrics is not None:
+            seconds = time.monotonic() - start
+            metrics.pooling.observe(mv.model, str(mv.version), task, inputs, usage["tokens"], seconds, ok)
+
+
 def _cosine(a: np.ndarray, b: np.ndarray) -> float:
     return float(a @ b / max(float(np.linalg.norm(a) * np.linalg.norm(b)), 1e-12))
 
@@ -216,4 +245,7 @@ async def pooled_embeddings(
     request: Request, mv: ModelVersion, items: list[str] | list[list[int]], dimensions: int | None
 ) -> tuple[list[np.ndarray], int]:
     """/v1/embeddings over a pooling model (serve/openai/embeddings.py asks the kind, then calls this)."""
-    return await PoolingServing(mv, request).embed(items, dimensions)
+    request.scope[_ROUTED] = mv
+    async with observed(request, "embed", len(items)) as usage:
+        vectors, usage["tokens"] = await PoolingServing(mv, request).embed(items, dimensions)
+    return vectors, usage["tokens"]

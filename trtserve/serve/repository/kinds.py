@@ -62,6 +62,7 @@ class Tensors(StrEnum):
 
     TEXT = "text"  # text_input -> text_output over its GenerationService; gRPC streams are decoupled
     CONFIG = "config"  # its config.pbtxt's inputs and outputs (serve/tensors/); one response per request
+    POOLED = "pooled"  # text, or query + document, in; embedding / logits / score out (serve/kserve/pooling.py)
 
 
 Detector = Callable[[Path, Path], Path | None]  # (model dir, version dir) -> its config dir, or None
@@ -153,7 +154,7 @@ POOLING = ModelKind(
     detect="trtserve.serve.pooling.kind:pooling_dir",
     opener="trtserve.serve.repository.kinds:open_llm",  # the same engine, running prefill-only requests
     front_ends=frozenset({FrontEnd.POOLING, FrontEnd.EMBEDDINGS}),
-    tensors=Tensors.TEXT,  # not addressed: KServe / gRPC infer is not among its front ends
+    tensors=Tensors.POOLED,  # KServe REST infer only (serve/kserve/routes.py); gRPC refuses it (no INFER)
     kv_cache=True,
     add_metrics=_add_engine,
     remove_metrics=_remove_engine,

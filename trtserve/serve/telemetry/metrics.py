@@ -17,6 +17,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from trtserve.engine.stats import EngineStats
 from trtserve.serve.load import LoadCollector, LoadTracker
 from trtserve.serve.telemetry.kv_tier_metrics import kv_tier_families
+from trtserve.serve.telemetry.pooling_metrics import PoolingMetrics
 from trtserve.serve.telemetry.tensor_metrics import TensorCollector
 from trtserve.serve.telemetry.utilisation import UtilisationCollector, snapshot
 from trtserve.tensor.stats import ModelStatistics
@@ -192,6 +193,7 @@ class Metrics:
             registry=reg,
         )
         self.rollbacks = Counter("trtserve_rollbacks", "Routing rollbacks by cause.", ["model", "cause"], registry=reg)
+        self.pooling = PoolingMetrics(reg)  # pooling calls by task (serve/telemetry/pooling_metrics.py)
         self._engines = _EngineCollector()
         reg.register(self._engines)
         self._tensors = (
