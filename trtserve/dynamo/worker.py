@@ -25,7 +25,9 @@ from trtserve.dynamo.kv_publisher import KVEventBridge
 from trtserve.dynamo.mapping import chunk_of, eos_ids, first_token_finishes, prompt_of, sampling_params, usage
 from trtserve.dynamo.metrics import register_metrics
 from trtserve.dynamo.settings import WorkerSettings
+from trtserve.dynamo.tracing import NO_WORK_TRACING, open_work_tracing
 from trtserve.dynamo.transport import TransferError, make_transport
+from trtserve.dynamo.work_span import WorkSpan
 from trtserve.engine.errors import UserError
 from trtserve.engine.kv_transfer import KVHold, KVImport
 from trtserve.engine.layout import read_engine_config
@@ -66,6 +68,7 @@ class TrtserveWorker(LLMEngine):
         self._unsubscribe = None
         self._snapshots = None
         self._background: set[asyncio.Task] = set()
+        self.tracing = NO_WORK_TRACING  # tracing.py: on where OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set
 
     @classmethod
     async def from_args(cls, argv: list[str] | None = None):
@@ -74,6 +77,7 @@ class TrtserveWorker(LLMEngine):
     async def start(self, worker_id: int) -> EngineConfig:
         s = self.settings
         self._loop = asyncio.get_running_loop()
+        self.tracing = open_work_tracing(f"trtserve-dynamo-{s.role}")
         self.engine = engine = await asyncio.to_thread(open_engine, s.engine_dir, s.run_config)
         if s.role != "aggregated" and not engine.info.capabilities.kv_transfer:
             raise UserError(
@@ -104,9 +108,40 @@ class TrtserveWorker(LLMEngine):
             params = sampling_params(request, max(engine.info.max_seq_len - len(prompt), 1))
         except UserError as err:
             raise InvalidArgument(str(err)) from None
+        span = self._work_span(prompt, params, context)
+        try:
+            async for chunk in self._generate(request, prompt, params, context, span):
+                if span is not None:
+                    span.token(len(chunk.get("token_ids") or ()))
+                    span.finish_reason = chunk.get("finish_reason") or span.finish_reason
+                yield chunk
+        except Exception as err:
+            if span is not None:
+                span.error = str(err) or type(err).__name__
+            raise
+        finally:
+            self.tracing.end(span)
+
+    def _work_span(self, prompt: list[int], params, context) -> WorkSpan | None:
+        """This request's span (tracing.py), continuing the trace context Dynamo passed; None when off."""
+        if not self.tracing.enabled:
+            return None
+        role = self.settings.role
+        attrs = {
+            "gen_ai.operation.name": "text_completion",
+            "gen_ai.request.model": self.settings.name,
+            "gen_ai.request.max_tokens": params.max_tokens,
+            "gen_ai.usage.input_tokens": len(prompt),
+            "trtserve.dynamo.role": role,
+            "trtserve.dynamo.request_id": context.id(),
+        }
+        name = f"{'generate' if role == 'aggregated' else role} {self.settings.name}"
+        return self.tracing.span(name, context.trace_headers(), attrs)
+
+    async def _generate(self, request, prompt, params, context, span: WorkSpan | None):
         handoff = ((request.get("prefill_result") or {}).get("disaggregated_params") or {}).get(PARAMS_KEY)
         if self.settings.role == "decode" and handoff is not None:
-            async for chunk in self._decode(request, prompt, params, handoff, context):
+            async for chunk in self._decode(request, prompt, params, handoff, context, span):
                 yield chunk
             return
         transfer = None
@@ -115,16 +150,21 @@ class TrtserveWorker(LLMEngine):
         async for chunk in self._stream(GenerateRequest(prompt, params, RequestOptions(kv_transfer=transfer)), context):
             yield chunk
 
-    async def _decode(self, request, prompt, params, handoff: dict, context):
+    async def _decode(self, request, prompt, params, handoff: dict, context, span: WorkSpan | None = None):
         """Continue from the prefill worker's KV and first token; compute the prompt here if it cannot be pulled."""
         start = time.perf_counter()
         try:
             payload = await self.client.pull(handoff)  # type: ignore[union-attr]
             self.pull_seconds += time.perf_counter() - start
             self.pulled_tokens += payload.num_tokens
+            if span is not None:
+                span.attributes["trtserve.kv_pulled_tokens"] = payload.num_tokens
+                span.attributes["trtserve.kv_pull_s"] = time.perf_counter() - start
         except (TransferError, OSError) as err:
             log.warning("prefill KV could not be pulled (%s); computing the prompt on this decode worker", err)
             self.local_prefills += 1
+            if span is not None:
+                span.attributes["trtserve.kv_pulled_tokens"] = 0
             async for chunk in self._stream(GenerateRequest(prompt, params), context):
                 yield chunk
             return
@@ -238,3 +278,4 @@ class TrtserveWorker(LLMEngine):
         if self.engine is not None:
             engine, self.engine = self.engine, None
             await asyncio.to_thread(engine.shutdown)
+        await asyncio.to_thread(self.tracing.shutdown)  # exports the spans still queued

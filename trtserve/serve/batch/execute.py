@@ -16,6 +16,7 @@ from trtserve.serve.openai.serving import OpenAIServing
 from trtserve.serve.repository.kinds import FrontEnd
 from trtserve.serve.repository.lookup import refuse
 from trtserve.serve.state import ServerState
+from trtserve.serve.telemetry.tracing import NO_SPAN, RequestSpan
 
 # Below any online request's priority (the scheduler serves higher first and preempts lower first).
 BATCH_PRIORITY = -1e9
@@ -38,9 +39,9 @@ class Retry(Exception):
         self.status = status
 
 
-async def execute(server: ServerState, endpoint: str, body: dict) -> tuple[int, str, dict]:
-    """-> (HTTP status, request id, response body) exactly as the online endpoint would answer.
-    Raises Retry for 429/503, which say nothing about the request itself."""
+async def execute(server: ServerState, endpoint: str, body: dict, span: RequestSpan = NO_SPAN) -> tuple[int, str, dict]:
+    """-> (HTTP status, request id, response body) exactly as the online endpoint would answer; the
+    line's generation spans go under `span`. Raises Retry for 429/503, which say nothing about the request."""
     request_id = "req_" + uuid.uuid4().hex
     try:
         req = REQUESTS[endpoint].model_validate(body)
@@ -56,7 +57,7 @@ async def execute(server: ServerState, endpoint: str, body: dict) -> tuple[int, 
             req.priority = BATCH_PRIORITY
         handler = serving.completions if endpoint == "/v1/completions" else serving.chat
         # No client to watch for a disconnect: cancelling the line's task aborts it instead.
-        out = await handler(req, None, RequestContext())
+        out = await handler(req, None, RequestContext(span=span))
     except APIError as err:
         if err.status in (429, 503):
             raise Retry(err.status) from None

@@ -23,6 +23,7 @@ from trtserve.serve.batch.execute import Retry, execute
 from trtserve.serve.batch.lines import Task, parse
 from trtserve.serve.batch.protocol import error_line, output_line
 from trtserve.serve.state import ServerState
+from trtserve.serve.telemetry.tracing import NO_SPAN, RequestSpan, operation_of
 from trtserve.state import StateStore
 
 log = logging.getLogger(__name__)
@@ -115,16 +116,29 @@ class BatchRunner:
         todo = [t for t in tasks if t.line not in done]
         if todo:
             log.info("batch %s: %d of %d lines to run", bid, len(todo), len(tasks))
-        await self._lines(bid, row["endpoint"], todo)
+        await self._traced_lines(bid, row["endpoint"], todo)
         if await self.store.call(jobs.set_status, self.store, bid, "finalizing", ("in_progress",)):
             await self._finalize(bid, "completed")
 
-    async def _lines(self, bid: str, endpoint: str, todo: list[Task]) -> None:
+    async def _traced_lines(self, bid: str, endpoint: str, todo: list[Task]) -> None:
+        """Run the lines under one span of the job's run (a new trace: no request waits on it); each line
+        is a child span, its generation under it (docs/tracing.md). A run resumed after a restart is a new
+        trace with the same trtserve.batch_id."""
+        attrs = {"trtserve.batch_id": bid, "trtserve.batch.endpoint": endpoint, "trtserve.batch.lines": len(todo)}
+        job = self.server.tracing.job_span(f"batch {bid}", attrs, operation_of(endpoint))
+        status = "cancelled"  # what the span says unless every line ran
+        try:
+            await self._lines(bid, endpoint, todo, job)
+            status = "completed"
+        finally:
+            job.end(self.stop_reason.get(bid, status), status == "completed")
+
+    async def _lines(self, bid: str, endpoint: str, todo: list[Task], job: RequestSpan = NO_SPAN) -> None:
         queue = iter(todo)
 
         async def worker():
             for task in queue:  # shared by the workers: each line is taken once
-                await self._line(bid, endpoint, task)
+                await self._line(bid, endpoint, task, job)
 
         workers = [asyncio.create_task(worker()) for _ in range(min(len(todo), self.server.config.batch_max_in_flight))]
         try:
@@ -134,14 +148,25 @@ class BatchRunner:
                 w.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
 
-    async def _line(self, bid: str, endpoint: str, task: Task) -> None:
+    async def _line(self, bid: str, endpoint: str, task: Task, job: RequestSpan = NO_SPAN) -> None:
+        attrs = {"trtserve.batch.custom_id": task.custom_id, "trtserve.batch.line": task.line}
+        span = job.child(f"batch line {task.custom_id}", attrs)
+        try:
+            status = await self._run_line(bid, endpoint, task, span)
+        except BaseException:
+            span.end("cancelled", False)
+            raise
+        span.end(status, 200 <= status < 500)
+
+    async def _run_line(self, bid: str, endpoint: str, task: Task, span: RequestSpan) -> int:
+        """Run one line until the server takes it, and commit its result; -> its HTTP status."""
         while True:
             if self.server.draining:  # take no new line: the drain waits for in-flight ones, the rest resume later
                 await asyncio.sleep(0.5)
                 continue
             async with self.slots:
                 try:
-                    status, request_id, body = await execute(self.server, endpoint, task.body)
+                    status, request_id, body = await execute(self.server, endpoint, task.body, span)
                     break
                 except Retry:
                     pass
@@ -149,6 +174,7 @@ class BatchRunner:
         line_id = "batch_req_" + uuid.uuid4().hex
         result = output_line(line_id, task.custom_id, status, request_id, body)
         await self.store.call(jobs.record, self.store, bid, task.line, 200 <= status < 300, result)
+        return status
 
     async def _finalize(self, bid: str, status: str) -> None:
         """Write the output and error files from the committed lines, then the final status.

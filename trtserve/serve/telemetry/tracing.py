@@ -35,6 +35,9 @@ class RequestSpan(Protocol):
 
     def response_headers(self) -> list[tuple[str, str]]: ...
     def end(self, status: int | str, ok: bool, route: str | None = None) -> None: ...
+    def child(self, name: str, attributes: dict) -> RequestSpan:
+        """An INTERNAL span under this one, with the same interface (a batch line under its job, a
+        worker's prefill under its request); its generations go under it."""
 
 
 class NoSpan:
@@ -54,6 +57,9 @@ class NoSpan:
     def end(self, status: int | str, ok: bool, route: str | None = None) -> None:
         pass
 
+    def child(self, name: str, attributes: dict) -> RequestSpan:
+        return self
+
 
 NO_SPAN = NoSpan()
 
@@ -65,6 +71,9 @@ class Tracing(Protocol):
         """A SERVER span continuing `carrier`'s traceparent (a new trace without one); `operation`: the
         GenAI operation its generations perform (`operation_of`)."""
 
+    def job_span(self, name: str, attributes: dict, operation: str) -> RequestSpan:
+        """An INTERNAL span that roots a new trace for work no request waits on (a batch job's run)."""
+
     def shutdown(self) -> None: ...
 
 
@@ -72,6 +81,9 @@ class NoTracing:
     enabled = False
 
     def server_span(self, name: str, carrier: Mapping[str, str], attributes: dict, operation: str) -> RequestSpan:
+        return NO_SPAN
+
+    def job_span(self, name: str, attributes: dict, operation: str) -> RequestSpan:
         return NO_SPAN
 
     def shutdown(self) -> None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from urllib.parse import urlsplit
 
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanProcessor
@@ -63,6 +64,10 @@ class OtelTracing:
         span = self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
         return OtelSpan(self.tracer, span, operation)
 
+    def job_span(self, name: str, attributes: dict, operation: str) -> OtelSpan:
+        span = self.tracer.start_span(name, context=Context(), kind=SpanKind.INTERNAL, attributes=attributes)
+        return OtelSpan(self.tracer, span, operation)
+
     def shutdown(self) -> None:
         """Export what is queued, then stop (the lifespan's end)."""
         self.provider.shutdown()
@@ -89,11 +94,18 @@ class OtelSpan:
         """The trace id (X-Trace-Id), and W3C's draft `traceresponse` naming this span."""
         return [("x-trace-id", self.trace_id), ("traceresponse", self._traceresponse)]
 
+    def child(self, name: str, attributes: dict) -> OtelSpan:
+        parent = trace.set_span_in_context(self.span)
+        span = self.tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
+        return OtelSpan(self.tracer, span, self.operation)
+
     def end(self, status: int | str, ok: bool, route: str | None = None) -> None:
         if isinstance(status, int):
             self.span.set_attribute("http.response.status_code", status)
-        else:
+        elif self.span.kind == SpanKind.SERVER:
             self.span.set_attribute("rpc.grpc.status_code", status)
+        else:  # a job's or a worker's outcome ("completed", "cancelled", "finished")
+            self.span.set_attribute("trtserve.status", status)
         if route is not None:
             self.span.set_attribute("http.route", route)
             self.span.update_name(f"{self.span.attributes.get('http.request.method', 'GET')} {route}")
