@@ -128,3 +128,25 @@ def test_speculative_acceptance_in_the_response_and_metrics(release, trtllm_engi
             assert (spec["num_draft_tokens"], spec["acceptance_rate"]) == (0, None) and counted == (0, 0)
     finally:
         s.stop()
+
+
+# ---- issue 54, the wave's front ends: trtllm-serve has neither, trtserve serves both above the engine ------
+def test_anthropic_messages_are_served_above_the_engine(live, trtllm_engine_dir, tokenizer):
+    """No release's trtllm-serve has /v1/messages (feature_support.py "anthropic"): trtserve's own front end
+    runs over the TensorRT-LLM engine as over any other."""
+    body = {"model": trtllm_engine_dir.name, "max_tokens": 6, "temperature": 0}
+    body["messages"] = [{"role": "user", "content": "Hello"}]
+    r = httpx.post(f"{live.url}/v1/messages", json=body, headers={"anthropic-version": "2023-06-01"}, timeout=30)
+    assert r.status_code == 200, r.text
+    out = r.json()
+    assert out["type"] == "message" and out["role"] == "assistant"
+    assert out["usage"]["output_tokens"] == 6 or out["stop_reason"] == "end_turn"
+
+
+def test_return_metrics_come_from_trtserve_timings(live, trtllm_engine_dir):
+    """TensorRT-LLM's return_perf_metrics is not asked for: the timings are trtserve's own, around the engine."""
+    body = {"model": trtllm_engine_dir.name, "prompt": "abc", "max_tokens": 3, "ignore_eos": True}
+    r = httpx.post(f"{live.url}/v1/completions", json=body | {"return_metrics": True}, timeout=30)
+    assert r.status_code == 200, r.text
+    m = r.json()["usage"]["metrics"]
+    assert m["completion_tokens"] == 3 and m["time_to_first_token"] <= m["e2e_latency"]

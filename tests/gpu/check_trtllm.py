@@ -16,7 +16,10 @@ random models (no downloads), so it takes minutes, not hours. For each workflow 
 and what issue 39 found: logprobs come back (the TensorRT path with gather_generation_logits, each
 release's top-N on the PyTorch path); a prompt longer than max_num_tokens runs (chunked context);
 iteration stats move while a long request decodes; an INT8-KV and an FP8 TensorRT build record the
-plugin flags trtllm-build left, as planned.
+plugin flags trtllm-build left, as planned; and issue 54's rows (check_trtllm_wave.py): each wave family
+equals HF transformers on `--backend trtllm` where the installed release serves it and is refused in one
+sentence elsewhere, parser names parse with trtllm-serve, prefix reuse after a wake-up (main), and
+/v1/messages and return_metrics through `trtserve run`.
 
 Every check prints PASS / FAIL / SKIP with a reason; the summary and the doctor report go to --out as
 JSON. Exit status 1 if any check failed, 2 if nothing could be checked here. Please attach that JSON (and the printed summary) when you
@@ -36,7 +39,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path[:0] = [str(REPO), str(REPO / "tests")]  # trtserve from this checkout, tests/helpers.py
+sys.path[:0] = [str(REPO), str(REPO / "tests"), str(Path(__file__).parent)]  # this checkout, helpers, wave
+
+import check_trtllm_wave as wave  # noqa: E402 - beside this script, issue 54's rows
 
 MAX_NEW = 12
 MAX_NUM_TOKENS = 64  # below the tiny models' 256-token context, so a longer prompt needs chunked context
@@ -292,9 +297,10 @@ def check_server(out: Path, work: Path) -> str:
             model=out.name, prompt=[5, 6, 7], max_tokens=8, temperature=0, extra_body={"ignore_eos": True}
         )
         assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 8, r
+        front = wave.check_front_ends(server.url, out.name)
     finally:
         server.stop()
-    return "openai completions through `trtserve run`"
+    return f"openai completions through `trtserve run`; {front}"
 
 
 # ---- per workflow ---------------------------------------------------------------------------------------
@@ -323,6 +329,8 @@ def run_workflow(checks: Checks, backend: str, arch: str, work: Path, serve: boo
             checks.run(f"{tag}: a prompt longer than max_num_tokens", check_long_prompt, engine)
             checks.run(f"{tag}: sleep and wake up", check_sleep, engine)
             checks.run(f"{tag}: trtllm-serve line parses", check_serve_line, engine, backend)
+            checks.run(f"{tag}: parser names parse with trtllm-serve", wave.check_parser_flags, engine)
+            checks.run(f"{tag}: prefix reuse after a wake-up", wave.check_wake_reuse, engine, Skip)
     finally:
         engine.shutdown()
     if backend == "tensorrt" and arch == "llama":
@@ -363,6 +371,8 @@ def main() -> int:
                 print(f"[SKIP] {backend}/{arch}: {verdict.why}", flush=True)
                 continue
             run_workflow(checks, backend, arch, work, serve)
+        if can["run --backend trtllm engine dirs"].ok:
+            wave.run_wave(checks, report.caps, work, build, check_greedy)
     counts = {s: sum(r.status == s for r in checks.results) for s in ("PASS", "FAIL", "SKIP")}
     print("\nsummary: " + ", ".join(f"{n} {s}" for s, n in counts.items()))
     for r in checks.results:

@@ -24,7 +24,15 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from trtserve.backends.tensorrt_llm import build_plan, capabilities, compat, lora, serve_plan, speculative
+from trtserve.backends.tensorrt_llm import (
+    build_plan,
+    capabilities,
+    compat,
+    lora,
+    model_support,
+    serve_plan,
+    speculative,
+)
 from trtserve.backends.tensorrt_llm.builder_rules import blackwell_problem
 from trtserve.backends.tensorrt_llm.quant import quant_algos
 from trtserve.build.config import BuildConfig
@@ -105,6 +113,7 @@ class TensorrtStrategy(_Strategy):
         build_plan.build_config(plan.limits, plan.quantization)  # refuses what trtllm-build cannot take
         _check_build_gpu(plan.quantization, _build_sm())
         compat.check_workflow(_release(plan), self.name, build=True)
+        _check_model(plan.config, plan.reader, self.name)  # after the family's own backends check
         _lora_options(plan, tensorrt=True)  # refuses adapters TensorRT-LLM cannot apply
         _speculative(plan, self.name)  # refuses speculation: TensorRT engines cannot run it
 
@@ -195,6 +204,7 @@ class TrtllmStrategy(_Strategy):
                 "quantize it with ModelOpt's export_hf_checkpoint and pass that directory as MODEL, or use "
                 "--backend tensorrt or torch with --quant"
             )
+        _check_model(cfg, reader, self.name)  # the release's PyTorch backend must register the architecture
 
     def source_quantization(self, reader: CheckpointReader) -> dict | None:
         qfile = Path(reader.path) / HF_QUANT_CONFIG
@@ -254,6 +264,14 @@ assert set(STRATEGIES) == set(BACKENDS), "every backend of engine/backends.py ne
 def _release(plan: BuildPlan) -> capabilities.Capabilities:
     """The TensorRT-LLM release the plan is for (metadata and tables only: nothing is imported)."""
     return capabilities.for_planning(plan.config.trtllm_version)
+
+
+def _check_model(cfg: BuildConfig, reader: CheckpointReader, backend: str) -> None:
+    """Refuse a model the planned TensorRT-LLM release cannot serve (model_support.MODELS, one sentence)."""
+    hf, quant = model_support.hf_model_of(reader.hf_config.to_dict())  # a transformers PretrainedConfig
+    hf = hf or list(reader.family.hf_architectures[:1])
+    caps = capabilities.for_planning(cfg.trtllm_version)
+    model_support.check_model(caps, backend, hf, reader.family.trtllm_architecture, quant)
 
 
 def _adapters(plan: BuildPlan) -> list[lora.AdapterSpec]:

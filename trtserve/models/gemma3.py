@@ -51,6 +51,6 @@ FAMILY = DecoderFamily(
     features=FEATURES | {QK_NORM},
     config_features=CONFIG_FEATURES | {LOCAL_ROPE},
     config_extras=gemma_config,
-    backends=frozenset({"torch"}),
+    backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
     quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
 )

@@ -29,6 +29,6 @@ FAMILY = DecoderFamily(
     features=llama.FEATURES | {RESIDUAL_SCALE},
     config_features=frozenset({MLP_BIAS, TIED_EMBEDDINGS, ROPE_SCALING}),
     config_extras=_config,
-    backends=frozenset({"torch"}),
+    backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
     quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
 )

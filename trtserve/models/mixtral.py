@@ -37,6 +37,6 @@ FAMILY = DecoderFamily(
     features=llama.FEATURES | {MOE},
     config_features=frozenset({SLIDING_WINDOW, TIED_EMBEDDINGS, ROPE_SCALING}),
     config_extras=_config,
-    backends=frozenset({"torch"}),
+    backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
     quant_formats=frozenset(),
 )

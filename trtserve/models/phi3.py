@@ -43,6 +43,6 @@ FAMILY = DecoderFamily(
     ),
     features=llama.FEATURES,
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING, LONG_ROPE, PARTIAL_ROTARY, SLIDING_WINDOW}),
-    backends=frozenset({"torch"}),
+    backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
     quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
 )

@@ -63,6 +63,6 @@ FAMILY = DecoderFamily(
     features=llama.FEATURES | {QKV_BIAS, MOE},
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING}),
     config_extras=_config,
-    backends=frozenset({"torch"}),
+    backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
     quant_formats=frozenset(),
 )

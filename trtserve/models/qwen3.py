@@ -26,6 +26,6 @@ FAMILY = DecoderFamily(
     gguf=GGUFNames("qwen3", GGUF_NAMES, permuted_qk=False),  # llama.cpp converts Qwen3 as Qwen2: unpermuted
     features=llama.FEATURES | {QK_NORM},
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING}),
-    backends=frozenset({"torch"}),
+    backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
     quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
 )

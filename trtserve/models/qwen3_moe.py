@@ -53,6 +53,6 @@ FAMILY = DecoderFamily(
     features=qwen3.FAMILY.features | {MOE},
     config_features=qwen3.FAMILY.config_features,
     config_extras=_config,
-    backends=frozenset({"torch"}),
+    backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
     quant_formats=frozenset(),
 )

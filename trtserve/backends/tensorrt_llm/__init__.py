@@ -20,6 +20,9 @@ here except `engine.TrtllmEngine` runs on a CPU machine without it. The modules:
     outputs      TensorRT-LLM streamed outputs -> our TokenDelta (finish reasons mapped)
     stats        TensorRT-LLM iteration stats -> our EngineStats
     compat       which workflows a TensorRT-LLM can build / run; the manifest vs this host
+    model_support which release serves which model architecture (MoE, MXFP4, vision): one table
+    feature_support the wave's capabilities per release (parsers, Anthropic, tracing, pooling, vision)
+    support_doc  both tables rendered for docs/tensorrt-llm.md and `trtserve doctor`
     engine       the Engine over the LLM API (`generate_async(streaming=True)`)
     host         `trtserve doctor`: this host's TensorRT-LLM / TensorRT / CUDA / driver / GPU, and verdicts
 

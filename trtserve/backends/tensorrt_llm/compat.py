@@ -11,8 +11,11 @@ TensorRT-LLM plugin library that built it (fact sheet section 7), so all three m
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from trtserve.backends.tensorrt_llm.capabilities import Capabilities
 from trtserve.backends.tensorrt_llm.install import INSTALL_COMMAND, Target
+from trtserve.backends.tensorrt_llm.model_support import engine_dir_problem
 from trtserve.engine.errors import UserError
 
 
@@ -53,6 +56,9 @@ def check_compatible(manifest, built: Target, installed: Target, caps: Capabilit
     problem = workflow_problem(caps, manifest.backend, build=False)
     if problem is not None:
         raise UserError(f"{engine_dir} holds TensorRT engines, but {problem}")
+    problem = engine_dir_problem(caps, manifest.backend, Path(engine_dir))  # model_support.MODELS
+    if problem is not None:
+        raise UserError(f"{engine_dir} cannot be served here: {problem}")
     if manifest.backend == "trtllm":
         return
     pairs = [

@@ -196,6 +196,9 @@ class TrtllmEngine:
                 kw["guided_decoding"] = self._tllm.llmapi.GuidedDecodingParams(**kw["guided_decoding"])
             sp = self._tllm.SamplingParams(**kw)
             extra = {}
+            salt = self._sleeper.cache_salt()  # after a wake-up: no pre-sleep KV block may match (sleep.py)
+            if salt is not None:
+                extra["cache_salt"] = salt
             if request.options.adapter is not None:
                 served = self._adapters.lookup(request.options.adapter)
                 extra["lora_request"] = self._lora_request(served.spec.ref.name, served.int_id, str(served.spec.path))

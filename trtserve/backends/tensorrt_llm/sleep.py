@@ -7,6 +7,14 @@ the given `ExecutorMemoryType` tags on `LLM._collective_rpc("sleep", (tags,))` a
 private call of TensorRT-LLM's LLM, so its name is kept here and nowhere else. TensorRT engines and
 1.0 have nothing of the kind. On main the worker's sleep raises NotImplementedError unless world_size is 1
 (executor/base_worker.py), so a tensor-parallel engine is refused here first.
+
+Prefix reuse across a sleep: the KV cache's memory comes back on wakeup without its contents (main's
+`_torch/virtual_memory.py` scopes it with RestoreMode.NONE unless `sleep_config.restore_modes` says
+otherwise, and `BaseWorker.wakeup` only calls `materialize_with_tag`), while the KV cache manager keeps
+its reuse tree, so a request after the wake-up would reuse pre-sleep blocks that now hold garbage.
+Each wake-up therefore starts a new cache-salt epoch: every later request carries a `cache_salt` that
+no pre-sleep block was hashed with (`hashV1BlockKey` takes the salt's id), and reuse resumes among
+post-wake requests.
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ class Sleeper:
         self.llm = None  # set once the LLM exists
         self.asleep = False  # refusing requests (from the start of sleep() to the end of wake_up())
         self._released = False
+        self.wakes = 0  # wake-ups after a release: the cache-salt epoch of requests from now on
 
     def check_awake(self) -> None:
         if self.asleep:
@@ -92,4 +101,10 @@ class Sleeper:
         if self._released:
             await asyncio.to_thread(self.llm._collective_rpc, "wakeup", (memory_tags(self._tllm),))
             self._released = False
+            self.wakes += 1  # the KV contents are gone: no later request may match a pre-sleep block
         self.asleep = False
+
+    def cache_salt(self) -> str | None:
+        """The `cache_salt` every request carries from now on (None before the first wake-up); a client's
+        own cache_salt is refused on this backend (sampling.check_supported), so this is the only one."""
+        return f"trtserve-wake-{self.wakes}" if self.wakes else None

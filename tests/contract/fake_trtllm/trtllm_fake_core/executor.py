@@ -5,7 +5,7 @@ Imitates tensorrt_llm/llmapi/llm.py and tensorrt_llm/executor/result.py (1.0 to 
 
     LLM(model, tokenizer=None, tensor_parallel_size=1, **llm_args)   args validated by the release's
                                                     pydantic args model (unknown keys: ValidationError)
-    LLM.generate_async(ids, sampling_params, streaming=True, lora_request=None) -> GenerationResult;
+    LLM.generate_async(ids, sampling_params, streaming=True, lora_request=None, cache_salt=None) -> GenerationResult;
         lora_request needs LoRA on (lora_config on the PyTorch LLM, an engine built with the LoRA
         plugin on the TensorRT one) and an adapter that fits it (lora.py); `async for` yields
         the result once per engine step; `.outputs[i]` are CompletionOutputs with cumulative token_ids,
@@ -19,7 +19,8 @@ Imitates tensorrt_llm/llmapi/llm.py and tensorrt_llm/executor/result.py (1.0 to 
                                                     IterationResult (below): done after a wait times out until
                                                     the next generate_async, fed in 0.2 s bursts, and a
                                                     "not available yet" warning per call before any request
-    LLM._collective_rpc("sleep"|"wakeup", (tags,))  needs the release's sleep argument; requests fail asleep
+    LLM._collective_rpc("sleep"|"wakeup", (tags,))  needs the release's sleep argument; requests fail asleep;
+                                                    sleep empties the KV blocks, the reuse tree keeps them (models.py)
     LLM.shutdown()
 Logprobs (SamplingParams.logprobs=k): the toy distribution ranks token t by (t - greedy) mod vocab, with
 logprob -0.5 x rank; what comes back is the release's (facts.py torch_logprobs); the TensorRT path
@@ -46,6 +47,7 @@ from pathlib import Path
 from trtllm_fake_core.args import KvCacheConfig
 from trtllm_fake_core.facts import ReleaseFacts
 from trtllm_fake_core.lora import DEFAULT_TRTLLM_TO_HF, AdapterCache, hf_modules
+from trtllm_fake_core.models import BlockPool, check_architecture
 from trtllm_fake_core.speculation import Speculation, perf_metrics
 from trtllm_fake_core.toy_model import next_greedy
 
@@ -194,7 +196,10 @@ class FakeLLM:
         cfg_path = model / "config.json"
         if not cfg_path.is_file():
             raise ValueError(f"{model} is not a model directory")
-        return json.loads(cfg_path.read_text())
+        cfg = json.loads(cfg_path.read_text())
+        if "pretrained_config" not in cfg:  # a Hugging Face checkpoint (not a TensorRT engine's config)
+            check_architecture(cfg, self.facts)
+        return cfg
 
     def __init__(self, model, tokenizer=None, tensor_parallel_size: int = 1, **kwargs):
         self.check_args(kwargs)
@@ -214,7 +219,7 @@ class FakeLLM:
         self.max_batch_size = self.llm_args.max_batch_size or 2048
         spec = getattr(self.llm_args, "speculative_config", None)  # TorchLlmArgs only
         self.speculation = Speculation(spec, self.facts) if spec is not None else None
-        self._reuse = kv.enable_block_reuse
+        self.blocks = BlockPool(self.tokens_per_block, kv.enable_block_reuse)  # prefix reuse (models.py)
         self._active: list[GenerationResult] = []
         self._lock = threading.Lock()
         self._stats: queue.Queue = queue.Queue()  # what get_stats and a per-call get_stats_async drain
@@ -224,8 +229,8 @@ class FakeLLM:
         self._undispatched: list[dict] = []
         self.not_ready_warnings = 0  # "statistics are not available yet" printed (test hook)
         self._stats_idle = True  # no request since the last idle get_stats
-        self._iter = self._alloc_total = self._reused = self._next_id = self.stats_calls = 0
-        self._seen_blocks: set[tuple] = set()
+        self._iter = self._next_id = self.stats_calls = 0
+        self.stale_requests: list[int] = []  # requests that reused blocks a sleep emptied (test hook)
         self._stop = threading.Event()
         self.asleep = False
         self.rpc_calls: list[tuple[str, tuple]] = []  # test hook
@@ -240,7 +245,11 @@ class FakeLLM:
         # KvCacheConfig.tokens_per_block where the release has it (1.1 on); 32 otherwise
         return getattr(self.llm_args.kv_cache_config, "tokens_per_block", 32)
 
-    def generate_async(self, inputs, sampling_params=None, streaming=False, lora_request=None, **kwargs):
+    def generate_async(
+        self, inputs, sampling_params=None, streaming=False, lora_request=None, cache_salt=None, **kwargs
+    ):
+        if cache_salt is not None and not self.facts.cache_salt:
+            raise TypeError("generate_async() got an unexpected keyword argument 'cache_salt'")
         if self._stop.is_set():
             raise RuntimeError("the LLM has been shut down")
         if not isinstance(inputs, list) or not all(isinstance(t, int) for t in inputs):
@@ -267,7 +276,9 @@ class FakeLLM:
             if self.facts.stats_result == "shared":  # BaseLLM: _maybe_initialize_iteration_results, mark_undone
                 self._iter_result = self._iter_result or IterationResult()
                 self._iter_result.mark_undone()
-            self._account_prompt(inputs)
+            if self.blocks.account(inputs, cache_salt):  # garbage KV: other tokens than the model's
+                result.offset += 7
+                self.stale_requests.append(result.request_id)
             self._active.append(result)
             self._stats_idle = False
         return result
@@ -336,21 +347,14 @@ class FakeLLM:
             raise NotImplementedError(f"{method} is only supported with world_size == 1")
         self.rpc_calls.append((method, args))
         self.asleep = method == "sleep"
+        if self.asleep:
+            self.blocks.release(args[0])
 
     def shutdown(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
 
     # ---- the engine thread ----------------------------------------------------------------
-    def _account_prompt(self, prompt: list[int]) -> None:
-        tpb = self.tokens_per_block
-        for b in range(len(prompt) // tpb):
-            key = tuple(prompt[: (b + 1) * tpb])
-            self._alloc_total += 1
-            if self._reuse and key in self._seen_blocks:
-                self._reused += 1
-            self._seen_blocks.add(key)
-
     def _run(self) -> None:
         while not self._stop.is_set():
             with self._lock:
@@ -437,8 +441,8 @@ class FakeLLM:
                 "freeNumBlocks": self.max_blocks - used,
                 "usedNumBlocks": used,
                 "tokensPerBlock": tpb,
-                "allocTotalBlocks": self._alloc_total,
-                "reusedBlocks": self._reused,
+                "allocTotalBlocks": self.blocks.alloc_total,
+                "reusedBlocks": self.blocks.reused,
             },
         }
 

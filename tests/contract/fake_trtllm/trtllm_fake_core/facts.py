@@ -63,6 +63,19 @@ _SERVE_ALIASED = _SERVE_COMMON | {
 }
 
 
+# what each line's _torch/models registers (@register_auto_model), for the families trtserve builds and the
+# wave's newcomers; read as the fact sheet and docs/source/models/supported-models.md place them: Qwen3 and
+# Gemma3 from 0.20, Phi3 from PR #5644 (1.0), gpt-oss from PR #6645 (1.1.0rc0), Gemma2 on 2026 main only.
+# Granite and SmolLM3 are AutoDeploy-only upstream; no line has OLMoE, Llava or Idefics3.
+PYTORCH_MODELS_1_0 = frozenset(
+    {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM", "Phi3ForCausalLM"}
+    | {"Gemma3ForCausalLM", "Gemma3ForConditionalGeneration", "MixtralForCausalLM", "Qwen2MoeForCausalLM"}
+    | {"Qwen3MoeForCausalLM"}
+)
+PYTORCH_MODELS_1_1 = PYTORCH_MODELS_1_0 | {"GptOssForCausalLM"}
+PYTORCH_MODELS_MAIN = PYTORCH_MODELS_1_1 | {"Gemma2ForCausalLM"}
+
+
 @dataclass(frozen=True)
 class ReleaseFacts:
     line: str  # "1.0" | "1.1" | "1.2" | "main"
@@ -98,6 +111,9 @@ class ReleaseFacts:
     # date), and request_perf_metrics.speculative_decoding filled (executor/result.py, PR #17082, 2026-07-31)
     spec_iteration_stats: bool = True
     spec_request_metrics: bool = False
+    pytorch_models: frozenset[str] = PYTORCH_MODELS_1_1  # architectures its PyTorch backend loads (models.py)
+    mxfp4_models: frozenset[str] = frozenset({"GptOssForCausalLM"})  # MXFP4 MoE weights (PR #6645, 1.1 on)
+    cache_salt: bool = True  # generate_async(cache_salt=...) (fact sheet 11.8: from about 1.1)
 
 
 FACTS: dict[str, ReleaseFacts] = {
@@ -118,6 +134,9 @@ FACTS: dict[str, ReleaseFacts] = {
             sleep_arg=None,
             stats_result="shared",
             spec_iteration_stats=False,
+            pytorch_models=PYTORCH_MODELS_1_0,
+            mxfp4_models=frozenset(),
+            cache_salt=False,
         ),
         ReleaseFacts(
             "1.1",
@@ -168,6 +187,7 @@ FACTS: dict[str, ReleaseFacts] = {
             stats_result="per_call",  # not pinned on main
             kv_cache_fields=KV_CACHE_FIELDS_MAIN,
             spec_request_metrics=True,
+            pytorch_models=PYTORCH_MODELS_MAIN,
         ),
     )
 }
