@@ -1,4 +1,4 @@
-"""Third-party clients (instructor, LangChain, the KServe SDK, openai's helpers) against one live
+"""Third-party clients (instructor, LangChain, the KServe SDK, openai's helpers, the anthropic SDK) against a live
 `trtserve run` with HTTP and gRPC, used the way each client's documentation shows."""
 
 from __future__ import annotations
@@ -24,6 +24,12 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+@pytest.fixture(scope="session")
+def server_class():
+    """tests/api's Server, for a test module that starts a server of its own (one with an API key, say)."""
+    return Server
 
 
 @pytest.fixture(scope="session")

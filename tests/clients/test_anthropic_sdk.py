@@ -14,7 +14,6 @@ import httpx
 import jsonschema
 import openai
 import pytest
-from conftest import Server
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -52,7 +51,7 @@ BLOCK_DELTAS = {
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory, faults):
+def server(tmp_path_factory, faults, server_class):
     from helpers import make_hf_model
 
     from trtserve.build.builder import build_engine
@@ -64,7 +63,7 @@ def server(tmp_path_factory, faults):
     build_engine(BuildConfig(model=str(hf), tokens_per_block=16), engine, quiet=True)
     d = tmp_path_factory.mktemp("anthropic")
     f = faults("anthropic")
-    s = Server(engine, "--kv-cache-memory", "32MiB", "--api-key", KEY, log=d / "server.log", launcher=f.launcher)
+    s = server_class(engine, "--kv-cache-memory", "32MiB", "--api-key", KEY, log=d / "server.log", launcher=f.launcher)
     s.faults = f
     yield s
     s.stop()
