@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from trtserve.build.config import BuildConfig
-from trtserve.build.reader import CheckpointReader
+from trtserve.build.reader import CheckpointReader, RenamedReader
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import POOLING_WEIGHTS
 from trtserve.engine.model_config import ModelConfig
@@ -29,14 +29,12 @@ from trtserve.models.pooling import pooling_task
 HEAD_SOURCES = {"score.weight": SCORE}  # a classification checkpoint's head tensor -> pooling.safetensors name
 
 
-class PoolingReader:
+class PoolingReader(RenamedReader):
     """A pooling checkpoint through the CheckpointReader interface, as its family's causal LM: the decoder's
     tensors under the family's HF names, the head's tensors (`head_names`) left out for `load_head`."""
 
     def __init__(self, inner: CheckpointReader):
-        self.inner = inner
-        self.path, self.family, self.hf_config = inner.path, inner.family, inner.hf_config
-        self.auto_dtype, self.description = inner.auto_dtype, inner.description
+        super().__init__(inner)
         names = inner.names()
         self.head_names = sorted(n for n in names if n.split(".")[0] == "score")
         embed = self.family.hf.module(EMBED) + ".weight"  # "model.embed_tokens.weight"
@@ -44,23 +42,8 @@ class PoolingReader:
         bare = embed not in names and embed.removeprefix(prefix) in names  # saved by AutoModel: no `model.`
         self._source = {(prefix + n if bare else n): n for n in names if n not in self.head_names}
 
-    def names(self) -> list[str]:
-        return sorted(self._source)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self.inner.shape(self._source[name])
-
-    def load(self, name: str) -> torch.Tensor:
-        return self.inner.load(self._source[name])
-
     def load_head(self, name: str) -> torch.Tensor:
         return self.inner.load(name)
-
-    def save_tokenizer(self, dest: Path) -> None:
-        self.inner.save_tokenizer(dest)
-
-    def fingerprint(self) -> str:
-        return self.inner.fingerprint()
 
     @property
     def has_lm_head(self) -> bool:

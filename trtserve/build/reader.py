@@ -28,3 +28,30 @@ class CheckpointReader(Protocol):
     def save_tokenizer(self, dest: Path) -> None: ...
 
     def fingerprint(self) -> str: ...
+
+
+class RenamedReader:
+    """Another reader's checkpoint under other names (`_source`: the name given -> the inner reader's), the
+    rest of the CheckpointReader interface passed through; pooling and vision checkpoints read as their
+    text family's causal LM this way."""
+
+    def __init__(self, inner: CheckpointReader):
+        self.inner = inner
+        self.path, self.family, self.hf_config = inner.path, inner.family, inner.hf_config
+        self.auto_dtype, self.description = inner.auto_dtype, inner.description
+        self._source: dict[str, str] = {}
+
+    def names(self) -> list[str]:
+        return sorted(self._source)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self.inner.shape(self._source[name])
+
+    def load(self, name: str) -> torch.Tensor:
+        return self.inner.load(self._source[name])
+
+    def save_tokenizer(self, dest: Path) -> None:
+        self.inner.save_tokenizer(dest)
+
+    def fingerprint(self) -> str:
+        return self.inner.fingerprint()

@@ -11,10 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import torch
-
 from trtserve.build.config import BuildConfig
-from trtserve.build.reader import CheckpointReader
+from trtserve.build.reader import CheckpointReader, RenamedReader
 from trtserve.engine.errors import UserError
 from trtserve.engine.layout import VISION_WEIGHTS
 from trtserve.engine.vision import ImageProcessing, VisionConfig, VisionTower
@@ -34,17 +32,15 @@ def text_family_of(raw: dict):
     return family_for_hf(text.get("architectures"), text.get("model_type", "llama"))
 
 
-class VisionReader:
+class VisionReader(RenamedReader):
     """A vision checkpoint through the CheckpointReader interface, as its text family's causal LM: the
     language model's tensors under the family's HF names; the tower's and projector's kept apart."""
 
     def __init__(self, inner: CheckpointReader, fam: VisionFamily):
-        self.inner, self.vision_family = inner, fam
-        self.path, self.family, self.description = inner.path, inner.family, inner.description
+        super().__init__(inner)
+        self.vision_family = fam
         self.full_config = inner.hf_config
         self.hf_config = inner.hf_config.text_config
-        self.auto_dtype = inner.auto_dtype
-        self._source: dict[str, str] = {}
         self.vision_names: dict[str, str] = {}  # vision.safetensors name -> checkpoint name
         for n in inner.names():
             target = fam.target(n)
@@ -52,21 +48,6 @@ class VisionReader:
                 raise UserError(f"tensor {n} belongs to no part of a {fam.name} checkpoint; check the weights")
             into = self.vision_names if target.startswith((TOWER, PROJECTOR)) else self._source
             into[target] = n
-
-    def names(self) -> list[str]:
-        return sorted(self._source)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self.inner.shape(self._source[name])
-
-    def load(self, name: str) -> torch.Tensor:
-        return self.inner.load(self._source[name])
-
-    def save_tokenizer(self, dest: Path) -> None:
-        self.inner.save_tokenizer(dest)
-
-    def fingerprint(self) -> str:
-        return self.inner.fingerprint()
 
 
 def vision_reader(cfg: BuildConfig, reader: CheckpointReader) -> CheckpointReader:
