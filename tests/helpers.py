@@ -20,6 +20,21 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
 )
 VOCAB = 320
+# the tiny decoder of the pooling tests (embedders, classifiers, rerankers): its pad id 2 is never in their
+# prompts (random_prompts draws ids from 3), so HF's classifier pools the last token
+POOLING_SHAPE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    initializer_range=0.2,
+    bos_token_id=0,
+    eos_token_id=1,
+    pad_token_id=2,
+)
 
 
 @functools.cache

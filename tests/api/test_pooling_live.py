@@ -15,7 +15,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from conftest import Server
-from helpers import VOCAB, write_tokenizer
+from helpers import POOLING_SHAPE, write_tokenizer
 
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
@@ -24,19 +24,7 @@ from trtserve.engine.pooling import RerankPrompt, sigmoid, softmax
 pytestmark = pytest.mark.timeout(300)
 T = 30  # s: every client call's timeout
 ATOL = 1e-4
-COMMON = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=1,
-    max_position_embeddings=256,
-    initializer_range=0.2,
-    bos_token_id=0,
-    eos_token_id=1,
-    pad_token_id=2,
-)
+COMMON = POOLING_SHAPE | {"num_key_value_heads": 1}
 QUERY = "what batches requests?"
 DOCS = [
     "The quick brown fox jumps over the lazy dog.",

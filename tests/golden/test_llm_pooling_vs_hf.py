@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import VOCAB, write_tokenizer
+from helpers import POOLING_SHAPE, write_tokenizer
 
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
@@ -15,19 +15,7 @@ from trtserve.engine.errors import UserError
 from trtserve.llm import LLM
 
 ATOL = 1e-4
-COMMON = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    initializer_range=0.2,
-    bos_token_id=0,
-    eos_token_id=1,
-    pad_token_id=2,
-)
+COMMON = POOLING_SHAPE
 QWEN3 = dict(head_dim=32, num_key_value_heads=1)
 TEXTS = ["the quick brown fox", "a model server batches requests", "paged attention blocks", "over the lazy dog"]
 QUERY = "what batches requests"

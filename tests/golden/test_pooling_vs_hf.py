@@ -10,7 +10,7 @@ import json
 import pytest
 import torch
 import torch.nn.functional as F
-from helpers import VOCAB, random_prompts, write_tokenizer
+from helpers import POOLING_SHAPE, random_prompts, write_tokenizer
 
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
@@ -23,19 +23,7 @@ from trtserve.runtime.engine_core import EngineCore
 from trtserve.runtime.loader import load_engine
 
 ATOL = 1e-4
-COMMON = dict(
-    vocab_size=VOCAB,
-    hidden_size=64,
-    intermediate_size=96,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    initializer_range=0.2,
-    bos_token_id=0,
-    eos_token_id=1,
-    pad_token_id=2,  # never in the prompts (random_prompts draws ids from 3): HF's classifier pools the last token
-)
+COMMON = POOLING_SHAPE
 QWEN3 = dict(head_dim=32, num_key_value_heads=1)
 PREFILL = SamplingParams(max_tokens=1, temperature=0.0)
 
