@@ -28,6 +28,7 @@ FAMILIES = {
         num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, shared_expert_intermediate_size=48
     ),
     "qwen3_moe": dict(head_dim=32, num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32),
+    "gpt_oss": dict(head_dim=16, num_local_experts=4, num_experts_per_tok=2),
 }
 COMMON = dict(
     vocab_size=VOCAB,

@@ -45,7 +45,7 @@ def expected_source_shapes(fam: DecoderFamily, cfg: ModelConfig, has_lm_head: bo
     shapes: dict[str, tuple[int, ...]] = {}
     for module, src in _source_modules(fam, cfg, has_lm_head):
         for name, shape in [(module + ".weight", src.weight_shape(cfg))] + (
-            [(module + ".bias", src.weight_shape(cfg)[:1])] if src.bias in features else []
+            [(module + ".bias", src.weight_shape(cfg)[:-1])] if src.bias in features else []
         ):
             if name in shapes:  # another role of a fused module: rows [fused so far; this role's]
                 assert shapes[name][1:] == shape[1:], f"the parts of {name} differ in their in dims"
@@ -139,7 +139,7 @@ class _Shard:
         self, split: Split, src: Source, bias: bool
     ) -> tuple[tuple[int, ...], Callable[[torch.Tensor], torch.Tensor]]:
         """(the piece's shape, how to cut it from the full source tensor)."""
-        full = src.weight_shape(self.cfg)[:1] if bias else src.weight_shape(self.cfg)
+        full = src.weight_shape(self.cfg)[:-1] if bias else src.weight_shape(self.cfg)
         rank, tp, rest = self.rank, self.tp, full[1:]
         if split == "replicate" or (split == "cols" and bias):
             return full, lambda t: t

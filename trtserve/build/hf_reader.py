@@ -10,6 +10,7 @@ import torch
 
 from trtserve.build.experts import ExpertStacks
 from trtserve.build.safetensors_io import SafetensorsFile
+from trtserve.build.stored import StoredTensors
 from trtserve.build.vision import text_family_of
 from trtserve.engine.errors import UserError
 from trtserve.engine.hashing import fingerprint
@@ -55,6 +56,12 @@ class HFReader:
             for name in handle.keys():
                 self._where[name] = f
         self._experts = ExpertStacks(self.family, self._where, self._shape)  # expert roles read stacked
+        quant = raw.get("quantization_config") or {}
+        method = quant.get("quant_method") if isinstance(quant, dict) else None
+        # tensors kept inside others (gpt-oss's experts, MXFP4 or not) read under the family's names
+        self._stored = StoredTensors(
+            self.family, self._experts.names(), self._stacked_shape, self._stacked_load, method
+        )
         dtype = getattr(self.hf_config, "dtype", None) or getattr(self.hf_config, "torch_dtype", None)
         if isinstance(dtype, str):
             dtype = getattr(torch, dtype, None)
@@ -89,16 +96,22 @@ class HFReader:
             )
 
     def names(self) -> list[str]:
-        return self._experts.names()
+        return self._stored.names()
 
     def shape(self, name: str) -> tuple[int, ...]:
+        return self._stored.shape(name)
+
+    def load(self, name: str) -> torch.Tensor:
+        return self._stored.load(name)
+
+    def _stacked_shape(self, name: str) -> tuple[int, ...]:
         parts = self._experts.parts.get(name)
         return (len(parts), *self._shape(parts[0])) if parts else self._shape(name)
 
     def _shape(self, name: str) -> tuple[int, ...]:
         return self._handles[self._where[name]].shape(name)
 
-    def load(self, name: str) -> torch.Tensor:
+    def _stacked_load(self, name: str) -> torch.Tensor:
         parts = self._experts.parts.get(name)
         return torch.stack([self._load(p) for p in parts]) if parts else self._load(name)
 

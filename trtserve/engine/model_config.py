@@ -75,6 +75,10 @@ class ModelConfig(BaseModel):
     moe_intermediate_size: int | None = None  # each expert's MLP width
     moe_layers: list[int] | None = None  # the layers whose MLP is the experts; None: every layer (with moe)
     moe_shared_expert_intermediate_size: int = 0  # a sigmoid-gated expert every token runs too (Qwen2-MoE); 0: none
+    # gpt-oss's experts (features.CLAMPED_SWIGLU_EXPERTS): (up.clamp(-limit, limit) + 1) * g * sigmoid(alpha * g),
+    # g = gate.clamp(max=limit); None: SiLU-gated experts
+    swiglu_limit: float | None = None
+    swiglu_alpha: float | None = None
     mapping: Mapping = Mapping()
     quantization: Quantization = Quantization()
 

@@ -56,6 +56,8 @@ class Layer:
     experts: Experts | None = None  # the layer's MLP where it has experts (ModelConfig.moe_layers)
     attn_out_norm: torch.Tensor | None = None  # (hidden,): attention's output normed before its add (SANDWICH_NORMS)
     mlp_out_norm: torch.Tensor | None = None  # (hidden,): the MLP's output normed so too
+    dense_bias: torch.Tensor | None = None  # (hidden,): o_proj's bias (features.ATTN_OUT_BIAS)
+    sinks: torch.Tensor | None = None  # (heads,): each head's sink logit (features.ATTN_SINKS)
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float, offset: float = 0.0) -> torch.Tensor:
@@ -115,7 +117,8 @@ class DecoderModel:
                     q_norm=w.pop(m["q_norm"] + ".weight") if "q_norm" in m else None,
                     k_norm=w.pop(m["k_norm"] + ".weight") if "k_norm" in m else None,
                     experts=Experts.take(w, m, cfg) if cfg.is_moe_layer(i) else None,
-                    **{r: w.pop(m[r] + ".weight") for r in ("attn_out_norm", "mlp_out_norm") if r in m},
+                    dense_bias=w.pop(m["dense"] + ".bias", None),
+                    **{r: w.pop(m[r] + ".weight") for r in ("attn_out_norm", "mlp_out_norm", "sinks") if r in m},
                 )
             )
         if w:
@@ -131,7 +134,7 @@ class DecoderModel:
         self.attention = [  # each layer's, within its window (ModelConfig.window)
             LayerAttention(
                 cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size, self.scale, cfg.window(i),
-                cfg.attn_logit_softcapping, deterministic,
+                cfg.attn_logit_softcapping, deterministic, self.layers[i].sinks,
             )
             for i in range(cfg.num_hidden_layers)
         ]  # fmt: skip
@@ -297,7 +300,9 @@ class DecoderModel:
             q = self._rope_kv(i, qkv, batch, kv, rope if self.cfg.window(i) is None else local).view(-1, n_h, hd)
             attn = self.attention[i](i, q, batch, kv)  # (T, n_h * hd)
             attn_out = self._residual(
-                self._out_norm(self._lora_mm(lora, i, "dense", attn, layer.dense), layer.attn_out_norm)
+                self._out_norm(
+                    self._lora_mm(lora, i, "dense", attn, layer.dense, layer.dense_bias), layer.attn_out_norm
+                )
             )
             x = self._add_norm(h, attn_out, layer.post_norm)
             out = self._residual(self._out_norm(self._mlp(i, layer, x, lora), layer.mlp_out_norm))

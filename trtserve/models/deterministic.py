@@ -47,6 +47,7 @@ def attention(
     scale: float,
     window: int | None,
     softcap: float | None = None,  # scores become softcap * tanh(scores / softcap) (Gemma 2)
+    sinks: torch.Tensor | None = None,  # (n_h,): a logit per head joining the softmax's denominator (gpt-oss)
 ) -> torch.Tensor:
     """Causal attention per token over its own sequence's keys; returns (T, n_h * hd)."""
     n_h, hd, dev = q.shape[1], q.shape[2], q.device
@@ -80,6 +81,10 @@ def attention(
             denom = denom * alpha + p.sum(1)
             acc = acc * alpha[..., None] + (p[..., None] * v).sum(1)
             m = m_new
+        if sinks is not None:  # one more key whose value is zero
+            m_new = torch.maximum(m, sinks.float())
+            denom = denom * torch.exp(m - m_new) + torch.exp(sinks.float() - m_new)
+            acc = acc * torch.exp(m - m_new)[..., None]
         return (acc / denom[..., None]).to(q.dtype).flatten(1)  # (TILE, n_h * hd)
 
     n = q.shape[0]

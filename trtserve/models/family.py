@@ -55,6 +55,18 @@ class GGUFNames:
 
 
 @dataclass(frozen=True)
+class Stored:
+    """Where a checkpoint keeps a source tensor inside another (gpt-oss's experts): `tensor` under the layer
+    prefix, this one every `step`-th entry of its last dim from `start`, then its last two dims swapped where
+    `transposed` (stored (..., in, out))."""
+
+    tensor: str
+    start: int = 0
+    step: int = 1
+    transposed: bool = False
+
+
+@dataclass(frozen=True)
 class DecoderFamily:
     name: str  # "llama"
     hf_architectures: tuple[str, ...]  # HF `architectures` values this family reads
@@ -68,6 +80,9 @@ class DecoderFamily:
     config_extras: Callable[[Any], dict] | None = None
     backends: frozenset[str] | None = None  # engine/backends.py names that build it; None: every one
     quant_formats: frozenset[str] | None = None  # --quant names it is tested with; None: every one
+    # source tensors (`{module}.weight` / `.bias` under the HF layer prefix) the HF checkpoint keeps inside
+    # others, read by build/stored.py; the rest are stored as named
+    hf_stored: dict[str, Stored] = field(default_factory=dict)
 
     def check_build(self, backend: str, quant: str | None) -> None:
         """Refuse (UserError) a backend or quant format this family is not built or tested with."""

@@ -33,12 +33,18 @@ SCALED_EMBEDDINGS = (
 )
 ATTN_SOFTCAP = "attn_softcap"  # attention scores soft-capped: cap * tanh(s / cap) (ModelConfig.attn_logit_softcapping)
 FINAL_SOFTCAP = "final_softcap"  # logits soft-capped the same way (ModelConfig.final_logit_softcapping)
+ATTN_SINKS = "attn_sinks"  # a learned logit per head joins each softmax's denominator (gpt-oss)
+ATTN_OUT_BIAS = "attn_out_bias"  # o_proj adds a bias (gpt-oss)
+# router and experts add biases, each token's top-k router logits softmaxed, and the experts' SwiGLU clamped
+# (ModelConfig.swiglu_limit; gpt-oss)
+CLAMPED_SWIGLU_EXPERTS = "clamped_swiglu_experts"
 
 FEATURES = frozenset(
     {
         RMS_NORM, ROPE_NEOX, SILU_GATED_MLP, QKV_BIAS, MLP_BIAS, SLIDING_WINDOW, TIED_EMBEDDINGS, ROPE_SCALING,
         QK_NORM, QK_NORM_WIDE, NOPE_LAYERS, RESIDUAL_SCALE, PARTIAL_ROTARY, LONG_ROPE, MOE, LAYER_WINDOWS, LOCAL_ROPE,
         OFFSET_NORM, SANDWICH_NORMS, GELU_TANH_GATED_MLP, SCALED_EMBEDDINGS, ATTN_SOFTCAP, FINAL_SOFTCAP,
+        ATTN_SINKS, ATTN_OUT_BIAS, CLAMPED_SWIGLU_EXPERTS,
     }
 )  # fmt: skip
 # A step feature, not a model's: some rows of the step run under LoRA adapters (models/lora.py). A fast

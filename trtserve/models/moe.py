@@ -2,11 +2,12 @@
 (`with_experts`), and its layers with experts run `Experts` in place of the dense MLP.
 
 Each token's router logits pick its top-k experts (softmax over all of them, then the k largest,
-renormalized where the family does, as HF transformers computes them); the step's tokens are grouped
-by expert and each expert the step uses runs once over its tokens, so a step reads only the weights of
-the experts its tokens use. Every output adds its tokens' experts in expert order, as HF's loop does.
-The C expert kernel (kernels/experts.c) runs these steps in one call for plain CPU weights, in prefill,
-op-by-op decode and the one-call decode step; the torch path (`Experts.grouped`) runs the rest. Each
+renormalized where the family does, as HF transformers computes them; gpt-oss: the k largest biased
+logits, softmaxed); the step's tokens are grouped by expert and each expert the step uses runs once over
+its tokens, so a step reads only the weights of the experts its tokens use. Every output adds its tokens'
+experts in expert order, as HF's loop does. The C expert kernel (kernels/experts.c) runs these steps in
+one call for plain CPU weights, in prefill, op-by-op decode and the one-call decode step; the torch path
+(`Experts.grouped`) runs the rest, gpt-oss's biased experts with the clamped SwiGLU among them. Each
 row's output depends on that row alone in both, so batching never changes a sequence's tokens.
 """
 
@@ -56,12 +57,14 @@ _SHARED_TARGETS = {
 }
 
 
-def with_experts(base: Layout, shared: bool = False) -> Layout:
-    """A dense layout whose layers may have experts (ModelConfig.moe_layers) in place of its MLP."""
+def with_experts(base: Layout, shared: bool = False, bias: str | None = None) -> Layout:
+    """A dense layout whose layers may have experts (ModelConfig.moe_layers) in place of its MLP; bias: the
+    feature under which the router and each expert's projections add a bias ((E,) and (E, out))."""
     dense = {r: replace(s, mlp="dense") if r in DENSE_MLP else s for r, s in base.layer.items()}
+    experts = {r: replace(s, bias=bias) for r, s in EXPERTS.items()}
     return Layout(
         model=base.model,
-        layer=dense | EXPERTS | (SHARED if shared else {}),
+        layer=dense | experts | (SHARED if shared else {}),
         trtllm_model=base.trtllm_model,
         trtllm_prefix=base.trtllm_prefix,
         trtllm_layer=base.trtllm_layer | _TARGETS | (_SHARED_TARGETS if shared else {}),
@@ -100,12 +103,20 @@ class Experts:
     shared_fc_gate: torch.Tensor | None = None  # (2 * S, hidden): the shared expert's [fc; gate]
     shared_proj: torch.Tensor | None = None  # (hidden, S)
     shared_gate: torch.Tensor | None = None  # (1, hidden)
+    router_bias: torch.Tensor | None = None  # (E,)
+    fc_gate_bias: torch.Tensor | None = None  # (E, 2 * I)
+    proj_bias: torch.Tensor | None = None  # (E, hidden)
+    # gpt-oss's experts (ModelConfig.swiglu_limit): (alpha, limit) of the clamped SwiGLU, and each token's
+    # top-k router logits softmaxed as HF does; None: SiLU-gated, top k of the softmax
+    swiglu: tuple[float, float] | None = None
     # The C kernel's view of these weights (kernels/experts.py; None: the torch path runs), and whether
     # to use it (scripts/bench_moe.py turns it off to time the torch path)
     packed: kernel.Packed | None = field(default=None, init=False, repr=False)
     use_kernel: bool = True
 
     def __post_init__(self):
+        if self.swiglu is not None or self.router_bias is not None:
+            return  # the kernel implements neither biases nor the clamped SwiGLU: the torch path runs
         gates = self.router if self.shared_gate is None else torch.cat([self.router, self.shared_gate])
         self.packed = kernel.pack(
             gates, self.fc_gate, self.proj, self.top_k, self.renormalize, self.shared_fc_gate, self.shared_proj
@@ -115,19 +126,26 @@ class Experts:
     def take(cls, w: dict[str, torch.Tensor], modules: dict[str, str], cfg: ModelConfig) -> Experts:
         """Pop one layer's expert tensors from the engine's weights (modules: the layer's by role)."""
 
-        def pop(role: str) -> torch.Tensor:
-            return w.pop(modules[role] + ".weight")
+        def pop(role: str, suffix: str = "weight") -> torch.Tensor:
+            return w.pop(f"{modules[role]}.{suffix}")
 
         fc_gate = torch.cat([pop("experts_fc"), pop("experts_gate")], dim=1)  # one GEMM per expert
-        shared = {}
+        extras = {}
         if cfg.moe_shared_expert_intermediate_size:
-            shared = dict(
+            extras = dict(
                 shared_fc_gate=torch.cat([pop("shared_fc"), pop("shared_gate")]),
                 shared_proj=pop("shared_proj"),
                 shared_gate=pop("shared_expert_gate"),
             )
+        if cfg.swiglu_limit is not None:
+            extras = dict(
+                router_bias=pop("router", "bias"),
+                fc_gate_bias=torch.cat([pop("experts_fc", "bias"), pop("experts_gate", "bias")], dim=1),
+                proj_bias=pop("experts_proj", "bias"),
+                swiglu=(cfg.swiglu_alpha, cfg.swiglu_limit),
+            )
         moe = cfg.moe
-        return cls(pop("router"), fc_gate, pop("experts_proj"), moe.top_k, moe.normalization_mode == 1, **shared)
+        return cls(pop("router"), fc_gate, pop("experts_proj"), moe.top_k, moe.normalization_mode == 1, **extras)
 
     def __call__(self, x: torch.Tensor, linear: Linear) -> torch.Tensor:
         if self.use_kernel and self.packed is not None and (y := kernel.run(self.packed, x)) is not None:
@@ -147,7 +165,7 @@ class Experts:
         for e in counts.nonzero().flatten().tolist():  # each expert the step uses, once over its tokens
             rows = slice(ends[e] - int(counts[e]), ends[e])
             idx = tokens[rows]
-            y = self._mlp(x[idx], self.fc_gate[e], self.proj[e], linear)  # (n, hidden)
+            y = self._expert(x[idx], e, linear)  # (n, hidden)
             out.index_add_(0, idx, y * scales[rows, None])
         if self.shared_gate is not None:
             shared = self._mlp(x, self.shared_fc_gate, self.shared_proj, linear)
@@ -156,11 +174,24 @@ class Experts:
 
     def route(self, x: torch.Tensor, linear: Linear) -> tuple[torch.Tensor, torch.Tensor]:
         """Each token's top-k experts (T, k) and their weights (T, k, in x's dtype)."""
-        probs = torch.softmax(linear(x, self.router), dim=-1, dtype=torch.float32)  # (T, E)
+        logits = linear(x, self.router)  # (T, E)
+        if self.swiglu is not None:  # HF's GptOssTopKRouter: biased logits, softmax over the top k
+            top, experts = torch.topk(logits + self.router_bias, self.top_k, dim=-1)
+            return torch.softmax(top, dim=-1), experts
+        probs = torch.softmax(logits, dim=-1, dtype=torch.float32)  # (T, E)
         weights, experts = torch.topk(probs, self.top_k, dim=-1)
         if self.renormalize:
             weights /= weights.sum(dim=-1, keepdim=True)
         return weights.to(x.dtype), experts
+
+    def _expert(self, x: torch.Tensor, e: int, linear: Linear) -> torch.Tensor:
+        """Expert e on its tokens x (n, hidden)."""
+        if self.swiglu is None:
+            return self._mlp(x, self.fc_gate[e], self.proj[e], linear)
+        alpha, limit = self.swiglu
+        fc, gate = (linear(x, self.fc_gate[e]) + self.fc_gate_bias[e]).chunk(2, dim=-1)  # (n, I) each
+        fc, gate = fc.clamp(max=limit), gate.clamp(-limit, limit)
+        return linear((gate + 1) * (fc * torch.sigmoid(fc * alpha)), self.proj[e]) + self.proj_bias[e]
 
     @staticmethod
     def _mlp(x: torch.Tensor, fc_gate: torch.Tensor, proj: torch.Tensor, linear: Linear) -> torch.Tensor:

@@ -3,7 +3,8 @@
 A layer attends within its window (ModelConfig.window: Gemma's local layers, Mistral's every layer) by
 its group's mask for that window; the in-place decode kernel attends to every key, so it runs only for
 layers without one. Soft-capped scores (Gemma 2) run as HF's eager attention does: scores scaled,
-capped, masked, softmax in float32.
+capped, masked, softmax in float32; attention sinks (gpt-oss) as its eager attention does too: each head's
+sink logit joins the softmax, and its share is dropped.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class LayerAttention:
     window: int | None  # keys within this many positions of the query; None: every key up to it
     softcap: float | None  # scores become softcap * tanh(scores / softcap); None: left as they are
     deterministic: bool  # batch-invariant tiles (models/deterministic.py)
+    sinks: torch.Tensor | None = None  # (heads,): a logit per head joining each softmax's denominator (gpt-oss)
 
     def __call__(self, layer: int, q: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
         """Attention of q (T, heads, head_size) over the layer's cached keys; returns (T, heads * head_size)."""
@@ -39,13 +41,15 @@ class LayerAttention:
             kv_slots = batch.block_tables[:, pos // bs] * bs + pos % bs  # (B, max_blocks * bs)
             keys, values = kv.layer_keys(layer), kv.layer_values(layer)
             return det.attention(
-                q, keys, values, kv_slots[batch.seq_ids], batch.positions, self.scale, self.window, self.softcap
-            )
+                q, keys, values, kv_slots[batch.seq_ids], batch.positions, self.scale, self.window, self.softcap,
+                self.sinks,
+            )  # fmt: skip
         out = None
         in_place = (
             kv.kv_quant is None
             and self.window is None
             and self.softcap is None
+            and self.sinks is None
             and attention.usable(q, kv.layer_keys(layer))
         )
         for g in batch.groups:
@@ -80,23 +84,32 @@ class LayerAttention:
         qg = q[g.q_index].view(n_g, max_q, n_kv, group, hd)  # (G, max_q, n_kv, group, hd)
         qg = qg.permute(0, 2, 3, 1, 4).reshape(n_g, n_kv, group * max_q, hd)
         mask = g.attn_mask(self.window)  # (G, 1, group * max_q, keys)
-        if self.softcap is None:
+        if self.sinks is not None:  # each row's head's sink: rows run (n_kv, group, max_q)
+            sinks = self.sinks.view(1, n_kv, group, 1, 1).expand(1, n_kv, group, max_q, 1).reshape(1, n_kv, -1, 1)
+            o = eager(qg, keys, values, mask, self.scale, self.softcap, sinks)
+        elif self.softcap is None:
             o = F.scaled_dot_product_attention(qg, keys, values, attn_mask=mask, scale=self.scale)
         else:
-            o = softcapped(qg, keys, values, mask, self.scale, self.softcap)
+            o = eager(qg, keys, values, mask, self.scale, self.softcap)
         return o.view(n_g, n_kv, group, max_q, hd).permute(0, 3, 1, 2, 4).reshape(n_g * max_q, n_h * hd)
 
 
-def softcapped(
+def eager(
     q: torch.Tensor,  # (G, n_kv, rows, hd)
     keys: torch.Tensor,  # (G, n_kv, keys, hd)
     values: torch.Tensor,  # (G, n_kv, keys, hd)
     mask: torch.Tensor,  # (G, 1, rows, keys) bool: True = attend
     scale: float,
-    cap: float,
+    cap: float | None,
+    sinks: torch.Tensor | None = None,  # (1, n_kv, rows, 1): each row's sink logit
 ) -> torch.Tensor:
-    """HF's eager attention with soft-capped scores (Gemma 2): (G, n_kv, rows, hd)."""
+    """HF's eager attention with soft-capped scores (Gemma 2) or sinks (gpt-oss): (G, n_kv, rows, hd)."""
     scores = torch.matmul(q, keys.transpose(-1, -2)) * scale  # (G, n_kv, rows, keys)
-    scores = torch.tanh(scores / cap) * cap
+    if cap is not None:
+        scores = torch.tanh(scores / cap) * cap
     scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), values)
+    if sinks is None:
+        return torch.matmul(torch.softmax(scores, dim=-1, dtype=torch.float32).to(q.dtype), values)
+    scores = torch.cat([scores, sinks.to(scores.dtype).expand(*scores.shape[:-1], 1)], dim=-1)
+    probs = torch.softmax(scores - scores.amax(dim=-1, keepdim=True), dim=-1)[..., :-1]  # in q's dtype, as HF's
+    return torch.matmul(probs, values)

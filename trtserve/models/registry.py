@@ -7,6 +7,7 @@ from trtserve.engine.errors import UserError
 from trtserve.models import (
     gemma2,
     gemma3,
+    gpt_oss,
     granite,
     llama,
     mistral,
@@ -127,5 +128,6 @@ for _fam in (
     olmoe.FAMILY,
     gemma2.FAMILY,
     gemma3.FAMILY,
+    gpt_oss.FAMILY,
 ):
     register_family(_fam)
