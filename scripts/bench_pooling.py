@@ -7,6 +7,10 @@ pooling, normalized) and a one-label cross-encoder (LlamaForSequenceClassificati
 `--docs` documents of ~`--doc-tokens` tokens; `--concurrent` reranks are submitted together (the engine
 batches them; HF runs them one after another, each as one padded batch of its documents).
 
+Each row also prints the compute floor (trtserve/bench/floor.py): the docs/s if every matmul FLOP of the
+call's real tokens ran at the GEMM rate measured in this run. HF's and our time are both mostly those GEMMs
+(the same torch kernels), so `hf_docs_per_s / floor_docs_per_s` bounds what any engine can gain over HF.
+
     python scripts/bench_pooling.py --tokenizer DIR_WITH_tokenizer.json [--layers 4 --docs 32 ...]
 """
 
@@ -105,8 +109,10 @@ def main() -> None:
 
     from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer
 
+    from trtserve.bench import floor
     from trtserve.build.builder import build_engine
     from trtserve.build.config import BuildConfig
+    from trtserve.engine.layout import read_engine_config
     from trtserve.llm import LLM
 
     torch.set_num_threads(torch.get_num_threads())
@@ -120,6 +126,8 @@ def main() -> None:
             build_engine(
                 BuildConfig(model=str(src[name]), tokens_per_block=16, max_seq_len=2048), root / f"e-{name}", quiet=True
             )
+            cfg = read_engine_config(root / f"e-{name}").pretrained_config
+            gemm_rate = floor.measure_gemm_rate(cfg)
             auto = AutoModel if name == "embed" else AutoModelForSequenceClassification
             hf = auto.from_pretrained(src[name], dtype=torch.float32).eval()
             with LLM(root / f"e-{name}", kv_cache_memory="1GiB", max_num_tokens=4096) as llm:
@@ -127,6 +135,10 @@ def main() -> None:
 
                     def fresh(c=c):  # c calls of `docs` documents each, never seen before
                         return [_texts(tok, args.docs, args.doc_tokens, next(seeds)) for _ in range(c)]
+
+                    sample = [d for call in fresh() for d in call]  # the floor of a call like the timed ones
+                    lens = [len(tok.encode(d)) + (len(tok.encode(query)) if name == "cross" else 0) for d in sample]
+                    floor_s = floor.workload_flops(cfg, [(n, 0) for n in lens]) / gemm_rate
 
                     if name == "embed":
                         ours = _time(lambda calls: llm.embed([d for call in calls for d in call]), fresh, args.repeat)
@@ -150,6 +162,9 @@ def main() -> None:
                         "trtserve_docs_per_s": round(n / ours, 1),
                         "hf_docs_per_s": round(n / theirs, 1),
                         "speedup": round(theirs / ours, 2),
+                        "floor_docs_per_s": round(n / floor_s, 1),
+                        "trtserve_fraction_of_floor": round(floor_s / ours, 2),
+                        "hf_fraction_of_floor": round(floor_s / theirs, 2),
                     }
                     print(json.dumps(row), flush=True)
     finally:

@@ -4,6 +4,8 @@ or a prefix hit, or run in this step; a global layer's admits every key up to th
 
 from __future__ import annotations
 
+import torch
+
 from trtserve.engine.model_config import ModelConfig
 from trtserve.models.batch import SeqChunk, make_batch
 
@@ -47,7 +49,16 @@ def test_gqa_rows_share_their_query_rows_window():
 
 def test_an_int_window_or_none_is_one_mask_for_every_layer():
     assert list(make_batch([SeqChunk([1, 2], 0, [0])], BS, 5).groups[0].attn_masks) == [5]
-    assert list(make_batch([SeqChunk([1, 2], 0, [0])], BS).groups[0].attn_masks) == [None]
+    assert list(make_batch([SeqChunk([1, 2], 1, [0])], BS).groups[0].attn_masks) == [None]
+
+
+def test_sequences_without_cached_keys_group_apart_and_build_no_causal_mask():
+    batch = make_batch([SeqChunk([1, 2, 3], 0, [0]), SeqChunk([4, 5], 1, [1]), SeqChunk([6], 0, [2])], BS)
+    fresh, cached = batch.groups
+    assert fresh.fresh == ((0, 3), (5, 1))  # (flat offset, rows): they attend causally to their own rows only
+    assert fresh.attn_masks == {}  # their layers without a window run unmasked
+    assert cached.fresh == () and list(cached.attn_masks) == [None]
+    assert torch.equal(fresh.attn_mask(None)[0, 0, :3, :3], torch.ones(3, 3, dtype=torch.bool).tril())  # on request
 
 
 def test_a_window_the_batch_was_not_given_is_built_on_first_use():

@@ -14,7 +14,6 @@ from trtserve.kernels import native
 
 SOURCE = Path(__file__).with_name("pointwise.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-MAX_ROWS = 64  # above this torch's vectorised ops win, and their dispatch cost is spread over the rows
 # The layer features (trtserve/models/features.py) these kernels compute or leave alone; the
 # decoder uses them only for models whose features are a subset.
 FEATURES = frozenset(
@@ -43,12 +42,12 @@ def _fn(name: str):
 
 
 def usable(x: torch.Tensor) -> bool:
-    """Whether the kernels take rows of x: a contiguous CPU batch of at most MAX_ROWS rows in a float dtype."""
+    """Whether the kernels take rows of x: a contiguous 2-D CPU batch in a float dtype (any row count: one
+    pass over the rows beats torch's 3-8 passes at prefill sizes too, docs/performance.md)."""
     return (
         x.device.type == "cpu"
         and x.dtype in DTYPES
         and x.dim() == 2
-        and x.shape[0] <= MAX_ROWS
         and x.is_contiguous()
         and _fn("trtserve_rms_norm") is not None
     )

@@ -41,6 +41,9 @@ class AttnGroup:
     # Where the G * max_q output rows go: (rows of them that are real, their flat token indices);
     # None when every row is real and row r is flat token r (one group of the whole batch in order).
     scatter: tuple[torch.Tensor, torch.Tensor] | None
+    # (flat offset, rows) of each sequence when none has cached keys: each attends causally to its own new rows
+    # only, so attention may run without the mask; a batch masked otherwise (tokens attending both ways) leaves it empty
+    fresh: tuple[tuple[int, int], ...] = ()
 
     def attn_mask(self, window: int | None = None) -> torch.Tensor:
         """The mask of the layers attending within `window` keys (None: every key up to the query)."""
@@ -99,7 +102,8 @@ def make_batch(
     to = dict(device=device)
     groups = [
         _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, windows, gqa_group, device)
-        for idx in _group_by_length(q_lens.tolist(), kv_lens.tolist())
+        for part in (starts == 0, starts > 0)  # sequences without cached keys apart: their groups run unmasked
+        for idx in _group_by_length(q_lens.tolist(), kv_lens.tolist(), part.nonzero().squeeze(1).tolist())
     ]
     return FlatBatch(
         token_ids=torch.tensor([t for s in seqs for t in s.tokens], dtype=torch.long, **to),
@@ -116,10 +120,12 @@ def make_batch(
     )
 
 
-def _group_by_length(q_lens: list[int], kv_lens: list[int]) -> list[list[int]]:
-    """Split sequences into groups whose padding (to the group's longest query and key run)
+def _group_by_length(q_lens: list[int], kv_lens: list[int], among: list[int]) -> list[list[int]]:
+    """Split the sequences `among` into groups whose padding (to the group's longest query and key run)
     wastes at most about a third of the work; longest first."""
-    order = sorted(range(len(q_lens)), key=lambda b: (-kv_lens[b], -q_lens[b]))
+    if not among:
+        return []
+    order = sorted(among, key=lambda b: (-kv_lens[b], -q_lens[b]))
     groups: list[list[int]] = []
     cur: list[int] = []
     useful = 0
@@ -153,14 +159,16 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_gr
     rows_valid = q_valid.flatten().nonzero().squeeze(1)  # (real rows,)
     targets = q_index.flatten()[rows_valid]
     in_order = bool(q_valid.all()) and torch.equal(targets, torch.arange(int(q_lens.sum())))
+    fresh = tuple(zip(off.tolist(), ql.tolist(), strict=True)) if not st.any() else ()
     return AttnGroup(
         q_index=q_index.to(**to),
         q_valid=q_valid.to(**to),
         scatter=None if in_order else (rows_valid.to(**to), targets.to(**to)),
         block_tables=tables[sel, :n_blk].to(**to),
         kv_lens=kl.to(**to),
-        attn_masks={w: build(w) for w in windows},
+        attn_masks={w: build(w) for w in windows if not fresh or w is not None},  # fresh: built if a layer asks
         build_mask=build,
+        fresh=fresh,
     )
 
 

@@ -52,7 +52,12 @@ class LayerAttention:
             and self.sinks is None
             and attention.usable(q, kv.layer_keys(layer))
         )
+        causal_only = kv.kv_quant is None and self.window is None and self.softcap is None and self.sinks is None
         for g in batch.groups:
+            if g.fresh and causal_only:
+                out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
+                self._fresh(layer, q, g.fresh, batch.slot_mapping, kv, out)
+                continue
             if g.q_index.shape[1] == 1 and in_place:  # decode rows: keys and values read where they lie
                 out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
                 k_all, v_all = kv.layer_keys(layer), kv.layer_values(layer)  # (slots, n_kv, hd)
@@ -70,6 +75,20 @@ class LayerAttention:
             out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
             out.index_copy_(0, targets, o.index_select(0, rows))
         return out  # (T, n_h * hd)
+
+    def _fresh(
+        self, layer: int, q: torch.Tensor, spans: tuple[tuple[int, int], ...], slots: torch.Tensor, kv: PagedKVCache,
+        out: torch.Tensor,
+    ) -> None:  # fmt: skip
+        """Sequences with no cached keys, each as one causal call on its own rows (no mask, no padding, no
+        whole-block gather: the flash kernel skips the masked half): out[start:start + n]."""
+        # every row's key and value in one gather (T, n_kv, hd): the batch's rows are mostly these sequences'
+        keys, values = (t.index_select(0, slots) for t in (kv.layer_keys(layer), kv.layer_values(layer)))
+        for start, n in spans:
+            k, v = (t[start : start + n].transpose(0, 1).unsqueeze(0) for t in (keys, values))
+            qs = q[start : start + n].transpose(0, 1).unsqueeze(0)  # (1, heads, n, hd)
+            o = F.scaled_dot_product_attention(qs, k, v, is_causal=True, scale=self.scale, enable_gqa=True)
+            out[start : start + n].view(n, self.heads, -1).copy_(o[0].transpose(0, 1))
 
     def _group(self, layer: int, q: torch.Tensor, g: AttnGroup, kv: PagedKVCache) -> torch.Tensor:
         """One group's padded attention: (G * max_q, heads * head_size), row by (sequence, query row)."""
