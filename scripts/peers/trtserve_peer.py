@@ -38,21 +38,25 @@ def serve_and_run(
     log: Path,
     seed: int,
     engine_options: dict | None = None,
+    serve_options: dict | None = None,
+    env: dict[str, str] | None = None,
 ):
     """Start one server and do `runs` (dicts: name, requests, max_concurrency, request_rate) in order.
 
     Returns {name: BenchRun}. Prefix caching is turned off through the run config's engine section,
-    to which engine_options (RuntimeConfig fields) are added.
+    to which engine_options (RuntimeConfig fields) are added; serve_options are run-config fields of the
+    server (e.g. otlp_traces_endpoint), env its extra environment.
     """
     port = free_port()
     cfg = {"engine": {"enable_prefix_caching": prefix_caching, **(engine_options or {})}, "max_queued_requests": 100000}
+    cfg |= serve_options or {}
     cfg_file = log.with_suffix(".yaml")
     cfg_file.write_text(yaml.safe_dump(cfg))
     cmd = [sys.executable, "-m", "trtserve.cli", "run", str(engine), "--port", str(port), "--config", str(cfg_file)]
     cmd += ["--model-name", MODEL_NAME, "--kv-cache-memory", kv_cache_memory]
     url = f"http://127.0.0.1:{port}"
     out = {}
-    with running(cmd, url + "/v2/health/ready", log):
+    with running(cmd, url + "/v2/health/ready", log, env):
         warm_up(url, MODEL_NAME)
         for r in runs:
             out[r["name"]] = drive(

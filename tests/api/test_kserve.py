@@ -114,6 +114,19 @@ def test_generate_and_generate_stream(server, model_name, offline):
     assert events[-1]["finish_reason"] == "length"
 
 
+def test_generate_stream_ends_with_the_metrics_asked_for(server, model_name):
+    """return_metrics: one more event after the last token's, with the request's timings (docs/tracing.md)."""
+    body = {"text_input": "The quick brown fox", "max_tokens": 5, "end_id": -1, "id": "m1", "return_metrics": True}
+    with httpx.stream("POST", f"{server.url}/v2/models/{model_name}/generate_stream", json=body) as s:
+        events = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]
+    *tokens, last = events
+    assert tokens[-1]["finish_reason"] == "length" and all("metrics" not in e for e in tokens)
+    assert last["text_output"] == "" and last["id"] == "m1" and "finish_reason" not in last
+    m = last["metrics"]
+    assert m["completion_tokens"] == 5 and m["e2e_latency"] >= m["time_to_first_token"] > 0
+    assert m["prompt_tokens"] > 0 and m["generation_time"] > 0
+
+
 def test_generate_sampling_and_words(server, model_name, offline):
     url = f"{server.url}/v2/models/{model_name}/generate"
     full = _greedy(offline, "The model", 20)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
 
 import httpx
 import numpy as np
@@ -194,6 +195,16 @@ def test_a_receipt_records_what_replay_needs_and_needs_the_admin_key(served_floa
     assert (rec.cache.namespace, rec.cache.context_version) == ("docs", 3)
     assert rec.ok and rec.outputs[0].finish_reason == "length" and rec.timings.e2e_s > 0
     assert rec.client_id is not None and r.json()["choices"][0]["logprobs"] is None  # not asked: not returned
+    assert rec.metrics.completion_tokens == 4 and rec.metrics.e2e_latency > 0  # recorded whether asked or not
+
+
+def test_a_receipt_holds_the_timings_return_metrics_answered(served_float32):
+    s = served_float32
+    r = _complete(s, TARGET[:12], 3, seed=3, return_metrics=True)
+    rec = _receipt(s, r.headers[HEADER])
+    assert rec.format_version == 3
+    assert asdict(rec.metrics) == r.json()["usage"]["metrics"]
+    assert rec.metrics.queue_time == rec.timings.queue_s and rec.metrics.e2e_latency == rec.timings.e2e_s
 
 
 def test_replay_cli_on_the_server_and_a_changed_engine_is_refused(served_float32, bf16_engine, tmp_path):

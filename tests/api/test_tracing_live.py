@@ -1,6 +1,7 @@
 """OpenTelemetry traces from a live `trtserve run --otlp-traces-endpoint` to an OTLP/gRPC receiver started
-here (opentelemetry-proto's TraceService): a chat, a stream, a KServe generate and a gRPC stream each
-continue the caller's `traceparent` as the span tree docs/tracing.md draws, with the GenAI attributes;
+here (opentelemetry-proto's TraceService): a chat, a stream, a KServe generate, a gRPC stream and pooling
+calls each continue the caller's `traceparent` as the span tree docs/tracing.md draws, with the GenAI
+attributes and the detokenize, reply-parse and pooling spans;
 `return_metrics` returns timings equal to what the Prometheus histograms observed for the same request."""
 
 from __future__ import annotations
@@ -279,3 +280,154 @@ def test_responses_return_metrics(tserver, collector, model_name):
     assert m["completion_tokens"] == r.json()["usage"]["output_tokens"] and m["e2e_latency"] > 0
     spans = tree(collector, trace_id, {"POST /v1/responses", f"chat {model_name}"})
     assert attrs(spans[f"chat {model_name}"][0])["gen_ai.operation.name"] == "chat"
+
+
+@pytest.fixture(scope="module")
+def chunked_server(tiny_llama_engine, tmp_path_factory, collector):
+    """A traced server that prefills in chunks of 16 tokens and speculates by prompt lookup."""
+    tmp = tmp_path_factory.mktemp("chunked")
+    config = tmp / "run.yaml"
+    config.write_text("engine:\n  max_num_tokens: 16\n")
+    env = {"OTEL_SERVICE_NAME": "trtserve-under-test", "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    s = Server(
+        tiny_llama_engine,
+        "--config",
+        str(config),
+        "--kv-cache-memory",
+        "64MiB",
+        "--speculative",
+        "ngram",
+        "--otlp-traces-endpoint",
+        f"http://127.0.0.1:{collector.port}",
+        env=env,
+        log=tmp / "chunked.log",
+    )
+    yield s
+    s.stop()
+
+
+def test_chunks_verifications_and_the_grammar_compile_are_spans(chunked_server, collector, model_name):
+    """An 81-token prompt prefilled over several steps of 16, a regex compiled, and prompt lookup's
+    verifications: spans under the request's prefill, generation and decode (docs/tracing.md). The same
+    request again finds its grammar and most of its prompt cached."""
+    body = {"model": model_name, "prompt": "ab " * 40, "max_tokens": 12, "temperature": 0, "guided_regex": "(ab )+c"}
+    gen = f"text_completion {model_name}"
+    for n, again in ((6, False), (7, True)):
+        trace_id, parent = _traceparent(n)
+        r = httpx.post(f"{chunked_server.url}/v1/completions", json=body, headers={"traceparent": parent}, timeout=60)
+        assert r.status_code == 200, r.text
+        want = {"POST /v1/completions", gen, "prefill", "decode", "prefill chunk", "grammar compile"}
+        want.add("speculative verification")
+        spans = tree(collector, trace_id, want)
+        (server,), (g,), (prefill,), (decode,) = (spans[k] for k in ("POST /v1/completions", gen, "prefill", "decode"))
+        assert server.parent_span_id.hex() == PARENT and g.parent_span_id == server.span_id
+        (grammar,) = spans["grammar compile"]
+        assert grammar.parent_span_id == g.span_id
+        assert attrs(grammar) == {"trtserve.grammar.kind": "regex", "trtserve.grammar.cache_hit": again}
+        chunks = [attrs(c) for c in sorted(spans["prefill chunk"], key=lambda c: c.start_time_unix_nano)]
+        assert all(c.parent_span_id == prefill.span_id for c in spans["prefill chunk"])
+        assert [c["trtserve.prefill.chunk"] for c in chunks] == list(range(len(chunks)))
+        assert all(c["trtserve.prefill.tokens"] <= 16 for c in chunks)
+        cached = chunks[0]["trtserve.cached_tokens"]
+        assert sum(c["trtserve.prefill.tokens"] for c in chunks) == r.json()["usage"]["prompt_tokens"] - cached
+        assert (cached > 0) if again else (cached == 0 and len(chunks) >= 5)
+        assert grammar.end_time_unix_nano <= min(c.start_time_unix_nano for c in spans["prefill chunk"])
+        (verify,) = spans["speculative verification"]
+        a = attrs(verify)
+        assert verify.parent_span_id == decode.span_id and a["trtserve.spec.verifications"] == len(verify.events) > 0
+        accepted = [attrs(e)["trtserve.spec.accepted"] for e in verify.events]
+        assert {e.name for e in verify.events} == {"verified"} and sum(accepted) == a["trtserve.spec.accepted_tokens"]
+
+
+def _events(r) -> list[dict]:
+    return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+
+
+def test_a_streamed_chat_has_one_detokenize_and_one_reply_parse_span(tserver, collector, model_name):
+    """Detokenization and the stream's writes: one span under the generation with its token and chunk
+    counts; the tool-call parser's split: one span under the request with the parser and its counts."""
+    trace_id, parent = _traceparent(8)
+    tool = {"type": "function", "function": {"name": "lookup", "parameters": {"type": "object"}}}
+    body = {
+        "model": model_name,
+        "messages": [{"role": "user", "content": "Hello there"}],
+        "max_tokens": 5,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "tools": [tool],
+    }
+    url = f"{tserver.url}/v1/chat/completions"
+    with httpx.stream("POST", url, json=body, headers={"traceparent": parent}, timeout=60) as r:
+        assert r.status_code == 200
+        chunks = [e for e in _events(r) if e["choices"]][1:]  # after the role's
+    gen_name = f"chat {model_name}"
+    spans = tree(collector, trace_id, {"POST /v1/chat/completions", gen_name, "decode", "detokenize", "reply parse"})
+    (server,), (gen,), (decode,) = spans["POST /v1/chat/completions"], spans[gen_name], spans["decode"]
+    (detok,), (parse,) = spans["detokenize"], spans["reply parse"]
+    assert detok.parent_span_id == gen.span_id and parse.parent_span_id == server.span_id
+    assert detok.start_time_unix_nano == decode.start_time_unix_nano
+    assert detok.end_time_unix_nano == gen.end_time_unix_nano
+    d = attrs(detok)
+    assert d["trtserve.detokenize.tokens"] == 5 and d["trtserve.detokenize.chunks"] == len(chunks)
+    assert d["trtserve.detokenize.busy_s"] > 0 and d["trtserve.stream.write_s"] > 0
+    p = attrs(parse)
+    assert p["trtserve.parse.tool_parser"] == "hermes" and p["trtserve.parse.reasoning_parser"] == "none"
+    assert p["trtserve.parse.pieces"] == len(chunks) and p["trtserve.parse.tool_calls"] == 0
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks)
+    assert p["trtserve.parse.content_chars"] == len(content)
+    assert server.start_time_unix_nano <= parse.start_time_unix_nano <= parse.end_time_unix_nano
+    assert parse.end_time_unix_nano <= server.end_time_unix_nano
+
+
+@pytest.fixture(scope="module")
+def pooling_server(tmp_path_factory, collector):
+    """A traced repository serving a tiny Qwen3 embedder (docs/pooling.md)."""
+    import torch
+    from helpers import POOLING_SHAPE, write_tokenizer
+    from transformers import AutoConfig, AutoModel
+
+    from trtserve.build.builder import build_engine
+    from trtserve.build.config import BuildConfig
+
+    tmp = tmp_path_factory.mktemp("pooling-traced")
+    torch.manual_seed(1)
+    config = AutoConfig.for_model("qwen3", **(POOLING_SHAPE | {"num_key_value_heads": 1, "head_dim": 32}))
+    AutoModel.from_config(config, dtype=torch.float32).eval().save_pretrained(tmp / "src")
+    write_tokenizer(tmp / "src")
+    build_engine(BuildConfig(model=str(tmp / "src"), tokens_per_block=16), tmp / "repo" / "embedder" / "1", quiet=True)
+    env = {"OTEL_SERVICE_NAME": "trtserve-under-test", "OTEL_BSP_SCHEDULE_DELAY": "50"}
+    endpoint = f"http://127.0.0.1:{collector.port}"
+    s = Server(
+        tmp / "repo", "--kv-cache-memory", "64MiB", "--otlp-traces-endpoint", endpoint, env=env, log=tmp / "s.log"
+    )
+    yield s
+    s.stop()
+
+
+def test_pooling_calls_have_their_own_span(pooling_server, collector):
+    """/v1/embeddings, /v1/score and a refused /classify: one span each under the server span, with the task,
+    the documents and the tokens; the refusal's is an error."""
+    url = pooling_server.url
+    calls = [
+        ("/v1/embeddings", {"model": "embedder", "input": ["a fox", "a dog", "a cat"]}, 200, "embeddings", "embed", 3),
+        ("/v1/score", {"model": "embedder", "text_1": "a fox", "text_2": ["a dog", "a cat"]}, 200, "score", "score", 2),
+        ("/classify", {"model": "embedder", "input": ["a fox"]}, 400, "classify", "classify", 1),
+    ]
+    for n, (path, body, status, operation, task, documents) in enumerate(calls, start=20):
+        trace_id, parent = _traceparent(n)
+        r = httpx.post(f"{url}{path}", json=body, headers={"traceparent": parent}, timeout=60)
+        assert r.status_code == status, r.text
+        name = f"{operation} embedder"
+        spans = tree(collector, trace_id, {f"POST {path}", name})
+        (server,), (call,) = spans[f"POST {path}"], spans[name]
+        assert call.kind == INTERNAL and call.parent_span_id == server.span_id
+        a = attrs(call)
+        assert a["trtserve.pooling.task"] == task and a["trtserve.pooling.documents"] == documents
+        assert a["gen_ai.operation.name"] == operation and a["gen_ai.request.model"] == "embedder"
+        assert a["trtserve.model_version"] == "1"
+        if status == 200:
+            assert a["gen_ai.usage.input_tokens"] == r.json()["usage"]["prompt_tokens"] > 0
+            assert call.status.code != 2  # STATUS_CODE_ERROR
+        else:
+            assert call.status.code == 2 and "needs a classifier" in a["error.type"]

@@ -23,14 +23,15 @@ pytestmark = [pytest.mark.ray, pytest.mark.timeout(600)]  # the first test also 
 BLOCK = 16  # tokens_per_block of the test engine (conftest.batch4_engine)
 
 
-def deploy(engine, **settings):
+def deploy(engine, config: dict | None = None, **settings):
+    """`config`: run-config fields besides the small KV cache and deadline every test uses."""
     from ray import serve
 
     from trtserve.deploy.ray import APP_NAME, build_app
     from trtserve.deploy.settings import RaySettings
     from trtserve.serve.config import ServeConfig
 
-    cfg = ServeConfig(engine={"kv_cache_memory": "32MiB"}, request_timeout=60)
+    cfg = ServeConfig(engine={"kv_cache_memory": "32MiB"}, request_timeout=60, **(config or {}))
     serve.run(build_app(engine, cfg, RaySettings(replica_cpus=0.5, **settings)), name=APP_NAME, route_prefix="/")
 
 
@@ -180,3 +181,35 @@ def test_autoscaling_follows_a_burst(ray_serve, batch4_engine):
         outcomes = [o for f in futures for o in f.result()]
     assert outcomes and set(outcomes) == {"ok"}  # scaling up loses nothing
     wait_for(lambda: replica_states(APP_NAME, REPLICA) == {"RUNNING": 1}, 60, "scaling back to one replica")
+
+
+def test_a_traced_request_continues_the_callers_trace(ray_serve, batch4_engine):
+    """Through Ray's proxy, the prefix frontend and a replica to an OTLP receiver: the frontend's span continues
+    the caller's traceparent, the replica's continues the frontend's, the generation's spans are the replica's."""
+    import httpx
+    from otlp_receiver import INTERNAL, SERVER, Receiver, attrs
+
+    trace_id, parent = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
+    with Receiver() as receiver:
+        deploy(batch4_engine, {"otlp_traces_endpoint": receiver.endpoint}, replicas=1, prefix_affinity=True)
+        body = {"model": batch4_engine.name, "prompt": "Spans cross processes", "max_tokens": 4, "temperature": 0}
+        r = httpx.post(
+            f"{ray_serve}/v1/completions", json=body, headers={"traceparent": f"00-{trace_id}-{parent}-01"}, timeout=60
+        )
+        assert r.status_code == 200, r.text
+        assert r.headers["x-trace-id"] == trace_id
+        gen = f"text_completion {batch4_engine.name}"
+        spans = receiver.trace(trace_id, {"POST /v1/completions", gen, "prefill", "decode"}, timeout=60)
+    by_id = {s.span_id: s for group in spans.values() for s in group}
+    frontend, replica = sorted(spans["POST /v1/completions"], key=lambda s: "trtserve.ray.deployment" not in attrs(s))
+    assert attrs(frontend)["trtserve.ray.deployment"] == "PrefixFrontend" and frontend.kind == replica.kind == SERVER
+    assert frontend.parent_span_id.hex() == parent and replica.parent_span_id == frontend.span_id
+    assert attrs(frontend)["http.response.status_code"] == attrs(replica)["http.response.status_code"] == 200
+    (g,) = spans[gen]
+    assert g.kind == INTERNAL and g.parent_span_id == replica.span_id
+    for name in ("admission", "queue", "prefill", "decode"):
+        chain, s = [], spans[name][0]
+        while s.parent_span_id in by_id:  # up the tree to the caller's span, which no process here sent
+            s = by_id[s.parent_span_id]
+            chain.append(s.span_id)
+        assert chain == [g.span_id, replica.span_id, frontend.span_id] and s.parent_span_id.hex() == parent

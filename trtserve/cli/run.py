@@ -67,6 +67,11 @@ from trtserve.cli.speculative import speculative_options, with_speculative
     help="Send OpenTelemetry traces to this OTLP endpoint, e.g. http://127.0.0.1:4317 (needs trtserve[otel]) [off].",
 )
 @click.option(
+    "--access-log-format",
+    type=click.Choice(["json", "text"]),
+    help="The access log's line per request: JSON, or the same fields as one readable line [json].",
+)
+@click.option(
     "--ray",
     "use_ray",
     is_flag=True,

@@ -37,6 +37,7 @@ from trtserve.serve.app import create_app
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.load import LoadTracker
 from trtserve.serve.state import ServerState
+from trtserve.serve.telemetry.tracing import TRACE_HEADERS, open_tracing, operation_of
 
 log = logging.getLogger(__name__)
 APP_NAME = "trtserve"
@@ -102,22 +103,41 @@ class TrtserveReplica:
 @serve.deployment(name=FRONTEND, ray_actor_options={"num_cpus": 0})
 class PrefixFrontend:
     """Reads the prompt, keys it by its first KV block, forwards to the replica the router picks.
-    A plain HTTP deployment (`__call__`), not a second ingress: Ray allows one FastAPI ingress per app."""
+    A plain HTTP deployment (`__call__`), not a second ingress: Ray allows one FastAPI ingress per app.
+    Traced like the replicas (their run config's endpoint): its SERVER span continues the caller's
+    traceparent and is the parent the replica's span continues."""
 
-    def __init__(self, replicas: DeploymentHandle, engine_dir: str, block_size: int):
+    def __init__(self, replicas: DeploymentHandle, engine_dir: str, block_size: int, config: dict):
         from trtserve.engine.rules import load_tokenizer
 
         self.replicas = replicas.options(method_name="forward", stream=True)
         self.tokenizer, _ = load_tokenizer(Path(engine_dir) / TOKENIZER_DIR)
         self.block_size = block_size
+        self.tracing = open_tracing(ServeConfig.model_validate(config))
+
+    def __del__(self):
+        self.tracing.shutdown()  # Ray Serve's teardown: export the spans still queued
 
     async def __call__(self, request: Request) -> Response:
-        body = await request.body()
-        ids = prompt_tokens(request.url.path, body, self.tokenizer)
-        key = prefix_key(ids, self.block_size) if ids else None
-        call = HTTPCall(request.method, request.url.path, request.url.query.encode(), request.headers.raw, body, key)
-        stream = self.replicas.remote(call)
-        start = await stream.__anext__()
+        path = request.url.path
+        span = self.tracing.server_span(
+            f"{request.method} {path}",
+            {k: request.headers[k] for k in TRACE_HEADERS if k in request.headers},
+            {"http.request.method": request.method, "url.path": path, "trtserve.ray.deployment": FRONTEND},
+            operation_of(path),
+        )
+        try:
+            body = await request.body()
+            ids = prompt_tokens(path, body, self.tokenizer)
+            key = prefix_key(ids, self.block_size) if ids else None
+            call = HTTPCall(
+                request.method, path, request.url.query.encode(), span.propagate(request.headers.raw), body, key
+            )
+            stream = self.replicas.remote(call)
+            start = await stream.__anext__()
+        except BaseException:
+            span.end(500, False)
+            raise
         assert isinstance(start, ResponseStart)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in start.headers if k.lower() != b"content-length"}
 
@@ -130,6 +150,7 @@ class PrefixFrontend:
             finally:
                 if not finished:  # the client went away: cancel the replica's call (aborts the engine request)
                     stream.cancel()
+                span.end(start.status, finished and start.status < 500)
 
         return StreamingResponse(rest(), status_code=start.status, headers=headers)
 
@@ -150,7 +171,7 @@ def build_app(engine_dir: Path, config: ServeConfig, settings: RaySettings):
     if not settings.prefix_affinity:
         return replicas
     block = read_engine_config(engine_dir).build_config.plugin_config.tokens_per_block
-    return PrefixFrontend.bind(replicas, str(engine_dir), block)
+    return PrefixFrontend.bind(replicas, str(engine_dir), block, replica_config)
 
 
 def check(engine_dir: Path, config: ServeConfig) -> None:

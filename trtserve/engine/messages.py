@@ -14,6 +14,7 @@ from trtserve.engine.kv_transfer import KVHandle
 from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
 from trtserve.engine.stats import SpecCounts
+from trtserve.engine.timeline import Timeline
 
 
 @dataclass(eq=False)
@@ -46,6 +47,7 @@ class TokenDelta:
     kv_handle: KVHandle | None = None  # the held prompt KV of a finished KVHold request (its last delta)
     # a pooling request's output (its only delta, which emits no token): the vector or the head's logits
     pooled: list[float] | None = None
+    timeline: Timeline | None = None  # a traced sequence's timed engine work (RequestOptions.trace), last delta only
 
     @property
     def sequence(self) -> SequenceId:

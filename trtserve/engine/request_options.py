@@ -33,6 +33,9 @@ class RequestOptions:
     # disaggregation (engine/kv_transfer.py): KVHold keeps a prefill's prompt KV; KVImport starts from one
     kv_transfer: KVTransfer | None = None
     return_metrics: bool = False  # True: the response carries its timings (serve's; engines ignore it)
+    # True: the engine times its prefill chunks, verifications and grammar compile (engine/timeline.py) and
+    # hands them over on each sequence's last delta; serve sets it while the request's trace records
+    trace: bool = False
     # prefill only: the final delta's `pooled` holds the engine's pooled output for this task (engine/pooling.py)
     pooling: PoolingTask | None = None
     # the prompt's images in order (engine/vision.py), each at its run of the model's image token; () text only

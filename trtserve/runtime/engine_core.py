@@ -31,6 +31,7 @@ from trtserve.runtime.features.lora import make_lora
 from trtserve.runtime.features.pooling import NoPooling, Pooling
 from trtserve.runtime.features.speculation import NoSpeculation, Speculation
 from trtserve.runtime.features.thinking import ThinkingBudget
+from trtserve.runtime.features.timeline import StepTimeline
 from trtserve.runtime.features.vision import model_features
 from trtserve.runtime.grammar_queue import GrammarQueue
 from trtserve.runtime.guided import Grammars
@@ -66,7 +67,8 @@ class EngineCore:
         self.handoff = KVHandoff(self.fingerprint)
         self.pooling = Pooling(engine.pooling) if engine.pooling is not None else NoPooling()
         scopes = [*model_features(engine), ThinkingBudget(engine.config.pretrained_config.vocab_size)]
-        self.features = Features(self.lora, self.speculation, self.tier, self.handoff, self.pooling, *scopes)
+        features = (self.lora, self.speculation, self.tier, self.handoff, self.pooling, StepTimeline())
+        self.features = Features(*features, *scopes)
         self.asleep = False  # sleep() released the KV cache
         self._make_kv_cache(num_blocks)
         vocab, eos = engine.config.pretrained_config.vocab_size, sorted(engine.eos_token_ids)
@@ -307,7 +309,7 @@ class EngineCore:
                 self.scheduler.finish(r, finish, keep_blocks=holds_kv(r))
                 break
         if verified is not None:  # proposals after a token that finished the sequence were not used
-            self.speculation.record(r, verified[0], min(verified[1], len(kept)))
+            self.features.on_verified(r, verified[0], min(verified[1], len(kept)))
         kept_lps = lps[: len(kept)] if lps and lps[0] is not None else None
         delta = r.delta(kept, kept_lps, prompt_lps)
         return self._finished(r, delta) if r.is_finished else delta

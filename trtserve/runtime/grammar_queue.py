@@ -1,11 +1,15 @@
 """Constrained requests waiting for their grammar (runtime/guided.py compiles it on a worker thread):
-each joins the scheduler's queue once its grammar is ready, or fails if it would not compile."""
+each joins the scheduler's queue once its grammar is ready, or fails if it would not compile. A traced
+request's wait is timed onto its timeline (engine/timeline.py)."""
 
 from __future__ import annotations
 
+import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import replace
 
 from trtserve.engine.sampling import GuidedDecoding
+from trtserve.engine.timeline import GrammarCompile
 from trtserve.runtime.guided import Grammars
 from trtserve.runtime.request import Request
 
@@ -21,6 +25,9 @@ class GrammarQueue:
         return len(self._waiting)
 
     def submit(self, r: Request, guide: GuidedDecoding) -> None:
+        if r.timeline is not None:  # its wait ends when it joins the queue (`poll`)
+            now = time.monotonic()
+            r.timeline.grammar = GrammarCompile(now, now, guide.kind, self.grammars.is_cached(guide))
         self._waiting.append((r, self.grammars.submit(guide)))
 
     def poll(self, wait_if_idle: bool) -> tuple[list[Request], list[tuple[Request, BaseException]]]:
@@ -36,7 +43,10 @@ class GrammarQueue:
                 continue
             if not fut.done():
                 still.append((r, fut))
-            elif (err := fut.exception()) is not None:
+                continue
+            if r.timeline is not None:
+                r.timeline.grammar = replace(r.timeline.grammar, ended=time.monotonic())
+            if (err := fut.exception()) is not None:
                 failed.append((r, err))
             else:
                 r.guided = self.grammars.state_of(fut.result(), r.options.thinking_span)  # not the LRU: it may evict it

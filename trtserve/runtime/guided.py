@@ -92,6 +92,11 @@ class Grammars:
                 self._cache.popitem(last=False)
         return compiled
 
+    def is_cached(self, guide: GuidedDecoding) -> bool:
+        """Its compiled grammar is cached: `submit` will not compile it."""
+        with self._lock:
+            return guide in self._cache
+
     def validate(self, guide: GuidedDecoding) -> None:
         """UserError (400) if the spec does not parse; cheap next to compiling it."""
         if guide in self._cache:

@@ -3,7 +3,8 @@
 Owners: the scheduler writes the scheduling state (status, num_computed_tokens, num_cached_tokens,
 scheduled_time, forked); the engine core writes the output (output_token_ids, prompt_logprobs,
 finish_reason via the scheduler's `finish`, the grammar matcher `guided`); a feature writes its own
-state (spec: speculation; kv_import: the KV hand-off). `options` is the front end's, read-only.
+state (spec: speculation; kv_import: the KV hand-off; timeline: a traced request's step timings).
+`options` is the front end's, read-only.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from trtserve.engine.kv_transfer import KVImport
 from trtserve.engine.messages import TokenDelta
 from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams, TokenLogprob
+from trtserve.engine.timeline import Timeline
 from trtserve.runtime.guided import GuidedState
 from trtserve.runtime.prefix_scope import PrefixScope
 from trtserve.runtime.speculative.state import SpecState
@@ -53,6 +55,7 @@ class Request:
     guided: GuidedState | None = None  # grammar matcher of a constrained sequence (engine core writes it)
     spec: SpecState | None = None  # its speculative-decoding counts and switch-off (the speculator writes it)
     kv_import: KVImport | None = None  # its prompt's KV, until written at admission (a disaggregated decode)
+    timeline: Timeline | None = None  # its timed engine work while traced (features/timeline.py writes it)
     rope_long: bool = (
         False  # its prompt runs on LongRoPE's long factors: its blocks are keyed apart (features/long_rope.py)
     )
@@ -117,4 +120,5 @@ class Request:
             num_preemptions=self.num_preemptions,
             queue_time=queued,
             spec=self.spec.snapshot() if self.spec is not None and self.spec.counts.drafts else None,
+            timeline=self.timeline if self.is_finished else None,
         )

@@ -49,6 +49,8 @@ class ServeConfig(BaseModel):
     # OpenTelemetry traces to this OTLP endpoint (needs trtserve[otel]; docs/tracing.md); unset: off, unless
     # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set. OTLP over gRPC unless OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf.
     otlp_traces_endpoint: str | None = None
+    # The access log's line per request (docs/tracing.md): "json", or "text" (the same fields in one readable line)
+    access_log_format: Literal["json", "text"] = "json"
     # Reasoning and tool-call parsers (docs/reasoning-and-tools.md); null: the ones the chat template implies
     reasoning_parser: str | None = None  # think | harmony | none (and vLLM's aliases: qwen3, deepseek_r1, gpt_oss)
     tool_call_parser: str | None = (

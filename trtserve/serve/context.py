@@ -8,6 +8,7 @@ its own (serve/grpc/calls.py); a batch line passes a fresh one that nobody reads
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from trtserve.serve.telemetry.tracing import NO_SPAN, RequestSpan
@@ -59,6 +60,16 @@ class RequestContext:
         if self.queue_ms is not None:
             fields["queue_ms"] = self.queue_ms
         return fields
+
+
+def access_line(line: dict, fmt: str) -> str:
+    """One request's access-log line (`access_log_format`): JSON, or `text`: `METHOD PATH STATUS DURATIONms`
+    then the other fields as key=value (a list joined by commas)."""
+    if fmt == "json":
+        return json.dumps(line)
+    rest = {k: v for k, v in line.items() if k not in ("method", "path", "status", "duration_ms")}
+    pairs = " ".join(f"{k}={','.join(v) if isinstance(v, list) else v}" for k, v in rest.items())
+    return f"{line['method']} {line['path']} {line['status']} {line['duration_ms']}ms {pairs}"
 
 
 # path prefix -> front end, the first that matches (the `frontend` label of the request metrics)

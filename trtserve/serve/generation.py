@@ -22,6 +22,7 @@ from trtserve.engine.messages import GenerateRequest
 from trtserve.engine.protocol import Engine
 from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
+from trtserve.engine.timeline import Timeline
 from trtserve.serve.admission import Admission
 from trtserve.serve.config import ServeConfig
 from trtserve.serve.context import RequestContext
@@ -93,6 +94,8 @@ class GenerationService:
             params = hook(params)
         if options.adapter is None and self.adapter is not None:
             options = replace(options, adapter=self.adapter)
+        if context is not None and context.span.recording:  # the engine times its steps for the trace
+            options = replace(options, trace=True)
         req = GenerateRequest(prompt_ids, params, options)
         self.engine.check(req)
         ticket = self.admission.enter(len(prompt_ids))
@@ -127,6 +130,10 @@ class GenerationRun:
         self.created_at = time.time()
         self.admitting = self.admitted = time.monotonic()  # start() began / the run was admitted
         self.timings: RunTimings | None = None  # its clock readings, once it ended (serve/telemetry/timings.py)
+        self.timelines: list[Timeline] = []  # its sequences' timed engine work, when traced (engine/timeline.py)
+        self.chunks = 0  # text deltas handed to its consumer (a streamed request's chunks)
+        self.detokenize_s = 0.0  # seconds in detokenization and stop strings, when traced
+        self.write_s = 0.0  # seconds its consumer held each chunk (a stream's formatting and writes), when traced
 
     @property
     def output(self) -> RequestOutput:
@@ -145,6 +152,7 @@ class GenerationRun:
         itl = m.itl.labels(*labels)  # resolved once: it is observed for every token
         start = last = time.monotonic()
         first, ok, queued = True, False, None
+        traced = req.options.trace  # the detokenize span's readings: no clock is read for an untraced run
         gen = svc.engine.generate(req)
         try:
             async with asyncio.timeout(self.deadline):
@@ -164,7 +172,12 @@ class GenerationRun:
                         m.queue.labels(*labels).observe(d.queue_time)
                     last = now
                     self.preemptions = max(self.preemptions, d.num_preemptions)
+                    if d.timeline is not None:
+                        self.timelines.append(d.timeline)
+                    began = time.monotonic() if traced else 0.0
                     td = self.proc.process(d)
+                    if traced:
+                        self.detokenize_s += time.monotonic() - began
                     if td is None:
                         continue
                     if self.proc.stopped_by_string(d.index) and d.finish_reason is None:
@@ -173,7 +186,11 @@ class GenerationRun:
                         raise APIError(500, f"the engine failed while running this request ({td.error})")
                     if td.finish_reason:
                         m.finished.labels(*labels, td.finish_reason).inc()
+                    self.chunks += 1
+                    yielded = time.monotonic() if traced else 0.0
                     yield td
+                    if traced:
+                        self.write_s += time.monotonic() - yielded
             ok = True
         except TimeoutError:
             raise APIError(
@@ -225,6 +242,10 @@ class GenerationRun:
             finish_reasons=[o.finish_reason for o in out.outputs if o.finish_reason is not None],
             error=None if err is None else _why(err),
             protocol=self.protocol,
+            timelines=tuple(self.timelines),
+            chunks=self.chunks,
+            detokenize_s=self.detokenize_s,
+            write_s=self.write_s,
         )
 
 

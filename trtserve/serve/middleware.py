@@ -11,7 +11,7 @@ import uuid
 
 from trtserve.serve.admin_key import bearer_matches
 from trtserve.serve.config import MAX_CLIENT_ID
-from trtserve.serve.context import RequestContext, open_context
+from trtserve.serve.context import RequestContext, access_line, open_context
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.repository.admin import is_admin_path
 from trtserve.serve.state import ServerState
@@ -137,4 +137,4 @@ class ServerMiddleware:
             "duration_ms": round((time.monotonic() - start) * 1000, 1),
             **context.log_fields(),
         }
-        access_log.info(json.dumps(line))
+        access_log.info(access_line(line, self.server.config.access_log_format))

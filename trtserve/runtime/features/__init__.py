@@ -46,6 +46,9 @@ class EngineFeature:
     def on_token(self, r: Request) -> None:
         """A sequence emitted one more output token."""
 
+    def on_verified(self, r: Request, proposed: int, accepted: int) -> None:
+        """The target model scored a sequence's `proposed` proposals and kept `accepted` of them."""
+
     def on_finish(self, r: Request, delta: TokenDelta) -> None:
         """A sequence finished; `delta` is its last delta."""
 
@@ -102,6 +105,10 @@ class Features(EngineFeature):
     def on_token(self, r):
         for f in self.all:
             f.on_token(r)
+
+    def on_verified(self, r, proposed, accepted):
+        for f in self.all:
+            f.on_verified(r, proposed, accepted)
 
     def on_finish(self, r, delta):
         for f in self.all:

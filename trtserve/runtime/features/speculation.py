@@ -29,9 +29,6 @@ class NoSpeculation(EngineFeature):
     def forget(self, r: Request) -> None:
         pass
 
-    def record(self, r: Request, proposed: int, accepted: int) -> None:
-        pass
-
     def scheduled(self, out) -> None:
         pass
 
@@ -61,7 +58,7 @@ class Speculation(NoSpeculation):
     def forget(self, r: Request) -> None:
         self.speculator.forget(r)
 
-    def record(self, r: Request, proposed: int, accepted: int) -> None:
+    def on_verified(self, r: Request, proposed: int, accepted: int) -> None:
         self.speculator.record(r, proposed, accepted)
 
     def scheduled(self, out) -> None:

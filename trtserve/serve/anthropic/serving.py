@@ -101,7 +101,7 @@ class MessagesServing:
         prompt = split.render(self.chat, chat_req, req.template_vars(), req.effort())
         params = chat_req.sampling_params(req.max_tokens, None, guided=prompt.tools.guided())
         plan, params = split.plan_reply(self.chat, prompt, params, req.shows_thinking())
-        builder = BlockBuilder(split.Splitter(plan), req.omits_thinking(), req.parallel())
+        builder = BlockBuilder(split.Splitter(plan, context.span), req.omits_thinking(), req.parallel())
         rid = new_id("msg")
         images = load_images_now(self.chat.svc, [s for m in chat_req.messages for s in image_sources(m)])
         options = req.request_options(

@@ -13,6 +13,7 @@ from trtserve.serve.openai.protocol import ChatCompletionRequest
 from trtserve.serve.openai.reply import ReplyPlan, reply_plan, template_kwargs
 from trtserve.serve.openai.serving import OpenAIServing, constrained
 from trtserve.serve.openai.tools import ToolPlan
+from trtserve.serve.telemetry.tracing import NO_SPAN, RequestSpan
 
 
 @dataclass(frozen=True)
@@ -60,8 +61,9 @@ class Piece:
 class Splitter:
     """One reply, fed as text in arrival order (or whole, once, with final=True)."""
 
-    def __init__(self, plan: ReplyPlan):
-        self._stream = plan.stream()
+    def __init__(self, plan: ReplyPlan, span: RequestSpan = NO_SPAN):
+        """span: the request's, which gets the reply's `reply parse` span when it is recorded."""
+        self._stream = plan.stream(span)
 
     def feed(self, text: str, final: bool) -> Piece:
         thinking, answer, calls = self._stream.feed(text, final)

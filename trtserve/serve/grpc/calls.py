@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import time
 import uuid
@@ -20,7 +19,7 @@ import grpc
 from trtserve.engine.errors import UserError
 from trtserve.serve.admin_key import LOOPBACK, bearer_matches
 from trtserve.serve.config import MAX_CLIENT_ID
-from trtserve.serve.context import RequestContext
+from trtserve.serve.context import RequestContext, access_line
 from trtserve.serve.errors import APIError
 from trtserve.serve.state import ServerState
 from trtserve.serve.telemetry.tracing import TRACE_HEADERS
@@ -112,7 +111,7 @@ class CallLog:
             "duration_ms": round((time.monotonic() - self.start) * 1000, 1),
             **self.context.log_fields(),
         }
-        access_log.info(json.dumps(line))
+        access_log.info(access_line(line, self.server.config.access_log_format))
 
 
 def admit(server: ServerState, method: str, metadata: dict[str, str]) -> None:

@@ -245,6 +245,9 @@ class KServeServing:
                     if g.return_log_probs and d.logprobs:
                         ev["output_log_probs"] = [lp.logprob for lp in d.logprobs]
                     yield event(ev)
+                if (timings := metrics_field([run.output])) is not None:  # return_metrics, once the run ended
+                    ev = {"model_name": self.svc.model_name, "model_version": self.svc.version, "text_output": ""}
+                    yield event(ev | ({} if client_id is None else {"id": client_id}) | {"metrics": timings})
             except (APIError, UserError) as err:
                 yield event({"error": str(err)})
 

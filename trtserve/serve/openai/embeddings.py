@@ -15,7 +15,7 @@ from fastapi import APIRouter, Request
 
 from trtserve.serve.errors import APIError, error_responses
 from trtserve.serve.openai.embeddings_protocol import EmbeddingRequest, response
-from trtserve.serve.pooling.serving import pooled_embeddings
+from trtserve.serve.pooling.serving import pooled_embeddings, traced
 from trtserve.serve.repository.kinds import FrontEnd
 from trtserve.serve.repository.lookup import routed
 from trtserve.serve.repository.version import ModelVersion
@@ -130,11 +130,13 @@ async def embeddings(body: EmbeddingRequest, request: Request):
     inputs, tokens = _requests(body, spec, mv.model, serving.config.max_batch_size > 0)
     by_text = spec.text_input is not None and spec.text_input in inputs[0]
     asked = [(spec.output, {})] + ([(spec.mask_output, {})] if by_text and spec.mask_output else [])
-    answers = await asyncio.gather(*(serving.infer(i, {}, asked) for i in inputs), return_exceptions=True)
-    failed = next((a for a in answers if isinstance(a, BaseException)), None)
-    if failed is not None:
-        raise failed  # every request has ended: nothing is left running
-    if by_text and spec.mask_output:
-        tokens = sum(int(np.asarray(a[spec.mask_output]).sum()) for a in answers)
+    async with traced(request, "embed", len(inputs), mv) as usage:
+        answers = await asyncio.gather(*(serving.infer(i, {}, asked) for i in inputs), return_exceptions=True)
+        failed = next((a for a in answers if isinstance(a, BaseException)), None)
+        if failed is not None:
+            raise failed  # every request has ended: nothing is left running
+        if by_text and spec.mask_output:
+            tokens = sum(int(np.asarray(a[spec.mask_output]).sum()) for a in answers)
+        usage["tokens"] = tokens
     vectors = [_vector(a[spec.output], dimensions) for a in answers]
     return response(mv.model, vectors, body.encoding_format, tokens)

@@ -5,6 +5,7 @@ same `ReplyStream`, streamed or whole, so both paths and both APIs give the same
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -12,6 +13,7 @@ from trtserve.engine.sampling import GuidedDecoding, SamplingParams
 from trtserve.engine.thinking import ThinkingSpan
 from trtserve.serve.errors import APIError
 from trtserve.serve.openai.tools import ToolCallStream, ToolPlan
+from trtserve.serve.telemetry.tracing import NO_SPAN, RequestSpan
 from trtserve.text.reasoning import (
     REASONING_PARSERS,
     HarmonyReasoningParser,
@@ -91,8 +93,10 @@ class ReplyPlan:
             return params.model_copy(update={"skip_special_tokens": False})
         return params
 
-    def stream(self) -> ReplyStream:
-        return ReplyStream(self)
+    def stream(self, span: RequestSpan = NO_SPAN) -> ReplyStream:
+        """One sequence's split; `span`: the request's, which gets a `reply parse` span when it is recorded and
+        a reasoning or tool-call parser reads the reply."""
+        return ReplyStream(self, span)
 
 
 def reply_plan(
@@ -163,7 +167,7 @@ class PrefixLengths:
 class ReplyStream:
     """One sequence's reply, fed as text: (reasoning, content, tool_call deltas) each piece adds."""
 
-    def __init__(self, plan: ReplyPlan):
+    def __init__(self, plan: ReplyPlan, span: RequestSpan = NO_SPAN):
         self.plan = plan
         cls = REASONING_PARSERS[plan.reasoning]
         if issubclass(cls, HarmonyReasoningParser):
@@ -172,8 +176,29 @@ class ReplyStream:
             self.reasoner = cls(plan.starts_inside)
         self.tools: ToolCallStream | None = plan.tools.parser() if plan.tools.active else None
         self.reasoning = ""  # all of it so far
+        self.span = span
+        # a `reply parse` span where a parser reads the reply; no clock is read for an untraced one
+        self.traced = span.recording and (plan.thinks or self.tools is not None)
+        self.began: float | None = None  # the first piece was fed (when traced)
+        self.busy_s = 0.0  # seconds in the parsers (when traced)
+        self.pieces = 0
+        self.content_chars = 0
 
     def feed(self, text: str, final: bool) -> tuple[str, str, list[dict]]:
+        if not self.traced:
+            return self._split(text, final)
+        began = time.monotonic()
+        if self.began is None:
+            self.began = began
+        split = self._split(text, final)
+        ended = time.monotonic()
+        self.busy_s += ended - began
+        if final:
+            self.span.record("reply parse", self.began, ended, self._attributes)
+        return split
+
+    def _split(self, text: str, final: bool) -> tuple[str, str, list[dict]]:
+        self.pieces += 1
         reasoning, content = self.reasoner.feed(text) if text else ("", "")
         if final:
             more_r, more_c = self.reasoner.finish()
@@ -181,10 +206,25 @@ class ReplyStream:
         self.reasoning += reasoning
         if not self.plan.include_reasoning:
             reasoning = ""
-        if self.tools is None:
-            return reasoning, content, []
-        content, calls = self.tools.feed(content, final)
+        calls: list[dict] = []
+        if self.tools is not None:
+            content, calls = self.tools.feed(content, final)
+        self.content_chars += len(content)
         return reasoning, content, calls
+
+    def _attributes(self) -> dict:
+        """The `reply parse` span's: the parsers that read the reply and what they found in it."""
+        attrs = {
+            "trtserve.parse.reasoning_parser": self.plan.reasoning,
+            "trtserve.parse.pieces": self.pieces,
+            "trtserve.parse.reasoning_chars": len(self.reasoning),
+            "trtserve.parse.content_chars": self.content_chars,
+            "trtserve.parse.busy_s": self.busy_s,
+        }
+        if self.tools is not None:
+            attrs["trtserve.parse.tool_parser"] = self.plan.tools.family
+            attrs["trtserve.parse.tool_calls"] = len(self.tools.calls)
+        return attrs
 
     @property
     def has_calls(self) -> bool:

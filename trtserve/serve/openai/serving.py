@@ -199,11 +199,11 @@ class OpenAIServing:
         ]  # one prompt: its n sequences share one run
         name = self.served_name
         if body.stream:
-            return self.stream(self._stream_chat(rid, name, body, runs, reply, params.skip_special_tokens))
+            return self.stream(self._stream_chat(rid, name, body, runs, reply, params.skip_special_tokens, context))
         (out,) = await collect_all(runs, http)
         choices = []
         for c in out.outputs:
-            split = reply.stream()
+            split = reply.stream(context.span)
             message = split.message(c.text)
             choices.append(
                 {
@@ -219,7 +219,9 @@ class OpenAIServing:
         )
         return p.envelope("chat.completion", rid, name, choices, usage) | {"receipt": receipt_field(runs)}
 
-    async def _stream_chat(self, rid, name, body: p.ChatCompletionRequest, runs, reply: ReplyPlan, skip: bool):
+    async def _stream_chat(
+        self, rid, name, body: p.ChatCompletionRequest, runs, reply: ReplyPlan, skip: bool, context: RequestContext
+    ):
         """skip: the run's skip_special_tokens (its text, which the reasoning count decodes again)."""
         kind = "chat.completion.chunk"
         for j in range(body.n):
@@ -238,7 +240,7 @@ class OpenAIServing:
                     ],
                 )
             )
-        splits = {j: reply.stream() for j in range(body.n)}
+        splits = {j: reply.stream(context.span) for j in range(body.n)}
         async for i, d in merged(runs):
             split = splits[d.index]
             delta = split.delta(d.text, final=d.finish_reason is not None)

@@ -25,6 +25,7 @@ from trtserve.engine.pooling import PoolingConfig, sigmoid
 from trtserve.engine.protocol import Engine
 from trtserve.engine.request_options import RequestOptions
 from trtserve.engine.sampling import SamplingParams
+from trtserve.serve.context import request_context
 from trtserve.serve.errors import APIError
 from trtserve.serve.repository.kinds import FrontEnd, Tensors
 from trtserve.serve.repository.lookup import routed
@@ -221,13 +222,50 @@ class PoolingServing:
 
 
 @contextlib.asynccontextmanager
-async def observed(request: Request, task: str, inputs: int):
-    """Count one pooling call on /metrics by `task` (serve/telemetry/pooling_metrics.py): the body sets
-    `usage["tokens"]`; a call that raises counts as an error (refused before routing: not counted)."""
-    start, usage = time.monotonic(), {"tokens": 0}
-    ok = False
+async def traced(request: Request, task: str, inputs: int, mv: ModelVersion | None = None):
+    """One pooling call's span under the request's server span (docs/tracing.md): the body sets
+    `usage["tokens"]`; `mv`: the version it runs on, else the one `route` recorded (refused before routing:
+    no span)."""
+    span, began, usage = request_context(request.scope).span, time.monotonic(), {"tokens": 0}
+    error = None
     try:
         yield usage
+    except Exception as err:
+        error = getattr(err, "message", None) or type(err).__name__
+        raise
+    finally:
+        if mv is None:
+            mv = request.scope.get(_ROUTED)
+        if mv is not None:
+            name = f"{_OPERATIONS.get(task, task)} {mv.model}"
+            span.record(name, began, time.monotonic(), lambda: _span_attributes(mv, task, inputs, usage), error)
+
+
+_OPERATIONS = {"embed": "embeddings"}  # gen_ai.operation.name where OpenTelemetry's GenAI conventions name one
+
+
+def _span_attributes(mv: ModelVersion, task: str, inputs: int, usage: dict) -> dict:
+    return {
+        "gen_ai.operation.name": _OPERATIONS.get(task, task),
+        "gen_ai.provider.name": "trtserve",
+        "gen_ai.request.model": mv.model,
+        "gen_ai.usage.input_tokens": usage["tokens"],
+        "trtserve.model_version": str(mv.version),
+        "trtserve.pooling.task": task,
+        "trtserve.pooling.documents": inputs,
+    }
+
+
+@contextlib.asynccontextmanager
+async def observed(request: Request, task: str, inputs: int):
+    """Count one pooling call on /metrics by `task` (serve/telemetry/pooling_metrics.py) and trace it
+    (`traced`): the body sets `usage["tokens"]`; a call that raises counts as an error (refused before
+    routing: not counted)."""
+    start = time.monotonic()
+    ok = False
+    try:
+        async with traced(request, task, inputs) as usage:
+            yield usage
         ok = True
     finally:
         mv = request.scope.get(_ROUTED)

@@ -16,6 +16,7 @@ import trtserve
 from trtserve.engine.info import EngineInfo
 from trtserve.engine.sampling import SamplingParams
 from trtserve.serve.receipts.model import EngineIdentity, Receipt, SequenceRecord, token_sha256
+from trtserve.serve.telemetry.timings import request_metrics
 
 if TYPE_CHECKING:
     from trtserve.serve.generation import GenerationRun
@@ -102,6 +103,7 @@ class ReceiptBook:
                 "preemptions": run.preemptions,
             },
             timings={"queue_s": run.queued, "ttft_s": run.ttft, "e2e_s": run.e2e or 0.0},
+            metrics=None if run.timings is None else request_metrics(run.timings, out),
             ok=ok,
             error=out.error,
         )

@@ -13,10 +13,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from trtserve.engine.options import EngineOptions
+from trtserve.text.outputs import RequestMetrics
 
 RECEIPT_HEADER = "X-Trtserve-Receipt"
 # 2: the engine options under engine.options (1 kept them as engine fields; still read)
-FORMAT_VERSION = 2
+# 3: the run's per-request timings under `metrics` (2 had none; still read)
+FORMAT_VERSION = 3
 
 
 def receipt_field(runs) -> str | list[str]:
@@ -122,5 +124,7 @@ class Receipt(BaseModel):
     outputs: list[SequenceRecord]
     cache: CacheRecord
     timings: Timings
+    # what `return_metrics` answers for the run (serve/telemetry/timings.py); None in receipts before 3
+    metrics: RequestMetrics | None = None
     ok: bool  # finished without error, deadline or disconnect
     error: str | None = None

@@ -8,6 +8,7 @@ import json
 import uuid
 
 from trtserve.serve.openai.reply import ReplyPlan, ReplyStream
+from trtserve.serve.telemetry.tracing import NO_SPAN, RequestSpan
 
 
 def new_id(prefix: str) -> str:
@@ -34,9 +35,10 @@ class Events:
 class OutputBuilder:
     """Output items of one reply; `feed` returns the events each piece of text adds."""
 
-    def __init__(self, plan: ReplyPlan, events: Events):
+    def __init__(self, plan: ReplyPlan, events: Events, span: RequestSpan = NO_SPAN):
+        """span: the request's, which gets the reply's `reply parse` span when it is recorded."""
         self.plan, self.ev = plan, events
-        self.parser: ReplyStream = plan.stream()
+        self.parser: ReplyStream = plan.stream(span)
         self.items: list[dict] = []
         self._open: dict | None = None  # the item still being written, if any
         self.done = False  # fed its final piece

@@ -106,7 +106,7 @@ class ResponsesServing:
         except BaseException:
             release([turn.run])  # admitted but never run (a refusal, a store error): its ticket back
             raise
-        builder = OutputBuilder(turn.plan, Events())
+        builder = OutputBuilder(turn.plan, Events(), turn.run.context.span)
         c = out.outputs[0]
         builder.feed(c.text, final=True, status=_item_status(c.finish_reason))
         body = turn.body(_STATUS.get(c.finish_reason, "incomplete"), builder.items, out)
@@ -180,7 +180,7 @@ class ResponsesServing:
 
     async def _events(self, turn: Turn) -> AsyncIterator[str]:
         ev = Events()
-        builder = OutputBuilder(turn.plan, ev)
+        builder = OutputBuilder(turn.plan, ev, turn.run.context.span)
         start = turn.body("in_progress", [])
         yield sse(ev("response.created", response=start))
         yield sse(ev("response.in_progress", response=start))
@@ -214,7 +214,7 @@ class ResponsesServing:
     async def _run_in_background(self, turn: Turn) -> None:
         try:
             (out,) = await collect_all([turn.run])
-            builder = OutputBuilder(turn.plan, Events())
+            builder = OutputBuilder(turn.plan, Events(), turn.run.context.span)
             c = out.outputs[0]
             builder.feed(c.text, final=True, status=_item_status(c.finish_reason))
             body = turn.body(_STATUS.get(c.finish_reason, "incomplete"), builder.items, out)

@@ -7,8 +7,9 @@ whether tracing is on; `OtelTracing` (tracing_otel.py, the SDK imported only the
 A front end opens one server span per request (`Tracing.server_span`, continuing the caller's W3C
 `traceparent` / `tracestate`), keeps it on the request's RequestContext, and ends it with the status.
 Each generation of the request reports its timings once, as it ends (`RequestSpan.run_ended`); the
-generate span and its queue / prefill / decode children are built from them after the fact, so no
-per-token work is added even when tracing is on.
+generate span and its queue / prefill / decode children, and the engine's prefill chunks, verifications
+and grammar compile (its timeline, asked for only while the span records) are built from them after the
+fact, so no per-token work is added even when tracing is on.
 """
 
 from __future__ import annotations
@@ -28,22 +29,32 @@ TRACE_HEADERS = ("traceparent", "tracestate")  # W3C Trace Context, read from HT
 
 class RequestSpan(Protocol):
     trace_id: str | None  # 32 lowercase hex digits; None when tracing is off
+    recording: bool  # its spans are kept (on and sampled): its generations ask the engine for their timelines
 
     def set(self, key: str, value) -> None: ...
     def run_ended(self, record: Callable[[], RunRecord]) -> None:
         """One of the request's generations ended; `record()` says how (called only when tracing is on)."""
 
     def response_headers(self) -> list[tuple[str, str]]: ...
+    def propagate(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        """ASGI `headers` for the next hop, naming this span as its caller (W3C traceparent / tracestate);
+        unchanged while tracing is off."""
+
     def end(self, status: int | str, ok: bool, route: str | None = None) -> None: ...
     def child(self, name: str, attributes: dict) -> RequestSpan:
         """An INTERNAL span under this one, with the same interface (a batch line under its job, a
         worker's prefill under its request); its generations go under it."""
+
+    def record(self, name: str, began: float, ended: float, attributes: Callable[[], dict], error: str | None = None):
+        """A finished INTERNAL span under this one from two `time.monotonic()` readings (a pooling call, a
+        reply's parse); `attributes()` is called only when tracing is on. `error`: why it failed (status ERROR)."""
 
 
 class NoSpan:
     """The span of every request while tracing is off: does nothing."""
 
     trace_id = None
+    recording = False
 
     def set(self, key: str, value) -> None:
         pass
@@ -54,11 +65,17 @@ class NoSpan:
     def response_headers(self) -> list[tuple[str, str]]:
         return []
 
+    def propagate(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        return headers
+
     def end(self, status: int | str, ok: bool, route: str | None = None) -> None:
         pass
 
     def child(self, name: str, attributes: dict) -> RequestSpan:
         return self
+
+    def record(self, name: str, began: float, ended: float, attributes: Callable[[], dict], error: str | None = None):
+        pass
 
 
 NO_SPAN = NoSpan()

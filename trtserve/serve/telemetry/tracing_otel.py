@@ -27,6 +27,7 @@ from trtserve.engine.version import VERSION
 from trtserve.serve.telemetry.tracing_record import RunRecord
 
 PROTOCOLS = ("grpc", "http/protobuf")
+PROPAGATOR = TraceContextTextMapPropagator()  # W3C Trace Context: traceparent, tracestate
 
 
 def otlp_exporter(endpoint: str) -> SpanExporter:
@@ -57,10 +58,9 @@ class OtelTracing:
         self.provider = TracerProvider(resource=resource)  # its sampler: OTEL_TRACES_SAMPLER
         self.provider.add_span_processor(processor or BatchSpanProcessor(exporter))
         self.tracer = self.provider.get_tracer("trtserve", VERSION)
-        self.propagator = TraceContextTextMapPropagator()
 
     def server_span(self, name: str, carrier: Mapping[str, str], attributes: dict, operation: str) -> OtelSpan:
-        parent = self.propagator.extract(carrier)
+        parent = PROPAGATOR.extract(carrier)
         span = self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
         return OtelSpan(self.tracer, span, operation)
 
@@ -79,6 +79,7 @@ class OtelSpan:
     def __init__(self, tracer, span, operation: str):
         self.tracer, self.span, self.operation = tracer, span, operation
         ctx = span.get_span_context()
+        self.recording = span.is_recording()
         self.trace_id = format(ctx.trace_id, "032x")
         self._traceresponse = f"00-{self.trace_id}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
         # monotonic readings become wall-clock nanoseconds from one pair taken together
@@ -94,10 +95,24 @@ class OtelSpan:
         """The trace id (X-Trace-Id), and W3C's draft `traceresponse` naming this span."""
         return [("x-trace-id", self.trace_id), ("traceresponse", self._traceresponse)]
 
+    def propagate(self, headers: list[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+        carrier: dict[str, str] = {}
+        PROPAGATOR.inject(carrier, context=trace.set_span_in_context(self.span))
+        kept = [(k, v) for k, v in headers if k.decode("latin-1").lower() not in PROPAGATOR.fields]
+        return kept + [(k.encode("latin-1"), v.encode("latin-1")) for k, v in carrier.items()]
+
     def child(self, name: str, attributes: dict) -> OtelSpan:
         parent = trace.set_span_in_context(self.span)
         span = self.tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
         return OtelSpan(self.tracer, span, self.operation)
+
+    def record(self, name: str, began: float, ended: float, attributes: Callable[[], dict], error: str | None = None):
+        parent = trace.set_span_in_context(self.span)
+        s = self.tracer.start_span(name, context=parent, start_time=self.ns(began), attributes=attributes())
+        if error is not None:
+            s.set_status(Status(StatusCode.ERROR, error))
+            s.set_attribute("error.type", error)
+        s.end(self.ns(ended))
 
     def end(self, status: int | str, ok: bool, route: str | None = None) -> None:
         if isinstance(status, int):
@@ -134,19 +149,70 @@ class OtelSpan:
         if scheduled is not None:
             s, end = child("queue", t.started, scheduled)
             s.end(end)
+        for g in (tl.grammar for tl in r.timelines if tl.grammar is not None):
+            attrs = {"trtserve.grammar.kind": g.kind, "trtserve.grammar.cache_hit": g.cache_hit}
+            s, end = child("grammar compile", g.began, g.ended, attrs)
+            s.end(end)
         if t.first_token is not None:
             computed = r.prompt_tokens - r.cached_tokens
             attrs = {"trtserve.prompt_tokens": r.prompt_tokens, "trtserve.computed_prompt_tokens": computed}
             s, end = child("prefill", scheduled if scheduled is not None else t.started, t.first_token, attrs)
+            self._chunks(s, r)
             s.end(end)
             s, end = child("decode", t.first_token, t.ended, {"gen_ai.usage.output_tokens": r.completion_tokens})
             s.add_event("first_token", {"gen_ai.usage.output_tokens": 1}, timestamp=self.ns(t.first_token))
             s.add_event("last_token", {"gen_ai.usage.output_tokens": r.completion_tokens}, timestamp=end)
+            self._verifications(s, r)
+            s.end(end)
+            attrs = {
+                "trtserve.detokenize.tokens": r.completion_tokens,
+                "trtserve.detokenize.chunks": r.chunks,
+                "trtserve.detokenize.busy_s": r.detokenize_s,
+                "trtserve.stream.write_s": r.write_s,
+            }
+            s, end = child("detokenize", t.first_token, t.ended, attrs)
             s.end(end)
         if r.error is not None:
             gen.set_status(Status(StatusCode.ERROR, r.error))
             gen.set_attribute("error.type", r.error)
         gen.end(self.ns(t.ended))
+
+    def _chunks(self, prefill, r: RunRecord) -> None:
+        """One span per prefill chunk under `prefill` (a chunked or recomputed prompt has several)."""
+        parent = trace.set_span_in_context(prefill)
+        for tl in r.timelines:
+            for i, c in enumerate(tl.prefill_chunks):
+                attrs = {
+                    "trtserve.prefill.chunk": i,
+                    "trtserve.prefill.start": c.start,
+                    "trtserve.prefill.tokens": c.tokens,
+                    "trtserve.cached_tokens": c.cached_tokens,
+                }
+                s = self.tracer.start_span(
+                    "prefill chunk", context=parent, start_time=self.ns(c.began), attributes=attrs
+                )
+                s.end(self.ns(c.ended))
+
+    def _verifications(self, decode, r: RunRecord) -> None:
+        """A sequence's verifications: one span under `decode` with an event per verification step, as
+        OpenTelemetry advises for work as frequent as tokens (a span each would cost more than the step)."""
+        parent = trace.set_span_in_context(decode)
+        for tl in r.timelines:
+            v = tl.verifications
+            if not v:
+                continue
+            attrs = {
+                "trtserve.spec.verifications": len(v),
+                "trtserve.spec.draft_tokens": sum(x.proposed for x in v),
+                "trtserve.spec.accepted_tokens": sum(x.accepted for x in v),
+            }
+            s = self.tracer.start_span(
+                "speculative verification", context=parent, start_time=self.ns(v[0].began), attributes=attrs
+            )
+            for x in v:
+                counts = {"trtserve.spec.proposed": x.proposed, "trtserve.spec.accepted": x.accepted}
+                s.add_event("verified", counts, timestamp=self.ns(x.ended))
+            s.end(self.ns(v[-1].ended))
 
 
 def generate_attributes(operation: str, r: RunRecord) -> dict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trtserve.engine.sampling import SamplingParams
+from trtserve.engine.timeline import Timeline
 from trtserve.serve.telemetry.timings import RunTimings
 
 
@@ -26,3 +27,7 @@ class RunRecord:
     finish_reasons: list[str] = field(default_factory=list)  # one per finished sequence
     error: str | None = None  # why it failed (an APIError's message, or a cancellation)
     protocol: str = "http"
+    timelines: tuple[Timeline, ...] = ()  # what the engine timed of its sequences (none from an engine that does not)
+    chunks: int = 0  # text deltas its consumer took (a streamed request's chunks)
+    detokenize_s: float = 0.0  # seconds in incremental detokenization and stop strings
+    write_s: float = 0.0  # seconds its consumer held the chunks (a stream's formatting and writes)
