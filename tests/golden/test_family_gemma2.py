@@ -142,10 +142,9 @@ def test_bad_checkpoints_are_refused_in_one_sentence(tmp_path, src, weights, con
 @pytest.mark.parametrize(
     ("settings", "match"),
     [
-        (dict(quant="w8a16"), "--quant w8a16 is not supported for gemma2 models"),
         (dict(backend="tensorrt"), "backend tensorrt does not build gemma2 models yet; use --backend torch"),
     ],
-    ids=["quant", "backend"],
+    ids=["backend"],
 )
 def test_unsupported_pairs_are_refused(tmp_path, src, settings, match):
     with pytest.raises(UserError, match=match):

@@ -14,8 +14,6 @@ from family_goldens import (
     write_gguf,
 )
 
-from trtserve.engine.errors import UserError
-
 MULTIPLIERS = dict(embedding_multiplier=12.0, attention_multiplier=0.09, residual_multiplier=0.22, logits_scaling=4.0)
 
 
@@ -45,9 +43,3 @@ def test_gguf_greedy_equals_hf(tmp_path, src):
     floats = {"embedding_scale": 12.0, "attention.scale": 0.09, "residual_scale": 0.22, "logit_scale": 4.0}
     gguf = write_gguf(src, tmp_path / "granite.gguf", "granite", permute=True, floats=floats)
     assert_gguf_greedy_equals_hf(gguf, src, tmp_path / "e")
-
-
-def test_quant_is_refused_naming_the_pair(tmp_path, src):
-    with pytest.raises(UserError, match="--quant w4a16 is not supported for granite models"):
-        build(src, tmp_path / "e", quant="w4a16")
-    assert not (tmp_path / "e").exists()

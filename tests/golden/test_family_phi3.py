@@ -190,10 +190,9 @@ def test_longrope_on_a_family_without_it_is_refused(tmp_path):
 @pytest.mark.parametrize(
     ("settings", "match"),
     [
-        (dict(quant="w8a16"), "--quant w8a16 is not supported for phi3 models"),
         (dict(backend="tensorrt"), "backend tensorrt does not build phi3 models yet; use --backend torch"),
     ],
-    ids=["quant", "backend"],
+    ids=["backend"],
 )
 def test_unsupported_pairs_are_refused(tmp_path, src, settings, match):
     with pytest.raises(UserError, match=match):

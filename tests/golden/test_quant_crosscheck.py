@@ -63,7 +63,7 @@ def both_exports(src, quant, kv, tmp_path):
     ours = trtllm_tensors(
         read_export(tmp_path / "hf") | kv_scales,
         reader.family,
-        2,
+        reader.family.model_config(reader.hf_config, "bfloat16"),
         hf_quant["quant_algo"],
         hf_quant["kv_cache_quant_algo"],
     )

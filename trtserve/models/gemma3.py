@@ -52,5 +52,5 @@ FAMILY = DecoderFamily(
     config_features=CONFIG_FEATURES | {LOCAL_ROPE},
     config_extras=gemma_config,
     backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
-    quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
+    quant_formats=None,  # every format: tests/golden/test_quant_families.py, test_gguf_families.py
 )

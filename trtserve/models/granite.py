@@ -30,5 +30,5 @@ FAMILY = DecoderFamily(
     config_features=frozenset({MLP_BIAS, TIED_EMBEDDINGS, ROPE_SCALING}),
     config_extras=_config,
     backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
-    quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
+    quant_formats=None,  # every format: tests/golden/test_quant_families.py, test_gguf_families.py
 )

@@ -5,7 +5,8 @@ PEFT stores, for each targeted HF module (`model.layers.{i}.self_attn.q_proj` ..
 modules (qkv = [q; k; v], fc_gate = [gate_proj; up_proj]: models/layout.py), so each engine linear
 gets one A stacking its targeted parts' A's (sum r, in) and one B placing each part's B, scaled,
 in that part's output rows and its own rank columns (out, sum r), zero elsewhere, kept as Bᵀ (sum r, out). Then one
-x·Aᵀ·Bᵀ per linear per adapter adds every part's update exactly where its module's output lies.
+x·Aᵀ·Bᵀ per linear per adapter adds every part's update exactly where its module's output lies. A module the
+checkpoint stores fused (Phi-3's qkv_proj: Names.fused) is one part, its B spanning all its roles' rows.
 
 The names come from the family spec (HF names by source role, the layout's fusions), never from
 strings here; every tensor of the file is used exactly once and every shape is checked.
@@ -119,7 +120,7 @@ def load_lora(
         for i in range(cfg.num_hidden_layers)
     ]
     found = {short[role] for (_, role, _) in (where[n] for n in tensors)}
-    targets = tuple(m for m in short.values() if m in found)
+    targets = tuple(m for m in dict.fromkeys(short.values()) if m in found)
     return LoraWeights(ref, peft.rank, targets, layers)
 
 
@@ -151,9 +152,14 @@ def _layer(
     for role, parts in engine_parts(family).items():
         a_parts, placed, row = [], [], 0
         total_out = sum(lay.layer[s].weight_shape(cfg)[0] for s in parts)
+        modules: dict[str, list[int]] = {}  # HF module -> [its first out row, its rows, in]: a fused one spans parts
         for s in parts:
             n_out, n_in = lay.layer[s].weight_shape(cfg)
-            module = family.hf.module(s, i)
+            m = modules.setdefault(family.hf.module(s, i), [row, 0, n_in])
+            assert m[0] + m[1] == row, f"{role}: a fused module's parts are not adjacent in the engine linear"
+            m[1] += n_out
+            row += n_out
+        for module, (first, n_out, n_in) in modules.items():
             a = tensors.get(f"{PEFT_PREFIX}{module}.lora_A.weight")
             b = tensors.get(f"{PEFT_PREFIX}{module}.lora_B.weight")
             if (a is None) != (b is None):
@@ -166,8 +172,7 @@ def _layer(
                             f"with r={rank} needs {want}; serve it on the base model it was trained for"
                         )
                 a_parts.append(a)
-                placed.append((row, b))
-            row += n_out
+                placed.append((first, b))
         if not a_parts:
             continue
         bt = torch.zeros(rank * len(a_parts), total_out, dtype=torch.float32)  # (sum r, out)

@@ -44,5 +44,5 @@ FAMILY = DecoderFamily(
     features=llama.FEATURES,
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING, LONG_ROPE, PARTIAL_ROTARY, SLIDING_WINDOW}),
     backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
-    quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
+    quant_formats=None,  # every format: tests/golden/test_quant_families.py, test_gguf_families.py
 )

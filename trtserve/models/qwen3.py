@@ -27,5 +27,5 @@ FAMILY = DecoderFamily(
     features=llama.FEATURES | {QK_NORM},
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING}),
     backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
-    quant_formats=frozenset({"gguf"}),  # tests/golden/test_gguf_families.py; ModelOpt formats untested
+    quant_formats=None,  # every format: tests/golden/test_quant_families.py, test_gguf_families.py
 )

@@ -51,11 +51,10 @@ def quantize(
     got = (hf_quant.get("quant_algo"), hf_quant.get("kv_cache_quant_algo"))
     if got != expected:
         raise AssertionError(f"ModelOpt exported {got}, expected {expected}")
-    layers = model.num_hidden_layers
-    ckpt = trtllm_tensors(hf, reader.family, layers, spec.quant_algo, kv_algo)
+    ckpt = trtllm_tensors(hf, reader.family, model, spec.quant_algo, kv_algo)
     weights = None
     if engine_weights:
-        unfused = trtllm_tensors(hf, reader.family, layers, spec.quant_algo, kv_algo, requant=False)
+        unfused = trtllm_tensors(hf, reader.family, model, spec.quant_algo, kv_algo, requant=False)
         weights = engine_tensors(unfused, reader.family, model)
     return QuantizedTensors(quantization_config(hf_quant | {"quant_algo": spec.quant_algo}), ckpt, weights)
 

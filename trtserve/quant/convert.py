@@ -1,7 +1,8 @@
 """ModelOpt's HF unified export -> TensorRT-LLM unified checkpoint tensors (rank 0, tp=1) and the
 torch engine's quantized weights.
 
-The HF export keeps q/k/v and gate/up apart; TensorRT-LLM fuses them as the family's layout says
+The HF export keeps q/k/v and gate/up apart (where the checkpoint does: Phi-3's fused modules are
+cut into their rows); TensorRT-LLM fuses them as the family's layout says
 (models/layout.py: `attention.qkv`, and `mlp.fc` = gate_proj, `mlp.gate` = up_proj, as NVIDIA's
 exporter writes them; checked against `export_tensorrt_llm_checkpoint` in
 tests/golden/test_quant_crosscheck.py). Fused parts must share per-tensor scales, so like NVIDIA's
@@ -14,7 +15,7 @@ import torch
 
 from trtserve.engine.model_config import ModelConfig
 from trtserve.models.family import DecoderFamily
-from trtserve.models.layout import EMBED, LM_HEAD
+from trtserve.models.layout import EMBED, LM_HEAD, Layout, Names
 from trtserve.models.quant_formats import KV_CACHE_FORMATS, quant_format
 
 # HF export suffix -> TensorRT-LLM suffix.
@@ -26,6 +27,9 @@ _SUFFIX = {
     "input_scale": "activation_scaling_factor",
     "pre_quant_scale": "prequant_scaling_factor",
 }
+
+# ModelOpt's names of a layer's KV-cache scales, k_proj's and v_proj's even where q/k/v are one module (Phi-3)
+_KV_SCALES = ("self_attn.k_proj.k_scale", "self_attn.v_proj.v_scale")
 
 
 def _requant(w: torch.Tensor, scale: torch.Tensor, new_scale: torch.Tensor, algo: str) -> torch.Tensor:
@@ -95,7 +99,7 @@ def _rescale_blocks(p: dict[str, torch.Tensor], top: torch.Tensor) -> torch.Tens
 def _kv_scales(hf: dict[str, torch.Tensor], p: str, kv_algo: str | None, trtllm: bool) -> dict[str, torch.Tensor]:
     if kv_algo is None:
         return {}
-    k, v = hf[p + "self_attn.k_proj.k_scale"], hf[p + "self_attn.v_proj.v_scale"]
+    k, v = (hf[p + n] for n in _KV_SCALES)
     if KV_CACHE_FORMATS[kv_algo].trtllm_unit_scale and trtllm:
         # NVIDIA's TensorRT-LLM exporter writes 1.0 for FP8 caches (e4m3 covers the range); the
         # torch engine keeps the calibrated amax / 448, as ModelOpt's fake-quant model does.
@@ -110,15 +114,16 @@ def _kv_scales(hf: dict[str, torch.Tensor], p: str, kv_algo: str | None, trtllm:
 def trtllm_tensors(
     hf: dict[str, torch.Tensor],
     family: DecoderFamily,
-    num_layers: int,
+    cfg: ModelConfig,
     algo: str,
     kv_algo: str | None,
     requant: bool = True,
 ) -> dict[str, torch.Tensor]:
     """The rank-0 TensorRT-LLM checkpoint of a ModelOpt HF export (`hf`: its model.safetensors,
-    in the family's HF names), a tied lm_head being the embedding again. With AWQ (any
-    `pre_quant_scale` in the export) every linear gets a prequant_scaling_factor. requant=False
-    keeps each projection's own weights (see `_unify`), for the torch engine."""
+    in the family's HF names; a module stored fused, Phi-3's qkv_proj, cut into its roles' rows), a
+    tied lm_head being the embedding again. With AWQ (any `pre_quant_scale` in the export) every
+    linear gets a prequant_scaling_factor. requant=False keeps each projection's own weights (see
+    `_unify`), for the torch engine."""
     lay, names = family.layout, family.hf
     used: set[str] = set()
     pqs_dtypes = [t.dtype for n, t in hf.items() if n.endswith(".pre_quant_scale")]
@@ -134,7 +139,7 @@ def trtllm_tensors(
             part = EMBED  # tied: TensorRT-LLM still wants its own copy
         out[target.name + ".weight"] = take(names.module(part) + ".weight")
     linears = [target for target in lay.trtllm_layer.values() if target.linear]
-    for i in range(num_layers):
+    for i in range(cfg.num_hidden_layers):
         t = lay.trtllm_prefix.format(i=i)
         for target in lay.trtllm_layer.values():
             if not target.linear:  # a norm: one source, unquantized
@@ -143,7 +148,9 @@ def trtllm_tensors(
         parts = {}
         for proj in (x for target in linears for x in target.parts):
             pre = names.module(proj, i) + "."
-            parts[proj] = {n[len(pre) :]: take(n) for n in hf if n.startswith(pre) and n[len(pre) :] in _SUFFIX}
+            tensors = {n[len(pre) :]: take(n) for n in hf if n.startswith(pre) and n[len(pre) :] in _SUFFIX}
+            rows = names.rows(proj, lay, cfg)
+            parts[proj] = tensors if rows is None else _cut_rows(tensors, rows, names, proj, lay, cfg)
         for group in lay.shared_inputs():
             parts |= dict(zip(group, _unify([parts[g] for g in group], algo, requant), strict=True))
         for target in linears:
@@ -154,11 +161,29 @@ def trtllm_tensors(
                 fused["prequant_scaling_factor"] = torch.ones(fused_in_features(fused, algo), dtype=pqs_dtypes[0])
             out |= {f"{t}{target.name}.{k}": v for k, v in fused.items()}
         kv = _kv_scales(hf, names.layer_prefix.format(i=i), kv_algo, trtllm=requant)
-        used |= {n for n in (names.module("k_proj", i) + ".k_scale", names.module("v_proj", i) + ".v_scale") if n in hf}
+        used |= {n for n in (names.layer_prefix.format(i=i) + s for s in _KV_SCALES) if n in hf}
         out |= {t + k: v for k, v in kv.items()}
     unused = sorted(set(hf) - used)
     if unused:
         raise ValueError(f"the ModelOpt export holds tensors the converter does not place, e.g. {unused[0]}")
+    return out
+
+
+def _cut_rows(
+    tensors: dict[str, torch.Tensor], rows: slice, names: Names, role: str, lay: Layout, cfg: ModelConfig
+) -> dict[str, torch.Tensor]:
+    """One role's share of a fused module's export: its out rows of each per-row tensor (packed int4
+    holds two rows a byte, so a tensor's rows are the module's scaled to its length); per-tensor scales
+    and AWQ's per-input pre-quant scale are the whole module's."""
+    total = sum(lay.layer[r].weight_shape(cfg)[0] for r in names.fused[names.layer[role]])
+    out = {}
+    for sfx, t in tensors.items():
+        if t.dim() == 0 or sfx == "pre_quant_scale":
+            out[sfx] = t
+            continue
+        if (rows.start * t.shape[0]) % total or (rows.stop * t.shape[0]) % total:
+            raise ValueError(f"{role}'s rows of its fused module do not fall on whole rows of its {sfx}")
+        out[sfx] = t[rows.start * t.shape[0] // total : rows.stop * t.shape[0] // total]
     return out
 
 
