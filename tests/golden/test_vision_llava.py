@@ -46,6 +46,16 @@ def test_greedy_equals_hf_alone_batched_and_chunked(llava):
     assert run(chunked, prompts)[0] == expected, "chunked prefill (images split across steps)"
     vision = chunked.core.engine.vision.stats()
     assert vision.encoded == 3 and vision.cache_misses == 3  # each image encoded once, whatever the chunks
+    assert vision.cache_hits == 2  # a and c asked again: from the cache, or shared with a request of that step
+
+
+def test_an_image_two_requests_of_one_step_share_counts_as_a_hit(llava):
+    _, engine = llava
+    (a,) = images_for(engine, [7])
+    llm = LLM(engine, kv_cache_memory=16 << 20, enable_prefix_caching=False)
+    run(llm, [(prompt_with(engine, [a], seed=30), [a]), (prompt_with(engine, [a], seed=31), [a])])
+    vision = llm.core.engine.vision.stats()
+    assert (vision.encoded, vision.cache_misses, vision.cache_hits) == (1, 1, 1)
 
 
 def test_prefix_cache_reuses_the_same_image_never_another(llava):

@@ -35,6 +35,7 @@ def test_ngram_proposes_what_followed_the_most_recent_longest_match():
     assert p.propose([7, 7], 3) == [7, 7, 7]  # a repeating tail proposes whole periods
     assert p.propose([1, 2, 1, 2], 5) == [1, 2, 1, 2, 1]
     assert NgramProposer(2, 3).propose([4, 1, 4, 2], 2) == []  # a one-token match is below min
+    assert NgramProposer(1, 3, stop=frozenset({9})).propose([1, 2, 9, 9, 3, 1], 3) == [2]  # 9: an image's rows
 
 
 def test_truncate_releases_exactly_the_tail_blocks():

@@ -20,7 +20,9 @@ def _img(seed: int, tokens: int = 3) -> ImageInput:
 
 
 def test_image_rows_are_found_in_prompt_order():
-    assert image_spans([5, 9, 9, 9, 6, 9, 9, 9], 9, (_img(1), _img(2))) == [1, 5]
+    assert image_spans([5, 9, 9, 9, 6, 9, 9, 9], 9, (_img(1), _img(2))) == [[1], [5]]
+    tiled = ImageInput(pixels=np.zeros((2, 3, 4, 4), np.float32), num_tokens=4)  # two frames, a run each
+    assert image_spans([9, 9, 5, 9, 9, 6, 9, 9, 9], 9, (tiled, _img(3))) == [[0, 3], [6]]
     with pytest.raises(UserError, match="holds 2 image tokens"):
         image_spans([5, 9, 9], 9, (_img(1),))
     with pytest.raises(UserError, match="contiguous"):
@@ -49,7 +51,7 @@ def test_prefix_keys_part_by_image_content():
 
 
 @pytest.mark.parametrize(
-    "arch", ["Idefics3ForConditionalGeneration", "Gemma3ForConditionalGeneration", "Qwen2VLForConditionalGeneration"]
+    "arch", ["SmolVLMForConditionalGeneration", "LlavaNextForConditionalGeneration", "Qwen2VLForConditionalGeneration"]
 )
 def test_vision_architectures_not_run_yet_are_refused_in_one_sentence(arch):
     from trtserve.models.vision_family import vision_family
@@ -57,3 +59,14 @@ def test_vision_architectures_not_run_yet_are_refused_in_one_sentence(arch):
     with pytest.raises(UserError, match=f"{arch} .* is not supported yet; .* LlavaForConditionalGeneration"):
         vision_family([arch])
     assert vision_family(["LlamaForCausalLM"]) is None
+
+
+def test_rows_of_a_two_way_span_see_each_other_and_nothing_later():
+    from trtserve.models.batch import SeqChunk, make_batch
+
+    seq = SeqChunk(tokens=[5] * 6, start=0, block_table=[0], bidirectional=((1, 4),))
+    (g,) = make_batch([seq], tokens_per_block=16).groups
+    expected = np.tril(np.ones((6, 16), bool))
+    expected[1:4, 1:4] = True  # positions 1..3 see each other both ways
+    assert (g.attn_mask()[0, 0].numpy() == expected).all()
+    assert g.fresh == ()  # no unmasked causal call for it

@@ -15,7 +15,7 @@ from trtserve.engine.vision import ImageInput, ImageProcessing, VisionConfig, Vi
 from trtserve.vision.decode import decode_image
 from trtserve.vision.limits import ImageLimits
 from trtserve.vision.pixels import image_input, to_pixels
-from trtserve.vision.prompt import expand_image_tokens
+from trtserve.vision.prompt import expand_images
 from trtserve.vision.sources import FLAG, url_bytes
 
 LIMITS = ImageLimits()
@@ -94,9 +94,12 @@ def test_pixels_equal_hf_image_processors(kind):
 
 def test_placeholders_expand_to_the_tokens_per_image():
     v = _vision(tokens=3)
-    assert expand_image_tokens([1, 7, 2, 7], v, 2) == [1, 7, 7, 7, 2, 7, 7, 7]
+    two = (ImageInput(pixels=np.zeros((3, 28, 28), np.float32), num_tokens=3),) * 2
+    assert expand_images("a<image>b<image>", v, two) == "a<image><image><image>b<image><image><image>"
+    gemma = v.model_copy(update={"row_token": "<s>", "image_prefix": "\n\n<boi>", "image_suffix": "<eoi>\n\n"})
+    assert expand_images("u\n<image>", gemma, two[:1]) == "u\n\n\n<boi><s><s><s><eoi>\n\n"
     with pytest.raises(UserError, match="1 image placeholders .* for 2 images"):
-        expand_image_tokens([1, 7, 2], v, 2)
+        expand_images("a<image>b", v, two)
 
 
 def test_an_image_input_is_keyed_by_its_pixels():

@@ -15,6 +15,7 @@ from trtserve.engine.layout import LORA_DIR
 from trtserve.engine.model_config import ModelConfig
 from trtserve.models.lora import load_lora
 from trtserve.models.registry import family_for_trtllm
+from trtserve.models.vision_family import vision_family_named
 
 NO_RANK_LIMIT = 1 << 20  # the run's lora.max_lora_rank applies when the engine is served
 
@@ -33,13 +34,13 @@ def check_adapters(cfg: BuildConfig) -> None:
         adapter_ref(name, path)  # UserError for a bad name or a dir that is not PEFT's
 
 
-def pack_adapters(dest: Path, cfg: BuildConfig, model: ModelConfig) -> None:
+def pack_adapters(dest: Path, cfg: BuildConfig, model: ModelConfig, vision: str | None = None) -> None:
     """Check each adapter against the built model (targets, layers, shapes) and copy its two files to
-    dest/lora/NAME/."""
-    family = family_for_trtllm(model.architecture)
+    dest/lora/NAME/. vision: a vision-language model's family (VisionConfig.family): adapters on its language model."""
+    family, vision_family = family_for_trtllm(model.architecture), vision_family_named(vision)
     for name, path in cfg.lora.items():
         ref = adapter_ref(name, path)
-        load_lora(ref, Path(path), family, model, NO_RANK_LIMIT, torch.float32, torch.device("cpu"))
+        load_lora(ref, Path(path), family, model, NO_RANK_LIMIT, torch.float32, torch.device("cpu"), vision_family)
         out = dest / LORA_DIR / name
         out.mkdir(parents=True)
         for filename, src in adapter_files(Path(path)).items():

@@ -103,7 +103,7 @@ def build_engine(
         if plan.vision is not None:
             write_vision(tmp, plan.vision, plan.reader, written.model.dtype)
         write_engine_config(tmp, written.model, plan)
-        pack_adapters(tmp, plan.config, written.model)
+        pack_adapters(tmp, plan.config, written.model, None if plan.vision is None else plan.vision.family)
         manifest = write_manifest(
             tmp,
             backend=plan.backend,

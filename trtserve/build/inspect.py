@@ -118,6 +118,8 @@ def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int 
         v = manifest.vision
         info |= {"vision": v.family, "vision_tower": v.tower.kind, "vision_parameters": v.vision_parameters}
         info |= {"image_size": v.tower.image_size, "tokens_per_image": v.tokens_per_image}
+        if v.tiles is not None:  # tokens_per_image is a tile's: an image takes up to this many tiles
+            info["image_tiles_max"] = v.tiles.max_side**2 + 1
     if manifest.backend == "torch":
         info["kv_cache_default_cpu"] = cpu_default(m, b)
     if memory is not None and kv_cache_memory is not None:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from trtserve.cli.image_limits import image_limit_options, pop_image_limits
 from trtserve.cli.kv_offload import kv_offload_option, with_kv_offload
 from trtserve.cli.lora import lora_option
 from trtserve.cli.speculative import speculative_options, with_speculative
@@ -62,6 +63,7 @@ from trtserve.cli.speculative import speculative_options, with_speculative
     callback=lambda ctx, param, v: [d.strip().lower() for d in v.split(",") if d.strip()] if v else None,
     help="Domains whose http(s) image URLs the server may fetch, comma-separated (docs/vision.md) [none: data: URLs only].",
 )
+@image_limit_options
 @click.option(
     "--otlp-traces-endpoint",
     help="Send OpenTelemetry traces to this OTLP endpoint, e.g. http://127.0.0.1:4317 (needs trtserve[otel]) [off].",
@@ -102,6 +104,7 @@ def command(
     flags["admin_key"] = flags.get("admin_key") or os.environ.get("TRTSERVE_ADMIN_KEY")
     if kv_cache_memory:
         flags["engine"] = {"kv_cache_memory": kv_cache_memory}
+    flags["image_limits"] = pop_image_limits(flags)
     ray_flags = {k: flags.pop(k) for k in ("use_ray", "replicas", "min_replicas", "max_replicas")}
     cfg = load_serve_config(config_file, flags)
     if lora:

@@ -68,6 +68,17 @@ class KVTierStats:
     capacity_bytes: int = 0  # bytes it may hold
 
 
+@dataclass(frozen=True)
+class VisionStats:
+    """The vision encoder and its cache (docs/vision.md); all 0 on a text-only engine."""
+
+    encoded: int = 0  # images run through the encoder
+    cache_hits: int = 0  # image lookups the encoder cache answered
+    cache_misses: int = 0
+    cached_images: int = 0  # images the cache holds now
+    cached_bytes: int = 0  # bytes of their projected rows
+
+
 @dataclass
 class SpecCounts:
     """Speculative decoding's counts, with vLLM's definitions: acceptance rate = accepted_tokens /
@@ -89,6 +100,7 @@ class EngineStats:
     spec: SpecCounts = field(default_factory=SpecCounts)  # speculative decoding, all sequences
     adapters: AdapterStats = field(default_factory=AdapterStats)
     kv_tier: KVTierStats = field(default_factory=KVTierStats)
+    vision: VisionStats = field(default_factory=VisionStats)
     # seconds the engine spent executing steps since it started (rate() of it: the busy fraction);
     # None where the backend cannot measure it truthfully
     busy_seconds: float | None = None

@@ -20,6 +20,8 @@ class SeqChunk:
     # verifies (or a draft model's catch-up); a step whose chunks are all such rows runs as a decode step
     decode_rows: int = 1
     prompt_len: int = 0  # its request's prompt tokens (LongRoPE picks factors by it, models/rope.py); 0: unknown
+    # [start, end) positions whose rows attend to each other both ways (Gemma 3's images; each within this chunk)
+    bidirectional: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,9 @@ def make_batch(
     offsets = torch.cumsum(q_lens, 0) - q_lens  # (B,) first flat index of each sequence
 
     to = dict(device=device)
+    spans = [s.bidirectional for s in seqs]
     groups = [
-        _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, windows, gqa_group, device)
+        _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, windows, gqa_group, device, spans)
         for part in (starts == 0, starts > 0)  # sequences without cached keys apart: their groups run unmasked
         for idx in _group_by_length(q_lens.tolist(), kv_lens.tolist(), part.nonzero().squeeze(1).tolist())
     ]
@@ -141,7 +144,7 @@ def _group_by_length(q_lens: list[int], kv_lens: list[int], among: list[int]) ->
     return groups + [cur]
 
 
-def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_group, device) -> AttnGroup:
+def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_group, device, spans) -> AttnGroup:
     sel = torch.tensor(idx)
     ql, st, kl, off = q_lens[sel], starts[sel], kv_lens[sel], offsets[sel]
     max_q = int(ql.max())
@@ -152,6 +155,9 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_gr
     q_pos = st[:, None] + rows[None, :]  # (G, max_q)
     k_pos = torch.arange(n_blk * block)
     causal = (k_pos[None, None, :] <= q_pos[:, :, None]) & (k_pos[None, None, :] < kl[:, None, None])
+    both = _both_ways([spans[i] for i in idx], q_pos, k_pos)
+    if both is not None:  # HF's OR(causal, same image); a window still applies (_mask)
+        causal = causal | both
     # Padded query rows attend to key 0 only, so softmax never sees an all-masked row.
     pad = (~q_valid)[:, :, None] & (k_pos == 0)[None, None, :]
     to = dict(device=device)
@@ -159,7 +165,7 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_gr
     rows_valid = q_valid.flatten().nonzero().squeeze(1)  # (real rows,)
     targets = q_index.flatten()[rows_valid]
     in_order = bool(q_valid.all()) and torch.equal(targets, torch.arange(int(q_lens.sum())))
-    fresh = tuple(zip(off.tolist(), ql.tolist(), strict=True)) if not st.any() else ()
+    fresh = tuple(zip(off.tolist(), ql.tolist(), strict=True)) if not st.any() and both is None else ()
     return AttnGroup(
         q_index=q_index.to(**to),
         q_valid=q_valid.to(**to),
@@ -170,6 +176,17 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_gr
         build_mask=build,
         fresh=fresh,
     )
+
+
+def _both_ways(spans: list[tuple[tuple[int, int], ...]], q_pos: torch.Tensor, k_pos: torch.Tensor):
+    """(G, max_q, keys) bool: query and key in one of the sequence's two-way spans; None: no span."""
+    if not any(spans):
+        return None
+    out = torch.zeros(q_pos.shape[0], q_pos.shape[1], k_pos.shape[0], dtype=torch.bool)
+    for g, seq_spans in enumerate(spans):
+        for s, e in seq_spans:
+            out[g] |= ((q_pos[g] >= s) & (q_pos[g] < e))[:, None] & ((k_pos >= s) & (k_pos < e))[None, :]
+    return out
 
 
 def _mask(causal, pad, q_pos, k_pos, gqa_group: int, device, window: int | None) -> torch.Tensor:

@@ -25,6 +25,7 @@ from trtserve.engine.adapters import ADAPTER_WEIGHTS, AdapterRef, read_peft_conf
 from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig
 from trtserve.models.family import DecoderFamily
+from trtserve.models.vision_family import TEXT, VisionFamily
 
 PEFT_PREFIX = "base_model.model."  # PeftModel's prefix on the base model's module names
 
@@ -80,9 +81,11 @@ def load_lora(
     max_rank: int,
     dtype: torch.dtype,
     device: torch.device,
+    vision: VisionFamily | None = None,
 ) -> LoraWeights:
     """Read the PEFT adapter at `path` for this engine; UserError (one sentence: what does not fit and
-    how to fix it) where its rank, target modules, layers or shapes do not match the base model."""
+    how to fix it) where its rank, target modules, layers or shapes do not match the base model. vision: a
+    vision-language model's family, whose adapters name its language model's modules under its prefixes."""
     peft = read_peft_config(path)
     if peft.rank > max_rank:
         raise UserError(
@@ -96,6 +99,8 @@ def load_lora(
         tensors = load_file(str(path / ADAPTER_WEIGHTS))
     except (SafetensorError, OSError) as err:
         raise UserError(f"LoRA adapter {ref.name}: {ADAPTER_WEIGHTS} cannot be read ({err}); save it again") from None
+    if vision is not None:
+        tensors = _language_model_tensors(ref.name, tensors, vision)
     where = {}  # PEFT tensor name -> (layer, source role, "A" | "B")
     for i in range(cfg.num_hidden_layers):
         for role in short:
@@ -122,6 +127,23 @@ def load_lora(
     found = {short[role] for (_, role, _) in (where[n] for n in tensors)}
     targets = tuple(m for m in dict.fromkeys(short.values()) if m in found)
     return LoraWeights(ref, peft.rank, targets, layers)
+
+
+def _language_model_tensors(
+    name: str, tensors: dict[str, torch.Tensor], vision: VisionFamily
+) -> dict[str, torch.Tensor]:
+    """A vision-language adapter's tensors under the text model's names; UserError for one on the vision part."""
+    out = {}
+    for key, t in tensors.items():
+        target = vision.target(key.removeprefix(PEFT_PREFIX))
+        if target is not None and not target.startswith(TEXT):  # the tower, the projector or the LM head
+            raise UserError(
+                f"LoRA adapter {name} holds {key}, outside the {vision.name} model's language model (its vision tower, "
+                "projector or head); trtserve applies adapters to the language model only: train it with target_modules "
+                r"matching the language model's modules alone (e.g. r'.*language_model.*\.(q_proj|v_proj)')"
+            )
+        out[PEFT_PREFIX + target if target is not None else key] = t
+    return out
 
 
 def _check_targets(name: str, targets: tuple[str, ...] | str, known: set[str], base: str) -> None:

@@ -1,7 +1,9 @@
 """The vision encoder of a vision-language engine: a ViT tower (CLIP or SigLIP) and the MLP projector that
-maps its patch rows into the language model's embedding space (LLaVA's). Numerics follow HF transformers:
-LayerNorms and attention as CLIPVisionModel / SiglipVisionModel, features taken from the hidden states
-`VisionTower.feature_layers` names, the CLS row dropped under the "default" strategy.
+maps its patch rows into the language model's embedding space (LLaVA's), or a SigLIP tower's
+post-layernormed last layer through Idefics3's pixel-shuffle connector or Gemma 3's pooling projector.
+Numerics follow HF transformers: LayerNorms and attention as CLIPVisionModel / SiglipVisionModel /
+Idefics3VisionTransformer, features taken from the hidden states `VisionTower.feature_layers` names, the
+CLS row dropped under the "default" strategy.
 
 Weights come from the engine's vision.safetensors (build/vision.py): the tower's HF module names under
 `tower.`, the projector's under `projector.`.
@@ -27,9 +29,10 @@ ACTIVATIONS = {
 }
 
 
-def tokens_per_image(t: VisionTower) -> int:
-    """Rows one image gives the prompt: its patches, the CLS row (CLIP) unless "default" drops it."""
-    patches = (t.image_size // t.patch_size) ** 2
+def tokens_per_image(t: VisionTower, scale_factor: int = 1) -> int:
+    """Rows one image (tile) gives the prompt: its patches (scale_factor**2 of them a row after a pixel
+    shuffle), the CLS row (CLIP) unless "default" drops it."""
+    patches = (t.image_size // t.patch_size) ** 2 // scale_factor**2
     return patches + (1 if t.kind == "clip" else 0) - (1 if t.select == "default" else 0)
 
 
@@ -54,7 +57,7 @@ class VisionEncoder:
             for i in range(max(self.states))
         ]
         self.act = ACTIVATIONS[self.t.act]
-        self.projector_act = ACTIVATIONS[cfg.projector_act]
+        self.projector_act = ACTIVATIONS.get(cfg.projector_act)
         self.device = device
 
     @classmethod
@@ -72,11 +75,37 @@ class VisionEncoder:
             h = self._layer(layer.w, h)
             states.append(h)
         x = torch.cat([states[i] for i in self.states], dim=-1)  # (N, rows, hidden * len(feature_layers))
+        if self.cfg.projector == "pixel_shuffle":
+            return self._connector(self._ln(x, TOWER + "post_layernorm"))
+        if self.cfg.projector == "pool":
+            return self._pool(self._ln(x, TOWER + "post_layernorm"))
         if self.t.select == "default":
             x = x[:, 1:]
         g = self.w.get
         x = F.linear(x, self.w[PROJECTOR + "linear_1.weight"], g(PROJECTOR + "linear_1.bias"))
         return F.linear(self.projector_act(x), self.w[PROJECTOR + "linear_2.weight"], g(PROJECTOR + "linear_2.bias"))
+
+    def _connector(self, x: torch.Tensor) -> torch.Tensor:
+        """Idefics3's pixel shuffle (each s x s block of patches -> one row, as HF orders it) and projection."""
+        n, seq, dim = x.shape
+        side, s = int(seq**0.5), self.cfg.scale_factor
+        x = x.view(n, side, side // s, dim * s).permute(0, 2, 1, 3)
+        x = x.reshape(n, side // s, side // s, dim * s * s).permute(0, 2, 1, 3)
+        return F.linear(
+            x.reshape(n, seq // (s * s), dim * s * s), self.w[PROJECTOR + "modality_projection.proj.weight"]
+        )
+
+    def _pool(self, x: torch.Tensor) -> torch.Tensor:
+        """Gemma 3's projector: patches average-pooled to tokens_per_image, Gemma's RMSNorm, projected."""
+        n, seq, dim = x.shape
+        side = int(seq**0.5)
+        kernel = side // int(self.cfg.tokens_per_image**0.5)
+        x = F.avg_pool2d(x.transpose(1, 2).reshape(n, dim, side, side), kernel, kernel)
+        x = x.flatten(2).transpose(1, 2)  # (N, tokens_per_image, dim)
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.t.layer_norm_eps)
+        h = h * (1.0 + self.w[PROJECTOR + "mm_soft_emb_norm.weight"].float())  # Gemma's (1 + w), in float32
+        return torch.matmul(h.to(x.dtype), self.w[PROJECTOR + "mm_input_projection_weight"])
 
     def _embeddings(self, pixels: torch.Tensor) -> torch.Tensor:
         w, g = self.w, self.w.get

@@ -9,7 +9,7 @@ sentence rather than misread as a text model.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from trtserve.engine.errors import UserError
 
@@ -23,6 +23,8 @@ class VisionFamily:
     # target prefix -> the checkpoint prefixes that hold it (transformers 5 saves and the older layout alike)
     prefixes: dict[str, tuple[str, ...]]
     towers: dict[str, str]  # the vision_config's model_type -> VisionTower.kind
+    # a text_config's model_type -> the causal LM it converts as, where the text family's name is not it
+    text_architectures: dict[str, str] = field(default_factory=dict)
 
     def target(self, name: str) -> str | None:
         """A checkpoint tensor's name in the engine (the text model's under the text family's HF names)."""
@@ -49,13 +51,29 @@ LLAVA = VisionFamily(
     },
     towers={"clip_vision_model": "clip", "siglip_vision_model": "siglip"},
 )
-VISION_FAMILIES = (LLAVA,)
+IDEFICS3 = VisionFamily(
+    name="idefics3",
+    hf_architectures=("Idefics3ForConditionalGeneration",),
+    prefixes={
+        TOWER: ("model.vision_model.",),
+        PROJECTOR: ("model.connector.",),
+        TEXT: ("model.text_model.",),
+        LM_HEAD: ("lm_head.",),
+    },
+    towers={"idefics3_vision": "siglip"},
+)
+GEMMA3 = VisionFamily(
+    name="gemma3",
+    hf_architectures=("Gemma3ForConditionalGeneration",),
+    prefixes=LLAVA.prefixes,  # transformers names Gemma 3's parts as it names LLaVA's
+    towers={"siglip_vision_model": "siglip"},
+    text_architectures={"gemma3_text": "Gemma3ForCausalLM"},
+)
+VISION_FAMILIES = (LLAVA, IDEFICS3, GEMMA3)
 
 # Vision-language architectures trtserve knows of but does not run yet: refused by name at build.
 NOT_YET = {
-    "Idefics3ForConditionalGeneration": "SmolVLM / Idefics3 (tile splitting, pixel-shuffle connector)",
     "SmolVLMForConditionalGeneration": "SmolVLM (tile splitting, pixel-shuffle connector)",
-    "Gemma3ForConditionalGeneration": "Gemma 3 vision (pooling projector, bidirectional attention within an image)",
     "Qwen2VLForConditionalGeneration": "Qwen2-VL (M-RoPE)",
     "Qwen2_5_VLForConditionalGeneration": "Qwen2.5-VL (M-RoPE)",
     "LlavaNextForConditionalGeneration": "LLaVA-NeXT (any-resolution tiles)",
@@ -76,3 +94,8 @@ def vision_family(architectures: list[str] | None) -> VisionFamily | None:
                 f"{arch} ({NOT_YET[arch]}) is not supported yet; of vision-language models trtserve builds {runs}"
             )
     return None
+
+
+def vision_family_named(name: str | None) -> VisionFamily | None:
+    """The vision family a manifest records (VisionConfig.family); None for a text-only engine."""
+    return next((f for f in VISION_FAMILIES if f.name == name), None) if name is not None else None

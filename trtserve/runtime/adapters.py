@@ -13,15 +13,23 @@ from trtserve.engine.errors import UserError
 from trtserve.engine.stats import AdapterCounts
 from trtserve.models.decoder import DecoderModel
 from trtserve.models.lora import LoraWeights, load_lora
+from trtserve.models.vision_family import VisionFamily
 from trtserve.runtime.adapter_cache import AdapterCache
 
 log = logging.getLogger(__name__)
 
 
 class Adapters:
-    def __init__(self, config: LoraConfig, model: DecoderModel, packed: dict[str, Path] | None = None):
-        """packed: the adapters the engine dir packs (`build --lora`), served beside the config's."""
-        self.config, self.model = config, model
+    def __init__(
+        self,
+        config: LoraConfig,
+        model: DecoderModel,
+        packed: dict[str, Path] | None = None,
+        vision: VisionFamily | None = None,
+    ):
+        """packed: the adapters the engine dir packs (`build --lora`), served beside the config's; vision: a
+        vision-language model's family (its adapters apply to the language model)."""
+        self.config, self.model, self.vision = config, model, vision
         self._paths: dict[AdapterRef, Path] = {}  # every served adapter -> its dir
         self._by_name: dict[str, AdapterRef] = {}  # the selectable ones
         self._users: dict[AdapterRef, int] = {}  # submitted, unfinished requests of each adapter
@@ -142,4 +150,4 @@ class Adapters:
         if adapter_ref(ref.name, path) != ref:
             raise UserError(f"adapter {ref.name}'s files in {path} changed since it was loaded; load it again")
         m = self.model
-        return load_lora(ref, path, m.family, m.cfg, self.config.max_lora_rank, m.dtype, m.device)
+        return load_lora(ref, path, m.family, m.cfg, self.config.max_lora_rank, m.dtype, m.device, self.vision)

@@ -82,7 +82,9 @@ class EngineCore:
     def _make_kv_cache(self, num_blocks: int) -> None:
         bs = self.engine.config.build_config.plugin_config.tokens_per_block
         self.blocks = BlockManager(num_blocks, bs, self.fingerprint, self.enable_prefix_caching)
-        self.scheduler = Scheduler(self.sched_config, self.blocks, self.lora, self.speculation, self.pooling)
+        self.scheduler = Scheduler(
+            self.sched_config, self.blocks, self.lora, self.speculation, self.pooling, self.engine.vision
+        )
         kv = self.engine.model.new_kv_cache(num_blocks, bs)
         self.kv_block_bytes = kv.data.nbytes // num_blocks
         self.features.on_cache(self.blocks, kv)
@@ -349,4 +351,5 @@ class EngineCore:
             self.speculation.stats(),
             self.lora.stats(),
             self.tier.stats(),
+            self.engine.vision.stats(),
         )

@@ -87,6 +87,8 @@ def load_engine(
     vision = NoVision()
     if manifest.vision is not None:  # the tower and projector, with the encoder cache (features/vision.py)
         vision = Vision(VisionEncoder.load(path / VISION_WEIGHTS, manifest.vision, dev, cfg.dtype))
+        if manifest.vision.bidirectional and model.deterministic:  # its attention has no two-way image spans
+            raise UserError(f"deterministic mode does not run {manifest.vision.family}'s images; leave it off")
     weights_seconds = time.perf_counter() - start
     tokenizer, eos = load_tokenizer(path / TOKENIZER_DIR)
     return LoadedEngine(path, manifest, config, model, tokenizer, frozenset(eos), weights_seconds, pooling, vision)

@@ -75,9 +75,8 @@ class ModelRunner:
         pool_tokens: list[list[int]] = []  # per chunk: flat token indices whose final hidden states it pools
         for c in step.chunks:
             r = c.request
-            seqs.append(
-                SeqChunk(c.token_ids, c.start, self.blocks.block_table(r.seq), 1 + len(c.draft), r.num_prompt_tokens)
-            )
+            table, both_ways = self.blocks.block_table(r.seq), self.vision.bidirectional(c)
+            seqs.append(SeqChunk(c.token_ids, c.start, table, 1 + len(c.draft), r.num_prompt_tokens, both_ways))
             rows = [p - c.start for p in c.prompt_logprob_positions]
             prompt_rows.append(n_rows if rows else None)
             first = c.num_new_tokens - 1 - len(c.draft)  # the row of the sequence's last token

@@ -26,6 +26,7 @@ from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.features.lora import NoLora
 from trtserve.runtime.features.pooling import NoPooling
 from trtserve.runtime.features.speculation import NoSpeculation
+from trtserve.runtime.features.vision import NoVision
 from trtserve.runtime.request import Request, Status
 from trtserve.runtime.schedule import ScheduledChunk, SchedulerOutput
 
@@ -46,12 +47,15 @@ class Scheduler:
         lora: NoLora | None = None,
         speculation: NoSpeculation | None = None,
         pooling: NoPooling | None = None,
+        vision: NoVision | None = None,
     ):
         self.config = config
         self.blocks = blocks
         self.lora = lora or NoLora()  # which adapters may be active (features/lora.py)
         self.speculation = speculation or NoSpeculation()  # who speculates, with which proposals
         self.pooling = pooling or NoPooling()  # which requests pool every prompt position (features/pooling.py)
+        self.vision = vision or NoVision()  # where a chunk may not end: inside an image attended both ways
+        self.vision.check_budget(config.max_num_tokens)
         self.waiting: list[Request] = []  # ordered: higher priority first, then arrival
         self.running: list[Request] = []  # admission order
         self.num_preemptions = 0
@@ -114,7 +118,9 @@ class Scheduler:
         for req in list(self.running):
             if req not in self.running:  # preempted by an earlier request this step
                 continue
-            n = min(req.num_tokens - req.num_computed_tokens, budget)
+            n = self.vision.chunk_tokens(
+                req, req.num_computed_tokens, min(req.num_tokens - req.num_computed_tokens, budget)
+            )
             if n <= 0:
                 continue
             draft = self._draft(req, budget) if n == 1 else []
@@ -159,7 +165,9 @@ class Scheduler:
             num_cached = len(cached) * self.blocks.block_size
             if req.kv_import is not None:  # a disaggregated decode: its prompt's KV comes with it
                 num_cached = req.kv_import.payload.num_tokens
-            n = min(req.num_tokens - num_cached, budget)
+            n = self.vision.chunk_tokens(req, num_cached, min(req.num_tokens - num_cached, budget))
+            if n <= 0:
+                return  # its next image does not fit what is left of this step
             no_evict = self.config.policy == "guaranteed_no_evict"
             if no_evict and self._worst_case(req) - len(cached) > self.blocks.num_free_blocks - self._reserved():
                 return

@@ -10,8 +10,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from trtserve.engine.config_file import describe_validation_error, read_yaml
 from trtserve.engine.errors import UserError
 from trtserve.engine.run_config import RuntimeConfig
+from trtserve.vision.limits import ImageLimits
 
 ReceiptsMode = Literal["off", "on", "hashes"]
+SECTIONS = ("engine", "image_limits")  # nested settings whose flags merge over the YAML's keys
 MAX_CLIENT_ID = 1024  # characters of a client-chosen request id (X-Request-Id, KServe `id`); only echoed
 
 
@@ -58,6 +60,7 @@ class ServeConfig(BaseModel):
     )
     # hosts whose http(s) image URLs may be fetched (docs/vision.md); empty: images come as data: URLs only
     allowed_media_domains: list[str] = []
+    image_limits: ImageLimits = ImageLimits()  # images, bytes and pixels one request may send (docs/vision.md)
     default_chat_template_kwargs: dict = {}  # template variables of every chat request, e.g. {enable_thinking: false}
     engine: RuntimeConfig = RuntimeConfig()  # the engine section: KV-cache budget, limits, engine options
 
@@ -80,13 +83,13 @@ class ServeConfig(BaseModel):
 
 
 def load_serve_config(path: Path | None, overrides: dict) -> ServeConfig:
-    """The YAML file (if any) with flags on top; `engine` overrides merge into its engine section."""
+    """The YAML file (if any) with flags on top; `engine` and `image_limits` overrides merge into those sections."""
     data = read_yaml(path) if path is not None else {}
     for key, value in overrides.items():
         if value is None:
             continue
-        if key == "engine" and isinstance(data.get("engine"), dict):
-            value = {**data["engine"], **value}
+        if key in SECTIONS and isinstance(data.get(key), dict):
+            value = {**data[key], **value}
         data[key] = value
     try:
         return ServeConfig.model_validate(data)

@@ -14,7 +14,7 @@ from trtserve.engine.vision import ImageInput, VisionConfig
 from trtserve.vision.decode import decode_image
 from trtserve.vision.limits import ImageLimits
 from trtserve.vision.pixels import image_input
-from trtserve.vision.prompt import expand_image_tokens, no_vision
+from trtserve.vision.prompt import expand_images, no_vision
 from trtserve.vision.sources import b64_bytes, url_bytes
 
 
@@ -48,30 +48,26 @@ def check_takes_images(svc, n: int) -> VisionConfig:
     vision = vision_of(svc)
     if vision is None:
         raise no_vision(svc.model_name)
-    ImageLimits().check_count(n)
+    svc.config.image_limits.check_count(n)
     return vision
 
 
-def load_images_now(svc, sources: list[ImageSource]) -> tuple[ImageInput, ...]:
-    """The images, decoded here (blocking): for a front end already off the event loop."""
-    if not sources:
-        return ()
-    vision = check_takes_images(svc, len(sources))
-    return _load(sources, vision, ImageLimits(), frozenset(svc.config.allowed_media_domains))
-
-
 async def load_images(svc, sources: list[ImageSource]) -> tuple[ImageInput, ...]:
-    """The images, decoded and preprocessed in a worker thread; UserError (a 400) naming what is wrong."""
+    """The images, decoded and preprocessed in a worker thread within the run config's image_limits;
+    UserError (a 400) naming what is wrong."""
     if not sources:
         return ()
     vision = check_takes_images(svc, len(sources))
     allowed = frozenset(svc.config.allowed_media_domains)
-    return await asyncio.to_thread(_load, sources, vision, ImageLimits(), allowed)
+    return await asyncio.to_thread(_load, sources, vision, svc.config.image_limits, allowed)
 
 
-def prompt_with_images(svc, ids: list[int], num_images: int) -> list[int]:
-    """The rendered prompt with each image placeholder expanded to the model's tokens per image."""
-    return expand_image_tokens(ids, check_takes_images(svc, num_images), num_images) if num_images else ids
+def prompt_with_images(svc, text: str, images: tuple[ImageInput, ...], add_special_tokens: bool = True) -> list[int]:
+    """The prompt's token ids: each image placeholder in `text` expanded to its image's text as the model's
+    processor writes it (trtserve/vision/prompt.py), then tokenized, as HF's processor tokenizes it."""
+    if images:
+        text = expand_images(text, check_takes_images(svc, len(images)), images)
+    return list(svc.tokenizer.encode(text, add_special_tokens=add_special_tokens))
 
 
 def vision_dir(model_dir: Path, version_dir: Path) -> Path | None:

@@ -1,17 +1,19 @@
-"""What one request may send: images, bytes and pixels, each refused with a sentence naming the limit."""
+"""What one request may send: images, bytes and pixels (the run config's `image_limits`, `trtserve run
+--max-images` ...), each refused with a sentence naming the limit."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from pydantic import BaseModel, ByteSize, ConfigDict, Field
 
 from trtserve.engine.errors import UserError
 
 
-@dataclass(frozen=True)
-class ImageLimits:
-    max_images: int = 8  # images in one request
-    max_bytes: int = 20 << 20  # bytes of one encoded image
-    max_pixels: int = 4096 * 4096  # width * height of one decoded image (checked before decoding)
+class ImageLimits(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_images: int = Field(8, ge=0)  # images in one request (per prompt of a KServe infer batch)
+    max_bytes: ByteSize = Field(ByteSize(20 << 20), gt=0)  # bytes of one encoded image (e.g. "20MiB")
+    max_pixels: int = Field(4096 * 4096, gt=0)  # width * height of one image, read from its header before decoding
 
     def check_count(self, n: int) -> None:
         if n > self.max_images:

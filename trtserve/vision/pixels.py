@@ -7,6 +7,7 @@ import numpy as np
 from PIL import Image
 
 from trtserve.engine.vision import ImageInput, ImageProcessing, VisionConfig
+from trtserve.vision.tiles import to_tiles
 
 
 def to_pixels(img: Image.Image, p: ImageProcessing) -> np.ndarray:
@@ -40,5 +41,8 @@ def _center_crop(img: Image.Image, height: int, width: int) -> Image.Image:
 
 
 def image_input(img: Image.Image, vision: VisionConfig) -> ImageInput:
-    """One image of a request, as the engine takes it."""
+    """One image of a request, as the engine takes it (its tiles, where the model tiles images)."""
+    if vision.tiles is not None:
+        pixels, grid = to_tiles(img, vision.processing)
+        return ImageInput(pixels=pixels, num_tokens=vision.tokens_per_image * pixels.shape[0], grid=grid)
     return ImageInput(pixels=to_pixels(img, vision.processing), num_tokens=vision.tokens_per_image)

@@ -11,6 +11,7 @@ from trtserve.engine.errors import UnsupportedError, UserError
 from trtserve.engine.layout import LORA_DIR
 from trtserve.engine.stats import AdapterStats
 from trtserve.models.lora import LoraWeights
+from trtserve.models.vision_family import vision_family_named
 from trtserve.runtime.adapter_cache import AdapterCache
 from trtserve.runtime.adapters import Adapters
 from trtserve.runtime.features import EngineFeature
@@ -142,4 +143,8 @@ def make_lora(engine: LoadedEngine, config: LoraConfig | None) -> NoLora:
         {p.name: p for p in sorted(packed.iterdir()) if p.is_dir()} if packed.is_dir() else {}
     )
     config = config or (LoraConfig() if packed_dirs else None)
-    return Lora(Adapters(config, engine.model, packed_dirs)) if config is not None else NoLora()
+    if config is None:
+        return NoLora()
+    vision = engine.manifest.vision
+    family = vision_family_named(None if vision is None else vision.family)  # its adapters name the language model
+    return Lora(Adapters(config, engine.model, packed_dirs, family))

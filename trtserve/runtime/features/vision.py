@@ -7,12 +7,15 @@ request that repeats it, another request sending it, a prompt chunked across ste
 slice of the rows, so chunked prefill may split an image anywhere) or recomputed after preemption. The
 cache holds at most `budget_bytes` (least recently used out first); a request in flight keeps its images'
 rows until it is done, whatever the cache evicts. A text-only engine's null object refuses images.
+
+Where an image's rows attend to each other both ways (Gemma 3), the runner passes their spans to the
+attention mask, and the scheduler ends a chunk before such an image rather than inside it: its first rows'
+keys would otherwise miss the later ones.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -20,6 +23,7 @@ import torch
 from trtserve.engine.errors import UserError
 from trtserve.engine.ids import RequestId
 from trtserve.engine.messages import GenerateRequest
+from trtserve.engine.stats import VisionStats
 from trtserve.engine.vision import ImageInput
 from trtserve.models.vision import VisionEncoder
 from trtserve.runtime.features import EngineFeature
@@ -28,15 +32,6 @@ from trtserve.runtime.request import Request
 from trtserve.runtime.schedule import ScheduledChunk
 
 DEFAULT_CACHE_BYTES = 256 << 20
-
-
-@dataclass(frozen=True)
-class VisionStats:
-    encoded: int  # images run through the encoder
-    cache_hits: int  # image lookups the encoder cache answered
-    cache_misses: int
-    cached_images: int  # images the cache holds now
-    cached_bytes: int
 
 
 class NoVision(EngineFeature):
@@ -50,10 +45,25 @@ class NoVision(EngineFeature):
         """(flat token rows, their embeddings (rows, hidden)) the step replaces; None: none."""
         return None
 
+    def stats(self) -> VisionStats:
+        return VisionStats()
 
-def image_spans(token_ids: list[int], image_token_id: int, images: tuple[ImageInput, ...]) -> list[int]:
-    """Where each image's rows start in the prompt: the image tokens, taken in order, num_tokens per image
-    (each image's run contiguous); UserError where the prompt does not hold exactly those."""
+    def bidirectional(self, c: ScheduledChunk) -> tuple[tuple[int, int], ...]:
+        """The [start, end) positions of c's images whose rows attend to each other both ways."""
+        return ()
+
+    def check_budget(self, max_num_tokens: int) -> None:
+        """UserError where one step cannot hold an image that must run in one chunk."""
+
+    def chunk_tokens(self, r: Request, start: int, n: int) -> int:
+        """How many of n prompt tokens from `start` one chunk may run: fewer where it would end inside an
+        image whose rows attend both ways (0: that image does not fit this step)."""
+        return n
+
+
+def image_spans(token_ids: list[int], image_token_id: int, images: tuple[ImageInput, ...]) -> list[list[int]]:
+    """Where each image's runs of rows start in the prompt: the image tokens, taken in order, num_tokens per
+    image in one contiguous run per frame (tile); UserError where the prompt does not hold exactly those."""
     at = [i for i, t in enumerate(token_ids) if t == image_token_id]
     need = sum(img.num_tokens for img in images)
     if len(at) != need:
@@ -63,10 +73,11 @@ def image_spans(token_ids: list[int], image_token_id: int, images: tuple[ImageIn
         )
     starts, k = [], 0
     for img in images:
-        run = at[k : k + img.num_tokens]
-        if run[-1] - run[0] != img.num_tokens - 1:
-            raise UserError("an image's tokens must be contiguous in the prompt, one run of them per image")
-        starts.append(run[0])
+        per = img.num_tokens // img.frames
+        runs = [at[k + f * per : k + (f + 1) * per] for f in range(img.frames)]
+        if any(run[-1] - run[0] != per - 1 for run in runs):
+            raise UserError("an image's tokens must be contiguous in the prompt, one run of them per image (or tile)")
+        starts.append([run[0] for run in runs])
         k += img.num_tokens
     return starts
 
@@ -76,18 +87,21 @@ class Vision(NoVision):
         self.encoder, self.cfg, self.budget = encoder, encoder.cfg, budget_bytes
         self.cache: OrderedDict[str, torch.Tensor] = OrderedDict()  # content hash -> (tokens, hidden), LRU
         self.cache_bytes = 0
-        # per request in flight: (first prompt row, image) per image, and the rows it took from the encoder
-        self.spans: dict[RequestId, list[tuple[int, ImageInput]]] = {}
+        # per request in flight: (each frame's first prompt row, image) per image, and the rows it took from the encoder
+        self.spans: dict[RequestId, list[tuple[list[int], ImageInput]]] = {}
         self.held: dict[RequestId, dict[str, torch.Tensor]] = {}
         self.encoded = self.hits = self.misses = 0
 
     def check(self, req: GenerateRequest) -> None:
+        shape = (3, self.cfg.processing.height, self.cfg.processing.width)
+        ndim = 3 if self.cfg.tiles is None else 4  # a tiled image's frames, stacked
         for img in req.options.images:
-            shape = (3, self.cfg.processing.height, self.cfg.processing.width)
-            if img.pixels.shape != shape or img.num_tokens != self.cfg.tokens_per_image:
+            tokens = self.cfg.tokens_per_image * img.frames
+            if img.pixels.ndim != ndim or img.pixels.shape[-3:] != shape or img.num_tokens != tokens:
                 raise UserError(
                     f"an image of shape {img.pixels.shape} and {img.num_tokens} tokens does not fit this model "
-                    f"({shape}, {self.cfg.tokens_per_image} tokens); preprocess it with the engine's VisionConfig"
+                    f"({shape} per frame, {self.cfg.tokens_per_image} tokens each); preprocess it with the engine's "
+                    "VisionConfig"
                 )
         image_spans(req.prompt_token_ids, self.cfg.image_token_id, req.options.images)
 
@@ -108,10 +122,12 @@ class Vision(NoVision):
         for c in chunks:
             rid = c.request.seq.request
             end = c.start + c.num_new_tokens
-            for start, img in self.spans.get(rid, ()):
-                lo, hi = max(start, c.start), min(start + img.num_tokens, end)
-                if lo < hi:
-                    wanted.append((rid, offset + lo - c.start, img, lo - start, hi - lo))
+            for starts, img in self.spans.get(rid, ()):
+                per = img.num_tokens // img.frames
+                for f, start in enumerate(starts):
+                    lo, hi = max(start, c.start), min(start + per, end)
+                    if lo < hi:
+                        wanted.append((rid, offset + lo - c.start, img, f * per + lo - start, hi - lo))
             offset += c.num_new_tokens
         if not wanted:
             return None
@@ -134,10 +150,14 @@ class Vision(NoVision):
             elif h not in todo:
                 self.misses += 1
                 todo[h] = img
+            else:  # another request of this step encodes it: an encoding saved, as a cache hit would
+                self.hits += 1
         if not todo:
             return
-        pixels = torch.from_numpy(np.stack([img.pixels for img in todo.values()]))  # (N, 3, H, W)
-        fresh = dict(zip(todo, self.encoder.encode(pixels), strict=True))  # hash -> (tokens, hidden)
+        frames = [img.pixels.reshape(-1, *img.pixels.shape[-3:]) for img in todo.values()]
+        rows = self.encoder.encode(torch.from_numpy(np.concatenate(frames)))  # (frames, tokens, hidden)
+        split = rows.split([img.frames for img in todo.values()])
+        fresh = {h: r.flatten(0, 1) for h, r in zip(todo, split, strict=True)}  # hash -> (image rows, hidden)
         self.encoded += len(todo)
         for h, rows in fresh.items():
             self._put(h, rows)
@@ -151,6 +171,34 @@ class Vision(NoVision):
         while self.cache_bytes > self.budget and len(self.cache) > 1:
             _, old = self.cache.popitem(last=False)
             self.cache_bytes -= old.numel() * old.element_size()
+
+    def bidirectional(self, c: ScheduledChunk) -> tuple[tuple[int, int], ...]:
+        if not self.cfg.bidirectional:
+            return ()
+        end = c.start + c.num_new_tokens
+        return tuple((s, e) for s, e in self._runs(c.request) if s < end and e > c.start)
+
+    def check_budget(self, max_num_tokens: int) -> None:
+        if self.cfg.bidirectional and max_num_tokens < self.cfg.tokens_per_image:
+            raise UserError(
+                f"max_num_tokens {max_num_tokens} is below the {self.cfg.tokens_per_image} tokens of one image, "
+                "which this model runs in one chunk (its rows attend to each other); raise max_num_tokens"
+            )
+
+    def chunk_tokens(self, r: Request, start: int, n: int) -> int:
+        if self.cfg.bidirectional:
+            for s, e in self._runs(r):
+                if s < start + n < e:
+                    return max(0, s - start)  # up to the image; one that started earlier waits to run whole
+        return n
+
+    def _runs(self, r: Request) -> list[tuple[int, int]]:
+        """[start, end) positions of each frame's rows of r's images."""
+        out = []
+        for starts, img in self.spans.get(r.seq.request, ()):
+            per = img.num_tokens // img.frames
+            out += [(s, s + per) for s in starts]
+        return out
 
     def stats(self) -> VisionStats:
         return VisionStats(self.encoded, self.hits, self.misses, len(self.cache), self.cache_bytes)

@@ -6,6 +6,7 @@ A proposer's q (the distribution its guesses are drawn from) is a point mass for
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Hashable, Sequence
 from typing import Protocol
 
@@ -32,10 +33,11 @@ class Proposer(Protocol):
 
 class NgramProposer:
     """Prompt lookup: for n from `max_n` down to `min_n`, find the most recent earlier occurrence of
-    the sequence's last n tokens and propose the (up to k) tokens that followed it."""
+    the sequence's last n tokens and propose the (up to k) tokens that followed it, up to the first of
+    `stop` (an image's rows: their token ids say nothing of the text that follows)."""
 
-    def __init__(self, min_n: int, max_n: int):
-        self.min_n, self.max_n = min_n, max_n
+    def __init__(self, min_n: int, max_n: int, stop: frozenset[int] = frozenset()):
+        self.min_n, self.max_n, self.stop = min_n, max_n, stop
 
     def forget(self, seq: Hashable) -> None:
         pass  # keeps nothing per sequence
@@ -57,7 +59,8 @@ class NgramProposer:
             # an occurrence at [j, j + n) must end before the tail starts being the tail: j + n < size
             for end in range(size - 2, n - 2, -1):  # end: index of the occurrence's last token
                 if token_ids[end] == last and list(token_ids[end - n + 1 : end + 1]) == tail:
-                    return _continuation(token_ids, end + 1, k)
+                    guess = _continuation(token_ids, end + 1, k)
+                    return list(itertools.takewhile(lambda t: t not in self.stop, guess))
         return []
 
 

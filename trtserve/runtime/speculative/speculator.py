@@ -104,7 +104,9 @@ def make_speculator(config: SpeculativeConfig, target: LoadedEngine, options: En
     """The speculator the `speculative` option asks for on this (target) engine."""
     rows = target.model.decode_step_rows()
     if config.method == "ngram":
-        return Speculator(config, step_rows=rows)
+        vision = target.manifest.vision
+        stop = frozenset(() if vision is None else (vision.image_token_id,))  # no guess runs into an image
+        return Speculator(config, NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max, stop), rows)
     from trtserve.runtime.speculative.draft import DraftProposer
 
     draft = DraftProposer.open(config.draft_engine_dir, target, options, config.batch_limit)  # type: ignore[arg-type]

@@ -40,4 +40,4 @@ async def create(body: MessagesRequest, request: Request):
 
 @router.post("/v1/messages/count_tokens", responses=error_responses(400, 401, 404, 413, 503))
 async def count_tokens(body: CountTokensRequest, request: Request):
-    return _serving(request, body.model).count_tokens(body)
+    return await _serving(request, body.model).count_tokens(body)

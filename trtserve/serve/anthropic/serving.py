@@ -23,7 +23,7 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
 from trtserve.serve.group import closing, collect_all, merged
-from trtserve.serve.images import load_images_now
+from trtserve.serve.images import load_images
 from trtserve.serve.openai.content import image_sources
 from trtserve.serve.openai.serving import OpenAIServing
 from trtserve.text.outputs import RequestOutput
@@ -82,28 +82,28 @@ class MessagesServing:
     def __init__(self, chat: OpenAIServing):
         self.chat = chat
 
-    def count_tokens(self, req: CountTokensRequest) -> dict:
-        return {"input_tokens": len(self._prompt(req).ids)}
+    async def count_tokens(self, req: CountTokensRequest) -> dict:
+        chat_req = as_chat(req)
+        images = await load_images(self.chat.svc, [s for m in chat_req.messages for s in image_sources(m)])
+        prompt = await split.render(self.chat, chat_req, req.template_vars(), req.effort(), images)
+        return {"input_tokens": len(prompt.ids)}
 
     async def create(self, req: MessagesRequest, http: HTTPRequest | None, context: RequestContext) -> Answer:
-        turn = self._start(req, context)
+        turn = await self._start(req, context)
         if req.stream:
             return self._stream(turn)
         (out,) = await collect_all([turn.run], http)
         turn.builder.feed(out.outputs[0].text, final=True)
         return turn.body(out)
 
-    def _prompt(self, req: CountTokensRequest) -> Prompt:
-        return split.render(self.chat, as_chat(req), req.template_vars(), req.effort())
-
-    def _start(self, req: MessagesRequest, context: RequestContext) -> Turn:
+    async def _start(self, req: MessagesRequest, context: RequestContext) -> Turn:
         chat_req = as_chat(req)
-        prompt = split.render(self.chat, chat_req, req.template_vars(), req.effort())
+        images = await load_images(self.chat.svc, [s for m in chat_req.messages for s in image_sources(m)])
+        prompt = await split.render(self.chat, chat_req, req.template_vars(), req.effort(), images)
         params = chat_req.sampling_params(req.max_tokens, None, guided=prompt.tools.guided())
         plan, params = split.plan_reply(self.chat, prompt, params, req.shows_thinking())
         builder = BlockBuilder(split.Splitter(plan, context.span), req.omits_thinking(), req.parallel())
         rid = new_id("msg")
-        images = load_images_now(self.chat.svc, [s for m in chat_req.messages for s in image_sources(m)])
         options = req.request_options(
             client_id=rid, thinking_span=plan.thinking_span(req.thinking_budget(), params.guided), images=images
         )

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from trtserve.engine.sampling import SamplingParams
+from trtserve.engine.vision import ImageInput
 from trtserve.serve.openai.protocol import ChatCompletionRequest
 from trtserve.serve.openai.reply import ReplyPlan, reply_plan, template_kwargs
 from trtserve.serve.openai.serving import OpenAIServing, constrained
@@ -22,13 +23,16 @@ class Prompt:
     tools: ToolPlan  # what constrains and parses the reply's calls
 
 
-def render(chat: OpenAIServing, req: ChatCompletionRequest, variables: dict, effort: str | None) -> Prompt:
+async def render(
+    chat: OpenAIServing, req: ChatCompletionRequest, variables: dict, effort: str | None, images: tuple[ImageInput, ...]
+) -> Prompt:
     """The prompt the model's chat template makes of `req` (with the server's template defaults,
-    then `variables`, then `effort` as reasoning_effort), as /v1/chat/completions renders it."""
+    then `variables`, then `effort` as reasoning_effort) and its loaded images, as /v1/chat/completions
+    renders it."""
     cfg = chat.svc.config
     tools = req.tool_plan(getattr(chat.tok, "chat_template", None), cfg.tool_call_parser)
     kwargs = template_kwargs(cfg.default_chat_template_kwargs, variables, effort)
-    return Prompt(chat.encode_chat(req.messages, True, tools.template_tools(), kwargs), tools)
+    return Prompt(await chat.encode_chat(req.messages, True, tools.template_tools(), kwargs, images=images), tools)
 
 
 def plan_reply(

@@ -163,7 +163,7 @@ class InferenceServicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         call.rid = rid
         outputs = [o.name for o in request.outputs] or None
         ic = infer_call(request_tensors(request), parameters(request.parameters), outputs, serving.svc.model_name)
-        runs = serving.start_infer(ic, rid, call.context, "grpc", context.time_remaining())
+        runs = await serving.start_infer(ic, rid, call.context, "grpc", context.time_remaining())
         outs = await collect_all(runs)
         resp = infer_response(serving.svc.model_name, serving.svc.version, request.id, serving.infer_arrays(ic, outs))
         resp.parameters["receipt"].string_param = ",".join(r.receipt_id for r in runs)

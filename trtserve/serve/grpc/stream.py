@@ -112,7 +112,7 @@ class StreamSession:
                 "stream: true streams one sequence per request; send one text_input with num_return_sequences 1, "
                 "or stream: false to get a batch in one response",
             )
-        runs = serving.start_infer(ic, call.rid, call.context, "grpc", self.context.time_remaining())
+        runs = await serving.start_infer(ic, call.rid, call.context, "grpc", self.context.time_remaining())
         if ic.inputs.stream:
             await self._stream(req, ic, runs[0], empty_final)
             return

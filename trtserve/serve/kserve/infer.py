@@ -7,16 +7,23 @@ Triton reserves some request parameters; tritonclient sets them from keyword arg
     sequence_id, sequence_start, sequence_end sequence batching (stateful models): refused here
     binary_data_output, headers, triton_*     transport details, read (or ignored) by the transport
 Every other parameter is read like an input tensor of that name (max_tokens, temperature, ...).
+
+A model that takes images also has an image tensor beside text_input (docs/vision.md): BYTES, one image per
+element, shape [images] for one prompt or [prompts, images] for a batch; `text_input` writes one placeholder
+per image. TensorRT-LLM's ensemble names `image_url_input` (URLs) alike; its `image_bytes_input` holds decoded
+UINT8 pixels, ours the encoded file (PNG, JPEG or WebP), which the server decodes within its image limits.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from trtserve.serve.errors import APIError
+from trtserve.serve.images import ImageSource
 from trtserve.serve.kserve.protocol import DTYPES, GenerateInputs, generate_inputs
 
 OUTPUTS = {"text_output": "BYTES", "cum_log_probs": "FP32", "output_log_probs": "FP32"}
@@ -43,6 +50,11 @@ OPTIONAL_INPUTS = {
     "exclude_input_in_output": "BOOL",
     "return_log_probs": "BOOL",
 }
+# A vision model's image tensors (BYTES): an element -> its image; a request sends one of them
+IMAGE_INPUTS: dict[str, Callable[[bytes], ImageSource]] = {
+    "image_bytes_input": lambda b: ImageSource(data=b),
+    "image_url_input": lambda b: ImageSource(url=b.decode("utf-8", "replace")),
+}
 _NAMES = {np.dtype(t): name for name, t in DTYPES.items()}  # an array's dtype -> its KServe datatype
 TRANSPORT_PARAMETERS = ("binary_data_output", "headers")
 
@@ -55,6 +67,7 @@ class InferCall:
     outputs: list[str]  # the outputs to return, in order
     timeout: float | None  # seconds: the request's own deadline, if it set one
     priority: float  # engine priority: higher is served first
+    images: list[list[ImageSource]]  # per prompt, in placeholder order; [] for text only
 
     @property
     def output_shape(self) -> list[int]:
@@ -100,10 +113,28 @@ def check_datatypes(tensors: dict[str, np.ndarray], model: str) -> None:
     """Each input the model's metadata declares must have its datatype, as Triton requires (a FP64
     text_input was stringified and generated from)."""
     for name, arr in tensors.items():
-        want = "BYTES" if name == "text_input" else OPTIONAL_INPUTS.get(name)
+        want = "BYTES" if name == "text_input" or name in IMAGE_INPUTS else OPTIONAL_INPUTS.get(name)
         got = _NAMES.get(arr.dtype)
         if want is not None and got != want:
             raise APIError(400, f"inference input '{name}' data-type is '{got}', but model '{model}' expects '{want}'")
+
+
+def _image_sources(tensors: dict[str, np.ndarray], num_prompts: int) -> list[list[ImageSource]]:
+    """Pops the image tensor (if any) and splits its elements evenly over the prompts, row-major."""
+    given = [name for name in IMAGE_INPUTS if name in tensors]
+    if len(given) > 1:
+        raise APIError(400, f"send images in one input, {' or '.join(given)}, not both")
+    if not given:
+        return []
+    name = given[0]
+    arr = tensors.pop(name)
+    if arr.size % num_prompts:
+        raise APIError(
+            400,
+            f"input {name!r} has {arr.size} images for {num_prompts} prompts; give it shape [images] for one "
+            "prompt, or [prompts, images] with the same number of images for each",
+        )
+    return [[IMAGE_INPUTS[name](x) for x in row] for row in arr.reshape(num_prompts, -1)]
 
 
 def infer_call(
@@ -116,9 +147,6 @@ def infer_call(
         raise APIError(400, "input 'text_input' (BYTES) is required")
     check_datatypes(tensors, model)
     text = tensors.pop("text_input")
-    values, timeout, priority = _split_parameters(parameters)
-    values.update(tensors)
-    g = generate_inputs(values)
     try:  # strict: invalid UTF-8 was read as U+FFFD and generated from (found by tests/fuzz)
         prompts = [t.decode("utf-8") if isinstance(t, bytes) else str(t) for t in text.reshape(-1)]
     except UnicodeDecodeError as err:
@@ -127,6 +155,10 @@ def infer_call(
         raise APIError(400, "input 'text_input' has no elements; send at least one prompt")
     if not all(prompts):
         raise APIError(400, "input 'text_input' has an empty string; every prompt needs text")
+    images = _image_sources(tensors, len(prompts))
+    values, timeout, priority = _split_parameters(parameters)
+    values.update(tensors)
+    g = generate_inputs(values)
     wanted = outputs or ["text_output"] + (["cum_log_probs", "output_log_probs"] if g.return_log_probs else [])
     for name in wanted:
         if name not in OUTPUTS:
@@ -138,4 +170,5 @@ def infer_call(
         wanted,
         g.timeout if timeout is None else timeout,
         g.priority if priority is None else priority,
+        images,
     )

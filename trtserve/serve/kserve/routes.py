@@ -153,4 +153,4 @@ async def generate(request: Request, model: str, version: str | None = None):
 @router.post("/v2/models/{model}/versions/{version}/generate_stream", **doc.GENERATE_STREAM)
 async def generate_stream(request: Request, model: str, version: str | None = None):
     body = await _json(request)
-    return _serving(request, model, version).generate_stream(body, request_context(request.scope))
+    return await _serving(request, model, version).generate_stream(body, request_context(request.scope))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import numpy as np
@@ -17,8 +18,8 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun, GenerationService
 from trtserve.serve.group import admit_all, collect_all
-from trtserve.serve.images import ImageSource, load_images, load_images_now, prompt_with_images
-from trtserve.serve.kserve.infer import OPTIONAL_INPUTS, OUTPUTS, InferCall, infer_call
+from trtserve.serve.images import ImageSource, load_images, prompt_with_images, vision_of
+from trtserve.serve.kserve.infer import IMAGE_INPUTS, OPTIONAL_INPUTS, OUTPUTS, InferCall, infer_call
 from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
 from trtserve.serve.sse import event
 from trtserve.serve.telemetry.timings import metrics_field
@@ -43,9 +44,14 @@ class KServeServing:
             "extensions": ["binary_tensor_data", "model_configuration", "generate", "statistics", "classification"],
         }
 
+    def _optional_inputs(self) -> dict[str, str]:
+        """The optional inputs and their datatypes: the ensemble's, and the image tensors where the model takes images."""
+        images = dict.fromkeys(IMAGE_INPUTS, "BYTES") if vision_of(self.svc) is not None else {}
+        return OPTIONAL_INPUTS | images
+
     def model_metadata(self) -> dict:
         inputs = [{"name": "text_input", "datatype": "BYTES", "shape": [-1]}]
-        inputs += [{"name": k, "datatype": v, "shape": [-1]} for k, v in OPTIONAL_INPUTS.items()]
+        inputs += [{"name": k, "datatype": v, "shape": [-1]} for k, v in self._optional_inputs().items()]
         return {
             "name": self.svc.model_name,
             "versions": [self.svc.version],
@@ -60,12 +66,13 @@ class KServeServing:
             out = {"name": name, "data_type": "TYPE_STRING" if dtype == "BYTES" else f"TYPE_{dtype}", "dims": [-1]}
             return out if optional is None else {**out, "optional": optional}
 
+        optional = [spec(k, v, True) for k, v in self._optional_inputs().items()]
         return {
             "name": self.svc.model_name,
             "platform": self.platform,
             "backend": "trtserve",
             "max_batch_size": 0,
-            "input": [spec("text_input", "BYTES", False)] + [spec(k, v, True) for k, v in OPTIONAL_INPUTS.items()],
+            "input": [spec("text_input", "BYTES", False), *optional],
             "output": [spec(k, v) for k, v in OUTPUTS.items()],
             # As TensorRT-LLM's model says: gRPC ModelStreamInfer sends one response per token delta.
             "model_transaction_policy": {"decoupled": True},
@@ -83,9 +90,9 @@ class KServeServing:
         images: tuple[ImageInput, ...] = (),
         **kw,
     ) -> GenerationRun:
-        """priority: the infer call's (default: g's); images: generate's image_input, one placeholder each in
-        the prompt (docs/vision.md); kw: timeout (default: g's), protocol."""
-        ids = prompt_with_images(self.svc, list(self.tok.encode(prompt)), len(images))
+        """priority: the infer call's (default: g's); images: generate's image_input or the infer call's image
+        tensor, one placeholder each in the prompt (docs/vision.md); kw: timeout (default: g's), protocol."""
+        ids = prompt_with_images(self.svc, prompt, images)
         params = g.sampling_params([list(self.tok.encode(w, add_special_tokens=False)) for w in g.bad_words])
         given = {"client_id": rid, "images": images} | ({} if priority is None else {"priority": priority})
         return self.svc.start(ids, params, g.request_options(**given), context=context, **{"timeout": g.timeout} | kw)
@@ -100,7 +107,7 @@ class KServeServing:
         wanted = [o.name for o in req.outputs] if req.outputs else None
         call = infer_call(tensors, req.parameters or {}, wanted, self.svc.model_name)
         rid = req.id if req.id is not None else self.svc.new_id("infer")
-        runs = self.start_infer(call, rid, context)
+        runs = await self.start_infer(call, rid, context)
         outs = await collect_all(runs, http)
         arrays = self.infer_arrays(call, outs)
         binary = bool((req.parameters or {}).get("binary_data_output")) or any(
@@ -110,7 +117,7 @@ class KServeServing:
         head["parameters"] = {"receipt": ",".join(r.receipt_id for r in runs)}
         return self._respond(head, arrays, binary)
 
-    def start_infer(
+    async def start_infer(
         self,
         call: InferCall,
         rid: str,
@@ -118,12 +125,17 @@ class KServeServing:
         protocol: str = "http",
         deadline: float | None = None,
     ) -> list[GenerationRun]:
-        """Admit one run per prompt, all or none. `deadline` (seconds, e.g. gRPC's) caps the call's timeout."""
+        """Decode the call's images off the event loop, then admit one run per prompt, all or none.
+        `deadline` (seconds, e.g. gRPC's) caps the call's timeout."""
+        images = await asyncio.gather(*(load_images(self.svc, sources) for sources in call.images))
         limits = [t for t in (call.timeout, deadline) if t is not None]
         kw = {"timeout": min(limits) if limits else None, "priority": call.priority, "protocol": protocol}
-        return admit_all(
-            len(call.prompts), lambda i: self._start(call.prompts[i], call.inputs, f"{rid}-{i}", context, **kw)
-        )
+
+        def start(i: int) -> GenerationRun:
+            given = images[i] if images else ()
+            return self._start(call.prompts[i], call.inputs, f"{rid}-{i}", context, images=given, **kw)
+
+        return admit_all(len(call.prompts), start)
 
     def infer_arrays(self, call: InferCall, outs: list[RequestOutput]) -> dict[str, np.ndarray]:
         """The requested outputs, in request order: text as UTF-8 bytes, log probs as float32."""
@@ -217,8 +229,8 @@ class KServeServing:
             resp["metrics"] = timings
         return JSONResponse(resp)
 
-    def generate_stream(self, body: dict, context: RequestContext) -> StreamingResponse:
-        images = load_images_now(self.svc, self._image_sources(body))
+    async def generate_stream(self, body: dict, context: RequestContext) -> StreamingResponse:
+        images = await load_images(self.svc, self._image_sources(body))
         text, client_id, g = self._generate_args(body)
         rid = client_id if client_id is not None else self.svc.new_id("gen")
         run = self._start(text, g, rid, context, images=images)

@@ -72,7 +72,7 @@ async def chat(body: p.ChatCompletionRequest, request: Request):
 
 @router.post("/tokenize", responses=error_responses(400, 401, 404, 413, 503))
 async def tokenize(body: p.TokenizeRequest, request: Request):
-    return _serving(request, body.model).tokenize(body)
+    return await _serving(request, body.model).tokenize(body)
 
 
 @router.post("/detokenize", responses=error_responses(400, 401, 404, 413, 503))

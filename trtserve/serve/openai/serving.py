@@ -7,6 +7,7 @@ routed the request to this version already, so the model it names is not looked 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from starlette.requests import Request as HTTPRequest
@@ -20,7 +21,7 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError, error_body
 from trtserve.serve.generation import GenerationRun, GenerationService
 from trtserve.serve.group import admit_all, collect_all, merged
-from trtserve.serve.images import load_images, prompt_with_images
+from trtserve.serve.images import load_images, prompt_with_images, vision_of
 from trtserve.serve.openai import protocol as p
 from trtserve.serve.openai import tools
 from trtserve.serve.openai.content import image_sources
@@ -58,28 +59,37 @@ class OpenAIServing:
             )
         return room
 
-    def encode_chat(
+    async def encode_chat(
         self,
         messages: list[p.ChatMessage],
         add_generation_prompt: bool,
         tool_defs: list[dict] | None = None,
         kwargs: dict | None = None,
+        *,
+        images: tuple[ImageInput, ...],
     ) -> list[int]:
-        """kwargs: the template's extra variables (reply.template_kwargs)."""
+        """kwargs: the template's extra variables (reply.template_kwargs); images: the messages' images, loaded
+        (load_images). A vision model's prompt is built as its HF processor builds it: each message's content
+        as parts, each image placeholder expanded in the rendered text, special tokens added unless the
+        template wrote the BOS token; a prompt with images is expanded and tokenized off the event loop."""
         convo = [tools.template_message(m) for m in messages]
+        vision = vision_of(self.svc) is not None
+        if vision:  # processors' templates iterate a message's parts (a string's would be its characters)
+            convo = [
+                m | {"content": [{"type": "text", "text": m["content"]}]} if isinstance(m["content"], str) else m
+                for m in convo
+            ]
         try:
-            enc = self.tok.apply_chat_template(
-                convo,
-                tools=tool_defs,
-                add_generation_prompt=add_generation_prompt,
-                tokenize=True,
-                return_dict=True,
-                **(kwargs or {}),
+            text = self.tok.apply_chat_template(
+                convo, tools=tool_defs, add_generation_prompt=add_generation_prompt, tokenize=False, **(kwargs or {})
             )
         except Exception as err:  # jinja raises for conversations the template rejects
             raise APIError(400, f"the chat template rejected these messages: {err}", "messages") from None
-        num_images = sum(len(image_sources(m)) for m in messages)  # each placeholder as the model's image rows
-        return prompt_with_images(self.svc, list(enc["input_ids"]), num_images)
+        bos = self.tok.bos_token
+        special = vision and not (bos and text.startswith(bos))
+        if not images:
+            return prompt_with_images(self.svc, text, images, special)
+        return await asyncio.to_thread(prompt_with_images, self.svc, text, images, special)
 
     def _start(
         self,
@@ -185,7 +195,9 @@ class OpenAIServing:
         plan = body.tool_plan(getattr(self.tok, "chat_template", None), cfg.tool_call_parser)
         kwargs = template_kwargs(cfg.default_chat_template_kwargs, body.chat_template_kwargs, body.reasoning_effort)
         images = await load_images(self.svc, [s for m in body.messages for s in image_sources(m)])  # off the loop
-        ids = self.encode_chat(body.messages, body.add_generation_prompt, plan.template_tools(), kwargs)
+        ids = await self.encode_chat(
+            body.messages, body.add_generation_prompt, plan.template_tools(), kwargs, images=images
+        )
         top = body.top_logprobs or 0 if body.logprobs else None
         max_tokens = self.max_tokens(body.max_completion_tokens or body.max_tokens, len(ids))
         rid = self.svc.new_id("chatcmpl")
@@ -273,9 +285,10 @@ class OpenAIServing:
             card |= {"parent": self.svc.base_model, "root": self.svc.adapter.content_hash}
         return card
 
-    def tokenize(self, body: p.TokenizeRequest) -> dict:
+    async def tokenize(self, body: p.TokenizeRequest) -> dict:
         if body.messages is not None:
-            ids = self.encode_chat(body.messages, body.add_generation_prompt)
+            images = await load_images(self.svc, [s for m in body.messages for s in image_sources(m)])
+            ids = await self.encode_chat(body.messages, body.add_generation_prompt, images=images)
         else:
             ids = list(self.tok.encode(body.prompt, add_special_tokens=body.add_special_tokens))
         return {"tokens": ids, "count": len(ids), "max_model_len": self.svc.max_seq_len}

@@ -94,6 +94,7 @@ class ReceiptBook:
             prompt_token_ids=None if self.mode == "hashes" else prompt,
             prompt_sha256=token_sha256(prompt),
             num_prompt_tokens=len(prompt),
+            images=[img.content_hash for img in req.options.images],
             outputs=outputs,
             cache={
                 "namespace": req.options.cache_namespace,

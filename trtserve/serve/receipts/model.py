@@ -17,7 +17,8 @@ from trtserve.text.outputs import RequestMetrics
 
 RECEIPT_HEADER = "X-Trtserve-Receipt"
 # 2: the engine options under engine.options (1 kept them as engine fields; still read)
-# 3: the run's per-request timings under `metrics` (2 had none; still read)
+# 3: the run's per-request timings under `metrics`, its images' content hashes under `images` (2 had neither;
+# still read)
 FORMAT_VERSION = 3
 
 
@@ -121,6 +122,8 @@ class Receipt(BaseModel):
     prompt_token_ids: list[int] | None  # None in `hashes` mode
     prompt_sha256: str
     num_prompt_tokens: int
+    # the prompt's images in order, by content hash (ImageInput.content_hash), never their bytes: docs/receipts.md
+    images: list[str] = []
     outputs: list[SequenceRecord]
     cache: CacheRecord
     timings: Timings

@@ -127,7 +127,14 @@ def _short(fingerprint: str | None) -> str:
 
 
 def prompt_of(receipt: Receipt, given: list[int] | None = None) -> list[int]:
-    """The prompt's token ids: the receipt's, or (a `hashes` receipt) the ones given, checked by sha256."""
+    """The prompt's token ids: the receipt's, or (a `hashes` receipt) the ones given, checked by sha256.
+    UserError for a prompt with images: a receipt holds their hashes only, and a replay needs the pixels."""
+    if receipt.images:
+        raise UserError(
+            f"receipt {receipt.id} has {len(receipt.images)} image(s) in its prompt, which receipts record by content "
+            "hash only, never the image itself; replay it by sending the request again with the same images "
+            "(their hashes are the receipt's `images`)"
+        )
     ids = given if given is not None else receipt.prompt_token_ids
     if ids is None:
         raise UserError(

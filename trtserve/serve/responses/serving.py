@@ -17,7 +17,7 @@ from trtserve.serve.context import RequestContext
 from trtserve.serve.errors import APIError
 from trtserve.serve.generation import GenerationRun
 from trtserve.serve.group import closing, collect_all, merged, release
-from trtserve.serve.images import load_images_now
+from trtserve.serve.images import load_images
 from trtserve.serve.openai.content import image_sources
 from trtserve.serve.openai.protocol import ChatCompletionRequest
 from trtserve.serve.openai.reply import ReplyPlan, reply_plan, template_kwargs
@@ -95,7 +95,7 @@ class ResponsesServing:
         stored = self._stored(req)
         history = await self._history(req)
         turn_items = dump_items(req.items())
-        turn = self._start(req, history + turn_items, stored, context)
+        turn = await self._start(req, history + turn_items, stored, context)
         turn.context = history + turn_items
         if req.stream:
             return self._stream(turn)
@@ -135,7 +135,7 @@ class ResponsesServing:
             raise APIError(400, f"previous response {prev_id!r} has not finished yet", "previous_response_id")
         return prev.context + prev.body["output"]
 
-    def _start(self, req: ResponsesRequest, items: list[dict], stored: bool, context: RequestContext) -> Turn:
+    async def _start(self, req: ResponsesRequest, items: list[dict], stored: bool, context: RequestContext) -> Turn:
         tok = self.chat.tok
         try:
             chat = ChatCompletionRequest(
@@ -154,14 +154,14 @@ class ResponsesServing:
         plan = chat.tool_plan(getattr(tok, "chat_template", None), cfg.tool_call_parser)
         effort = req.reasoning.effort if req.reasoning is not None else None
         kwargs = template_kwargs(cfg.default_chat_template_kwargs, req.chat_template_kwargs, effort)
-        ids = self.chat.encode_chat(chat.messages, True, plan.template_tools(), kwargs)
+        images = await load_images(self.chat.svc, [s for m in chat.messages for s in image_sources(m)])
+        ids = await self.chat.encode_chat(chat.messages, True, plan.template_tools(), kwargs, images=images)
         params = chat.sampling_params(self.chat.max_tokens(req.max_output_tokens, len(ids)), None, guided=plan.guided())
         reply = reply_plan(
             tok, cfg, plan, ids, constrained(params), True, self.chat.svc.engine.info.capabilities.thinking
         )
         params = reply.params(params)
         rid = new_id("resp")
-        images = load_images_now(self.chat.svc, [s for m in chat.messages for s in image_sources(m)])
         options = req.request_options(
             client_id=rid, thinking_span=reply.thinking_span(chat.thinking_token_budget, params.guided), images=images
         )

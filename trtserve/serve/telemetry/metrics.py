@@ -75,6 +75,7 @@ class _EngineCollector:
         yield from _by_adapter(stats)
         yield from _spec_decode(stats)
         yield from kv_tier_families(stats)  # prefix hits by tier, the second tier's traffic and bytes
+        yield from _vision(stats)
 
 
 def _per_engine(family, table: dict[str, tuple[str, str]], stats, part=lambda s: s):
@@ -85,6 +86,30 @@ def _per_engine(family, table: dict[str, tuple[str, str]], stats, part=lambda s:
         for key, s in stats:
             f.add_metric(list(key), attrgetter(field)(part(s)))
         yield f
+
+
+def _vision(stats):
+    """The vision encoder and its cache (docs/vision.md): 0 on a text-only model."""
+    counters = {
+        "trtserve_vision_images_encoded": ("Images run through the vision encoder.", "vision.encoded"),
+        "trtserve_vision_encoder_cache_hits": (
+            "Image lookups the vision encoder cache answered (no encoding).",
+            "vision.cache_hits",
+        ),
+        "trtserve_vision_encoder_cache_misses": (
+            "Image lookups the vision encoder cache missed (encoded).",
+            "vision.cache_misses",
+        ),
+    }
+    yield from _per_engine(CounterMetricFamily, counters, stats)
+    gauges = {
+        "trtserve_vision_encoder_cache_images": ("Images the vision encoder cache holds.", "vision.cached_images"),
+        "trtserve_vision_encoder_cache_bytes": (
+            "Bytes of projected image rows the vision encoder cache holds.",
+            "vision.cached_bytes",
+        ),
+    }
+    yield from _per_engine(GaugeMetricFamily, gauges, stats)
 
 
 def _by_namespace(stats):
