@@ -149,11 +149,11 @@ def test_bad_checkpoints_are_refused_in_one_sentence(tmp_path, src, weights, con
 @pytest.mark.parametrize(
     ("settings", "match"),
     [
-        (dict(quant="w8a16"), "--quant w8a16 is not supported for qwen3_moe models"),
-        (dict(quant="w4a16"), "--quant w4a16 is not supported for qwen3_moe models"),
+        (dict(quant="fp8"), "--quant fp8 is not supported for qwen3_moe models"),
+        (dict(quant="w4a16_awq"), "--quant w4a16_awq is not supported for qwen3_moe models"),
         (dict(backend="tensorrt"), "backend tensorrt does not build qwen3_moe models yet; use --backend torch"),
     ],
-    ids=["w8a16", "w4a16", "tensorrt"],
+    ids=["fp8", "w4a16_awq", "tensorrt"],
 )
 def test_unsupported_pairs_are_refused(tmp_path, src, settings, match):
     with pytest.raises(UserError, match=match):

@@ -46,14 +46,14 @@ class Int4Rows:
 class Int8Rows:
     """w[o, k] ~ q[o, k] * scale[o] (symmetric int8 per output row)."""
 
-    q: torch.Tensor  # (out, in) int8 in [-127, 127]
-    scale: torch.Tensor  # (out,) float32
+    q: torch.Tensor  # (..., out, in) int8 in [-127, 127]
+    scale: torch.Tensor  # (..., out) float32
 
     @classmethod
     def round(cls, w: torch.Tensor) -> Int8Rows:
-        """(out, in) float32 rounded to int8 with each row's amax / 127 as its scale."""
-        scale = w.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / 127
-        return cls(torch.round(w / scale[:, None]).clamp(-127, 127).to(torch.int8), scale)
+        """(..., out, in) float32 rounded to int8 with each row's amax / 127 as its scale."""
+        scale = w.abs().amax(dim=-1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+        return cls(torch.round(w / scale[..., None]).clamp(-127, 127).to(torch.int8), scale)
 
 
 def _f16(b: np.ndarray) -> np.ndarray:
@@ -102,7 +102,7 @@ def int4_rows(data: np.ndarray, kind: T, shape: tuple[int, int]) -> Int4Rows:
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:
-    """(out, in) values in [0, 15] -> the engine's packed int4 (out / 2, in) int8: two's-complement
+    """(..., out, in) values in [0, 15] -> the engine's packed int4 (..., out / 2, in) int8: two's-complement
     q - 8, row 2i in the low nibble and row 2i + 1 in the high one (models/quantized.py unpacks it)."""
-    s = (q.to(torch.int16) - 8) & 0x0F  # (out, in) two's-complement nibbles
-    return (s[0::2] | (s[1::2] << 4)).to(torch.uint8).view(torch.int8)
+    s = (q.to(torch.int16) - 8) & 0x0F  # (..., out, in) two's-complement nibbles
+    return (s[..., 0::2, :] | (s[..., 1::2, :] << 4)).to(torch.uint8).view(torch.int8)

@@ -15,7 +15,9 @@ the embedding by row and the lm_head as a dense GEMM); docs/quantization.md has 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -33,16 +35,16 @@ _USE = re.compile(r"(?P<name>.+)\[(?P<a>\d+):(?P<b>\d+)\]")  # convert._use's "n
 
 @dataclass(frozen=True)
 class Kept:
-    """The model as built and the rewrite of a plan's specs: identity unless --quant keeps the source's."""
+    """The model as built and the rewrite of a plan's specs: identity unless --quant keeps the source's
+    quantization (here) or rounds the weights without ModelOpt (build/weight_only.py)."""
 
     model: ModelConfig
-    reader: GGUFReader | None = None  # None: no rewrite
+    rewrite: Callable[[TensorSpec], list[TensorSpec]] | None = None  # one plan spec -> its replacements
 
     def specs(self, specs: list[TensorSpec]) -> list[TensorSpec]:
-        if self.reader is None:
+        if self.rewrite is None:
             return specs
-        dt = TORCH_DTYPES[self.model.dtype]
-        return [out for s in specs for out in _rewrite(s, self.reader, dt)]
+        return [out for s in specs for out in self.rewrite(s)]
 
 
 def kept(plan: BuildPlan) -> Kept:
@@ -64,7 +66,8 @@ def kept(plan: BuildPlan) -> Kept:
                 f"GGUF tensor {name} has type {kind}, which --quant gguf cannot keep; leave out --quant gguf "
                 "(weights are then dequantized) or re-quantize the file to Q4_0, Q4_1, Q4_K, Q5_K, Q6_K or Q8_0"
             )
-    return Kept(plan.model.model_copy(update={"quantization": Quantization(quant_algo="MIXED_PRECISION")}), reader)
+    model = plan.model.model_copy(update={"quantization": Quantization(quant_algo="MIXED_PRECISION")})
+    return Kept(model, partial(_rewrite, reader=reader, dt=TORCH_DTYPES[model.dtype]))
 
 
 def _parts(spec: TensorSpec) -> list[tuple[str, slice]]:

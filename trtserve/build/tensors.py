@@ -1,7 +1,8 @@
 """The tensors step of a build: the TensorRT-LLM checkpoint (checkpoint/config.json and
 rank{r}.safetensors) and, where the backend loads them, the torch engine's model.safetensors.
 
-Two producers with one interface: the source's tensors converted as they are (`SourceTensors`), or
+Two producers with one interface: the source's tensors converted as they are (`SourceTensors`; its
+linears rewritten where --quant keeps a GGUF's quantization or rounds weights without ModelOpt), or
 quantized through ModelOpt (`QuantizedTensors`, which also produces the checkpoint's
 `quantization` section). `tensors_for(plan)` picks one; the backends' strategies only call it.
 """
@@ -24,10 +25,11 @@ from trtserve.build.convert import (
     checkpoint_specs,
     engine_specs,
 )
-from trtserve.build.gguf_linears import kept
+from trtserve.build.gguf_linears import Kept, kept
 from trtserve.build.job import Written
 from trtserve.build.planner import BuildPlan
 from trtserve.build.safetensors_io import TensorSpec, write_safetensors
+from trtserve.build.weight_only import rounded
 from trtserve.engine.layout import CHECKPOINT_DIR, ENGINE_WEIGHTS, TOKENIZER_DIR, rank_file
 from trtserve.engine.model_config import ModelConfig
 from trtserve.models.quant_formats import by_name
@@ -43,16 +45,18 @@ class TensorStep(Protocol):
 
 def tensors_for(plan: BuildPlan) -> TensorStep:
     """The step for the plan, its checks done (UserError before anything is written)."""
+    if (weight_only := rounded(plan)) is not None:  # experts: rounded here (build/weight_only.py)
+        return SourceTensors(plan, weight_only)
     modelopt = plan.config.quant and by_name(plan.config.quant)[0].source is None  # else the source's own (gguf)
-    return QuantizedTensors(plan) if modelopt else SourceTensors(plan)
+    return QuantizedTensors(plan) if modelopt else SourceTensors(plan, kept(plan))
 
 
 class SourceTensors:
     """The source's tensors, converted (fused, split per rank, cast) lazily while being written."""
 
-    def __init__(self, plan: BuildPlan):
+    def __init__(self, plan: BuildPlan, kept: Kept):
         self.plan = plan
-        self.kept = kept(plan)  # --quant gguf: the GGUF's linears stay quantized (build/gguf_linears.py)
+        self.kept = kept  # the rewrite of its linears, and the model as built
         tp = plan.config.tp_size
         expected = check_source(plan.reader, plan.model)
         self.ranks = [checkpoint_specs(plan.model, plan.reader, r, tp) for r in range(tp)]

@@ -116,7 +116,7 @@ class DecoderModel:
                     kv_scale=None if kv_scales[0] is None else torch.cat(kv_scales),
                     q_norm=w.pop(m["q_norm"] + ".weight") if "q_norm" in m else None,
                     k_norm=w.pop(m["k_norm"] + ".weight") if "k_norm" in m else None,
-                    experts=Experts.take(w, m, cfg) if cfg.is_moe_layer(i) else None,
+                    experts=Experts.take(w, m, cfg, self._quantized()) if cfg.is_moe_layer(i) else None,
                     dense_bias=w.pop(m["dense"] + ".bias", None),
                     **{r: w.pop(m[r] + ".weight") for r in ("attn_out_norm", "mlp_out_norm", "sinks") if r in m},
                 )
@@ -177,14 +177,21 @@ class DecoderModel:
 
     def _take_linear(self, w: dict[str, torch.Tensor], prefix: str) -> Linear:
         """Pop one linear's tensors: the plain weight, or a quantized kernel built from them all."""
+        quantized = self._quantized()
+        if quantized is None:
+            return w.pop(prefix + ".weight")  # (out, in): F.linear's layout and the decode kernel's
+        names = [n for n in w if n.startswith(prefix + ".") and not n.endswith(".bias")]
+        return quantized({n[len(prefix) + 1 :]: w.pop(n) for n in names})
+
+    def _quantized(self) -> Callable[[dict[str, torch.Tensor]], Linear] | None:
+        """How one linear's tensors (by suffix) become its quantized kernel; None: unquantized."""
         quant = self.cfg.quantization
         if quant.quant_algo is None:
-            return w.pop(prefix + ".weight")  # (out, in): F.linear's layout and the decode kernel's
+            return None
         from trtserve.models.quantized import make_linear
 
-        names = [n for n in w if n.startswith(prefix + ".") and not n.endswith(".bias")]
-        parts = {n[len(prefix) + 1 :]: w.pop(n) for n in names}
-        return make_linear(parts, quant.quant_algo, self.dtype, getattr(quant, "group_size", None) or 128)
+        group = getattr(quant, "group_size", None) or 128
+        return lambda t: make_linear(t, quant.quant_algo, self.dtype, group)
 
     def _mm(self, x: torch.Tensor, weight: Linear, bias: torch.Tensor | None = None) -> torch.Tensor:
         if isinstance(weight, torch.Tensor):
@@ -367,7 +374,7 @@ class DecoderModel:
     def _mlp(self, i: int, layer: Layer, x: torch.Tensor, lora: LoraStep | None) -> torch.Tensor:
         """The layer's MLP on the normed x (T, hidden): its experts (models/moe.py), or the dense MLP."""
         if layer.experts is not None:
-            return layer.experts(x, self.linear)
+            return layer.experts(x, self._mm)  # _mm: quantized experts' linears too
         fc_gate = self._lora_mm(lora, i, "fc_gate", x, layer.fc_gate, layer.fc_gate_bias)  # (T, 2 I): [fc | gate]
         return self._lora_mm(lora, i, "proj", self._act_mul(fc_gate), layer.proj, layer.proj_bias)
 

@@ -21,7 +21,7 @@ from trtserve.models.features import (
     TIED_EMBEDDINGS,
 )
 from trtserve.models.layout import LLAMA, Layout, Names, Source, Target
-from trtserve.models.moe import moe_config, with_experts
+from trtserve.models.moe import WEIGHT_ONLY, moe_config, with_experts
 
 # Llama's table with an o_proj bias and each head's sink logit
 SINKS_LAYOUT = Layout(
@@ -77,6 +77,6 @@ FAMILY = DecoderFamily(
     config_features=frozenset({SLIDING_WINDOW, LAYER_WINDOWS, ROPE_SCALING, TIED_EMBEDDINGS}),
     config_extras=_config,
     backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
-    quant_formats=frozenset(),
+    quant_formats=WEIGHT_ONLY,
     hf_stored=HF_STORED,
 )

@@ -5,7 +5,7 @@ from trtserve.models import llama, qwen3_moe
 from trtserve.models.family import DecoderFamily, GGUFNames
 from trtserve.models.features import MOE, ROPE_SCALING, SLIDING_WINDOW, TIED_EMBEDDINGS
 from trtserve.models.layout import LLAMA, Names
-from trtserve.models.moe import moe_config, with_experts
+from trtserve.models.moe import WEIGHT_ONLY, moe_config, with_experts
 
 EXPERTS_HF = {
     "router": "block_sparse_moe.gate",
@@ -38,5 +38,5 @@ FAMILY = DecoderFamily(
     config_features=frozenset({SLIDING_WINDOW, TIED_EMBEDDINGS, ROPE_SCALING}),
     config_extras=_config,
     backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
-    quant_formats=frozenset(),
+    quant_formats=WEIGHT_ONLY,
 )

@@ -7,7 +7,8 @@ logits, softmaxed); the step's tokens are grouped by expert and each expert the 
 its tokens, so a step reads only the weights of the experts its tokens use. Every output adds its tokens'
 experts in expert order, as HF's loop does. The C expert kernel (kernels/experts.c) runs these steps in
 one call for plain CPU weights, in prefill, op-by-op decode and the one-call decode step; the torch path
-(`Experts.grouped`) runs the rest, gpt-oss's biased experts with the clamped SwiGLU among them. Each
+(`Experts.grouped`) runs the rest, gpt-oss's biased experts with the clamped SwiGLU and quantized experts
+(w8a16 / w4a16, one run-time linear of models/quantized.py per expert) among them. Each
 row's output depends on that row alone in both, so batching never changes a sequence's tokens.
 """
 
@@ -49,6 +50,12 @@ _TARGETS = {
     "experts_gate": Target("mlp.experts.gate", ("expert_up_proj",)),
     "experts_proj": Target("mlp.experts.proj", ("expert_down_proj",)),
 }
+# The --quant formats families with experts build: the weight-only ones, which the build rounds itself
+# (build/weight_only.py) since ModelOpt 0.47 cannot export experts; tests/golden/test_quant_moe.py
+WEIGHT_ONLY = frozenset({"w8a16", "w4a16"})
+# The expert targets that are linears, which weight-only formats quantize (build/weight_only.py); the router
+# and the shared expert's gate stay float, as ModelOpt keeps them
+EXPERT_LINEARS = frozenset({"experts_fc", "experts_gate", "experts_proj", "shared_fc", "shared_gate", "shared_proj"})
 _SHARED_TARGETS = {
     "shared_fc": Target("mlp.shared_expert.fc", ("shared_gate_proj",)),
     "shared_gate": Target("mlp.shared_expert.gate", ("shared_up_proj",)),
@@ -88,7 +95,8 @@ def moe_config(
     )
 
 
-Linear = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # x (T, in), weight (out, in) -> (T, out)
+# x (T, in), weight (a (out, in) tensor or a quantized linear of models/quantized.py) -> (T, out)
+Linear = Callable[[torch.Tensor, object], torch.Tensor]
 
 
 @dataclass
@@ -96,12 +104,13 @@ class Experts:
     """One layer's experts; called on the post-attention-normed x (T, hidden), returns the MLP's output."""
 
     router: torch.Tensor  # (E, hidden)
-    fc_gate: torch.Tensor  # (E, 2 * I, hidden): each expert's [fc (activated); gate]
-    proj: torch.Tensor  # (E, hidden, I)
+    # (E, 2 * I, hidden): each expert's [fc (activated); gate]; quantized: E linears (2 * I, hidden)
+    fc_gate: torch.Tensor | list
+    proj: torch.Tensor | list  # (E, hidden, I); quantized: E linears (hidden, I)
     top_k: int
     renormalize: bool  # the k weights divided by their sum
-    shared_fc_gate: torch.Tensor | None = None  # (2 * S, hidden): the shared expert's [fc; gate]
-    shared_proj: torch.Tensor | None = None  # (hidden, S)
+    shared_fc_gate: object | None = None  # (2 * S, hidden): the shared expert's [fc; gate], a tensor or quantized
+    shared_proj: object | None = None  # (hidden, S)
     shared_gate: torch.Tensor | None = None  # (1, hidden)
     router_bias: torch.Tensor | None = None  # (E,)
     fc_gate_bias: torch.Tensor | None = None  # (E, 2 * I)
@@ -115,26 +124,44 @@ class Experts:
     use_kernel: bool = True
 
     def __post_init__(self):
-        if self.swiglu is not None or self.router_bias is not None:
-            return  # the kernel implements neither biases nor the clamped SwiGLU: the torch path runs
+        if self.swiglu is not None or self.router_bias is not None or isinstance(self.fc_gate, list):
+            return  # the kernel implements neither biases, the clamped SwiGLU nor quantized experts: the torch path runs
         gates = self.router if self.shared_gate is None else torch.cat([self.router, self.shared_gate])
         self.packed = kernel.pack(
             gates, self.fc_gate, self.proj, self.top_k, self.renormalize, self.shared_fc_gate, self.shared_proj
         )
 
     @classmethod
-    def take(cls, w: dict[str, torch.Tensor], modules: dict[str, str], cfg: ModelConfig) -> Experts:
-        """Pop one layer's expert tensors from the engine's weights (modules: the layer's by role)."""
+    def take(
+        cls,
+        w: dict[str, torch.Tensor],
+        modules: dict[str, str],
+        cfg: ModelConfig,
+        quantized: Callable[[dict[str, torch.Tensor]], object] | None = None,
+    ) -> Experts:
+        """Pop one layer's expert tensors from the engine's weights (modules: the layer's by role);
+        quantized: builds one linear from its tensors by suffix, each expert's on its own (None: float)."""
 
         def pop(role: str, suffix: str = "weight") -> torch.Tensor:
             return w.pop(f"{modules[role]}.{suffix}")
 
-        fc_gate = torch.cat([pop("experts_fc"), pop("experts_gate")], dim=1)  # one GEMM per expert
+        def linear(*roles: str, dim: int = 0, stacked: bool = False):
+            """The roles' weights fused along the out dim (`dim`), as one tensor or quantized linears."""
+            parts = [{n[len(modules[r]) + 1 :]: w.pop(n) for n in _weights(w, modules[r])} for r in roles]
+            t = {sfx: torch.cat([p[sfx] for p in parts], dim=dim) for sfx in parts[0]}  # quantized: per suffix
+            if quantized is None:
+                return t["weight"]
+            if not stacked:
+                return quantized(t)
+            return [quantized({s: v[e] for s, v in t.items()}) for e in range(len(t["weight"]))]
+
+        fc_gate = linear("experts_fc", "experts_gate", dim=1, stacked=True)  # one GEMM per expert
+        proj = linear("experts_proj", stacked=True)
         extras = {}
         if cfg.moe_shared_expert_intermediate_size:
             extras = dict(
-                shared_fc_gate=torch.cat([pop("shared_fc"), pop("shared_gate")]),
-                shared_proj=pop("shared_proj"),
+                shared_fc_gate=linear("shared_fc", "shared_gate"),
+                shared_proj=linear("shared_proj"),
                 shared_gate=pop("shared_expert_gate"),
             )
         if cfg.swiglu_limit is not None:
@@ -145,7 +172,7 @@ class Experts:
                 swiglu=(cfg.swiglu_alpha, cfg.swiglu_limit),
             )
         moe = cfg.moe
-        return cls(pop("router"), fc_gate, pop("experts_proj"), moe.top_k, moe.normalization_mode == 1, **extras)
+        return cls(pop("router"), fc_gate, proj, moe.top_k, moe.normalization_mode == 1, **extras)
 
     def __call__(self, x: torch.Tensor, linear: Linear) -> torch.Tensor:
         if self.use_kernel and self.packed is not None and (y := kernel.run(self.packed, x)) is not None:
@@ -194,9 +221,14 @@ class Experts:
         return linear((gate + 1) * (fc * torch.sigmoid(fc * alpha)), self.proj[e]) + self.proj_bias[e]
 
     @staticmethod
-    def _mlp(x: torch.Tensor, fc_gate: torch.Tensor, proj: torch.Tensor, linear: Linear) -> torch.Tensor:
+    def _mlp(x: torch.Tensor, fc_gate: object, proj: object, linear: Linear) -> torch.Tensor:
         fc, gate = linear(x, fc_gate).chunk(2, dim=-1)  # (n, I) each
         return linear(F.silu(fc) * gate, proj)
+
+
+def _weights(w: dict[str, torch.Tensor], module: str) -> list[str]:
+    """A module's weight tensors (the weight, and a quantized one's scales), biases apart."""
+    return [n for n in w if n.startswith(module + ".") and not n.endswith(".bias")]
 
 
 def parameters(layout: Layout, cfg: ModelConfig) -> tuple[int, int]:

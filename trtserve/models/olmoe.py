@@ -10,7 +10,7 @@ from trtserve.models import llama, qwen3, qwen3_moe
 from trtserve.models.family import DecoderFamily, GGUFNames
 from trtserve.models.features import MOE, QK_NORM_WIDE, TIED_EMBEDDINGS
 from trtserve.models.layout import LLAMA, QK_NORMED, Names, Source
-from trtserve.models.moe import moe_config, with_experts
+from trtserve.models.moe import WEIGHT_ONLY, moe_config, with_experts
 
 WIDE_QK_NORMED = replace(QK_NORMED, layer=LLAMA.layer | {"q_norm": Source(("q_size",)), "k_norm": Source(("kv_size",))})
 
@@ -40,5 +40,5 @@ FAMILY = DecoderFamily(
     config_features=frozenset({TIED_EMBEDDINGS}),
     config_extras=_config,
     backends=frozenset({"torch"}),
-    quant_formats=frozenset(),
+    quant_formats=WEIGHT_ONLY,
 )

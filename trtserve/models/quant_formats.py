@@ -3,8 +3,8 @@ the 8-bit KV-cache formats, keyed by `kv_cache_quant_algo`. The only place a for
 
 Readers: the torch engine (its quantized linears, models/quantized.py; its KV cache,
 models/kv_cache.py), the build (`--quant` / `--kv-cache-quant` choices and checks, ModelOpt's
-recipe, checkpoint conversion in quant/convert.py) and the TensorRT-LLM plans
-(backends/tensorrt_llm/quant.py). Adding a format is one spec here (or `register_quant_format`)
+recipe, checkpoint conversion in quant/convert.py, the weight-only rounding in build/weight_only.py)
+and the TensorRT-LLM plans (backends/tensorrt_llm/quant.py). Adding a format is one spec here (or `register_quant_format`)
 plus its run-time linear. This module imports no torch: dtypes are named, and a spec's run-time
 linear is a class or "module:Class", imported when an engine loads.
 """
@@ -29,6 +29,10 @@ class ModeloptRecipe:
     calibrated: bool  # True: activation scales (or AWQ search) come from running calibration text
     summary: str
     smoothquant: bool = False  # ModelOpt's smoothquant algorithm, with --smoothquant-alpha
+    # "module:function": the recipe as a pure function of one float weight (w, group_size) -> its tensors
+    # by TensorRT-LLM suffix, ModelOpt's math, which the build runs itself for models ModelOpt 0.47 cannot
+    # export (families with experts, build/weight_only.py); None: ModelOpt only
+    rounding: str | None = None
 
 
 @dataclass(frozen=True)
@@ -82,10 +86,13 @@ class QuantFormatSpec:
         return group_size if self.group_sizes else self.block
 
     def kernel(self) -> Callable:
-        if not isinstance(self.linear, str):
-            return self.linear
-        module, _, attr = self.linear.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return self.linear if not isinstance(self.linear, str) else resolve(self.linear)
+
+
+def resolve(ref: str) -> Callable:
+    """The object a "module:attr" reference names, imported now."""
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 @dataclass(frozen=True)
@@ -101,10 +108,15 @@ class KVCacheFormatSpec:
 
 
 _Q = "trtserve.models.quantized:"
+_W = "trtserve.build.weight_only:"
 _BUILTIN = (
     QuantFormatSpec(
         "W8A16",
-        (ModeloptRecipe("w8a16", "INT8_WEIGHT_ONLY_CFG", False, "int8 weights, per-channel scales"),),
+        (
+            ModeloptRecipe(
+                "w8a16", "INT8_WEIGHT_ONLY_CFG", False, "int8 weights, per-channel scales", rounding=_W + "int8_rows"
+            ),
+        ),
         1,
         _Q + "Int8WeightOnly",
     ),
@@ -113,7 +125,13 @@ _BUILTIN = (
     QuantFormatSpec(
         "W4A16_AWQ",
         (
-            ModeloptRecipe("w4a16", "INT4_BLOCKWISE_WEIGHT_ONLY_CFG", False, "int4 weights, groups of 128"),
+            ModeloptRecipe(
+                "w4a16",
+                "INT4_BLOCKWISE_WEIGHT_ONLY_CFG",
+                False,
+                "int4 weights, groups of 128",
+                rounding=_W + "int4_groups",
+            ),
             ModeloptRecipe("w4a16_awq", "INT4_AWQ_CFG", True, "int4 weights, groups of 128, AWQ scales"),
         ),
         128,

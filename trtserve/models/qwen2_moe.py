@@ -7,7 +7,7 @@ from trtserve.models import llama, qwen3_moe
 from trtserve.models.family import DecoderFamily, GGUFNames
 from trtserve.models.features import MOE, QKV_BIAS, ROPE_SCALING, TIED_EMBEDDINGS
 from trtserve.models.layout import LLAMA, Names
-from trtserve.models.moe import moe_config, with_experts
+from trtserve.models.moe import WEIGHT_ONLY, moe_config, with_experts
 
 SHARED_HF = {
     "shared_gate_proj": "mlp.shared_expert.gate_proj",
@@ -64,5 +64,5 @@ FAMILY = DecoderFamily(
     config_features=frozenset({TIED_EMBEDDINGS, ROPE_SCALING}),
     config_extras=_config,
     backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
-    quant_formats=frozenset(),
+    quant_formats=WEIGHT_ONLY,
 )

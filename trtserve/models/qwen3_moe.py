@@ -7,7 +7,7 @@ from trtserve.models import qwen3
 from trtserve.models.family import DecoderFamily, GGUFNames
 from trtserve.models.features import MOE
 from trtserve.models.layout import QK_NORMED, Names
-from trtserve.models.moe import moe_config, with_experts
+from trtserve.models.moe import WEIGHT_ONLY, moe_config, with_experts
 
 EXPERTS_HF = {
     "router": "mlp.gate",
@@ -54,5 +54,5 @@ FAMILY = DecoderFamily(
     config_features=qwen3.FAMILY.config_features,
     config_extras=_config,
     backends=frozenset({"torch", "trtllm"}),  # trtllm: on the releases backends/tensorrt_llm/model_support.py names
-    quant_formats=frozenset(),
+    quant_formats=WEIGHT_ONLY,
 )

@@ -12,11 +12,14 @@ from trtserve.quant.request import QuantRequest
 
 def in_features(cfg: ModelConfig) -> dict[str, int]:
     """The input width of each kind of linear the formats quantize."""
-    return {
+    widths = {
         "hidden_size": cfg.hidden_size,  # q/k/v, gate/up
         "num_attention_heads * head_size": cfg.q_size,  # o_proj
         "intermediate_size": cfg.intermediate_size,  # down_proj
+        "moe_intermediate_size": cfg.moe_intermediate_size,  # each expert's down_proj
+        "moe_shared_expert_intermediate_size": cfg.moe_shared_expert_intermediate_size,  # the shared expert's
     }
+    return {k: v for k, v in widths.items() if v}  # 0: the model has no such linear
 
 
 def formats_that_fit(cfg: ModelConfig) -> list[str]:
