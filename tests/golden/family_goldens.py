@@ -100,6 +100,29 @@ def assert_fast_paths_refused(engine: Path) -> None:
     assert model.step_weights is None and not model.use_pointwise
 
 
+def assert_decode_step_runs(engine: Path, monkeypatch) -> None:
+    """The family's layer features are all ones the C decode step and pointwise kernels implement: its
+    decode steps run as the one-call step (where this machine builds the kernels)."""
+    from trtserve.kernels import decode_layers
+
+    if decode_layers.load() is None:
+        pytest.skip("the decode step needs x86-64 with AVX2/FMA/F16C and a C compiler")
+    llm = LLM(engine, device="cpu", kv_cache_memory=16 << 20)
+    model = llm.engine.model
+    assert model.step_weights is not None and model.use_pointwise
+    ran, real_run = 0, decode_layers.run
+
+    def counting_run(*args, **kwargs):
+        nonlocal ran
+        ok = real_run(*args, **kwargs)
+        ran += ok
+        return ok
+
+    monkeypatch.setattr(decode_layers, "run", counting_run)
+    llm.generate(random_prompts(2, seed=6), GREEDY)
+    assert ran >= NEW_TOKENS - 1
+
+
 def assert_windows_matter(engine: Path, src: Path) -> None:
     """The checkpoint's windowed layers change its output on these prompts: with every layer attending to
     every key, the engine's greedy tokens leave HF's (so the goldens above do test the windows)."""

@@ -1,12 +1,13 @@
 """The whole-step decode kernel (trtserve/kernels/decode_layers.c) gives the same greedy tokens and
 the same log-probabilities, bit for bit, as the decoder's op-by-op path it replaces, in every
-dtype, with GQA, qkv biases, W8A16 int8 and W4A16 int4 weights, alone and batched; and steps it
+dtype, with GQA, qkv biases, q/k norms, W8A16 int8 and W4A16 int4 weights, alone and batched; and steps it
 cannot take go op by op."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from family_goldens import make_model
 from helpers import make_hf_model, random_prompts
 
 from trtserve import LLM, SamplingParams
@@ -88,6 +89,10 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, 
         assert all(layer.qkv.int8_activations for layer in llm.engine.model.layers)
     if quant == "w4a16" and not llm.engine.model.layers[0].qkv.ours(dtype, 1):
         pytest.skip("the per-op path runs torch's int4 kernel here (bf16 on an AVX-512 build of torch)")
+    _assert_step_equals_op_by_op(llm, monkeypatch)
+
+
+def _assert_step_equals_op_by_op(llm: LLM, monkeypatch) -> None:
     assert llm.engine.model.step_weights is not None
     # 2-4 in bf16 where torch's native bf16 GEMM takes over; int4 in bf16 2 against torch's AVX-512 kernel
     batch = min(5, dense.max_rows(llm.engine.model.dtype), llm.engine.model.step_weights.max_rows)
@@ -96,6 +101,29 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, 
         op_by_op, ran_off = _outputs(llm, prompts, False, monkeypatch)
         assert ran >= PARAMS.max_tokens - 1 and ran_off == 0
         assert fused == op_by_op
+
+
+QK = dict(head_dim=32, num_key_value_heads=1)  # q_size 128 != hidden 64
+
+
+@needs_kernel
+@pytest.mark.parametrize(
+    ("model_type", "dtype", "overrides"),
+    [
+        ("qwen3", "float32", QK),  # q and k normed per head (features.QK_NORM)
+        ("qwen3", "bfloat16", QK),
+        ("qwen3_moe", "float32", {**QK, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 48}),
+        ("olmoe", "float32", {"num_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 32}),  # over all heads
+    ],
+)
+def test_q_and_k_norms_in_the_step_equal_op_by_op(tmp_path, monkeypatch, model_type, dtype, overrides):
+    """The step's q/k RMSNorm (per head or over all heads) gives the op-by-op path's bits: that path runs the
+    same norm in the pointwise kernels."""
+    src = make_model(tmp_path / "hf", model_type, seed=7, **overrides)
+    build_engine(BuildConfig(model=str(src), tokens_per_block=8, dtype=dtype), tmp_path / "e", quiet=True)
+    llm = LLM(tmp_path / "e", device="cpu", enable_prefix_caching=False)
+    assert llm.engine.model.layers[0].q_norm is not None and llm.engine.model.use_pointwise
+    _assert_step_equals_op_by_op(llm, monkeypatch)
 
 
 def test_int8_activations_are_refused_where_they_cannot_apply(tmp_path, monkeypatch, tiny_llama_engine):

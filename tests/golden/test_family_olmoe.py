@@ -11,7 +11,7 @@ import shutil
 import pytest
 import torch
 from family_goldens import (
-    assert_fast_paths_refused,
+    assert_decode_step_runs,
     assert_gguf_greedy_equals_hf,
     assert_greedy_equals_hf,
     assert_logprobs_equal_hf,
@@ -48,10 +48,10 @@ def test_logprobs_equal_hf(engine, src):
     assert_logprobs_equal_hf(engine, src)
 
 
-def test_q_and_k_norms_span_all_heads_and_the_experts_run_on_the_kernel(engine):
-    """The norms' weights are q_size and kv_size wide (HF's OlmoeRMSNorm over the projection), which the
-    C decode step and pointwise kernels do not implement; the experts run on the expert kernel."""
-    assert_fast_paths_refused(engine)
+def test_q_and_k_norms_span_all_heads_and_the_experts_run_on_the_kernel(engine, monkeypatch):
+    """The norms' weights are q_size and kv_size wide (HF's OlmoeRMSNorm over the projection), as the C
+    decode step and pointwise kernels run them; the experts run on the expert kernel."""
+    assert_decode_step_runs(engine, monkeypatch)
     model = LLM(engine, device="cpu", kv_cache_memory=16 << 20).engine.model
     cfg = model.cfg
     assert model.layers[0].q_norm.shape == (cfg.num_attention_heads * cfg.head_size,)

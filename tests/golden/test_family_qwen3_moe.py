@@ -13,7 +13,7 @@ import torch
 from family_goldens import (
     GREEDY,
     NEW_TOKENS,
-    assert_fast_paths_refused,
+    assert_decode_step_runs,
     assert_gguf_greedy_equals_hf,
     assert_greedy_equals_hf,
     assert_logprobs_equal_hf,
@@ -50,8 +50,8 @@ def test_logprobs_equal_hf(engine, src):
     assert_logprobs_equal_hf(engine, src)
 
 
-def test_the_fast_paths_are_refused(engine):
-    assert_fast_paths_refused(engine)
+def test_decode_runs_in_the_one_call_step(engine, monkeypatch):
+    assert_decode_step_runs(engine, monkeypatch)
 
 
 def test_dense_layers_between_sparse_ones_and_unnormalized_weights(tmp_path):

@@ -169,7 +169,8 @@ def test_decode_step_takes_int4_layers_for_the_rows_the_per_op_path_gives_this_k
     def layers(dtype: torch.dtype) -> list[SimpleNamespace]:
         lin = {f: _groupwise(n, k, dtype)[0] for f, (n, k) in shapes.items()}
         norms = {"input_norm": torch.ones(128, dtype=dtype), "post_norm": torch.ones(128, dtype=dtype)}
-        return [SimpleNamespace(**lin, **norms, qkv_bias=None, fc_gate_bias=None, proj_bias=None, experts=None)]
+        biases = dict(qkv_bias=None, fc_gate_bias=None, proj_bias=None)
+        return [SimpleNamespace(**lin, **norms, **biases, experts=None, q_norm=None, k_norm=None)]
 
     f32 = decode_layers.pack(layers(torch.float32), torch.float32, shapes)
     assert f32.wdt == decode_layers.INT4 and f32.max_rows == quantized._INT4_SLAB_ROWS - 1  # then slabs

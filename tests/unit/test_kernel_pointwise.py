@@ -78,6 +78,37 @@ def test_rope_kv_matches_torch_and_writes_only_the_slots(dtype, n_h, n_kv, hd):
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("wide", [False, True], ids=["per-head", "all-heads"])
+def test_rope_kv_norms_q_and_k_first_as_the_decoder(dtype, wide):
+    """q and k RMS-normed before RoPE, per head (Qwen3's q_norm / k_norm) or over all heads at once (OLMoE's)."""
+    n_h, n_kv, hd, t, eps = 4, 2, 32, 3, 1e-6
+    cfg = SimpleNamespace(
+        rotary_scaling=None, rotary_base=10000.0, head_size=hd, hidden_size=n_h * hd, num_attention_heads=n_h,
+        max_position_embeddings=512,
+    )  # fmt: skip
+    rope = Rope(cfg, 512, dtype, torch.device("cpu"))
+    g = torch.Generator().manual_seed(5)
+    qkv = (torch.randn(t, (n_h + 2 * n_kv) * hd, generator=g) * 3).to(dtype)
+    q_norm, k_norm = ((1 + torch.randn(n * hd if wide else hd, generator=g) / 4).to(dtype) for n in (n_h, n_kv))
+    positions, slots = torch.tensor([0, 9, 300]), torch.tensor([5, 0, 7])
+    keys, values = torch.zeros(8, n_kv, hd, dtype=dtype), torch.zeros(8, n_kv, hd, dtype=dtype)
+    heads = qkv.view(t, n_h + 2 * n_kv, hd).clone()
+    q = pointwise.rope_kv(
+        qkv, n_h, n_kv, rope.cos, rope.signed_sin, positions, keys, values, slots, q_norm, k_norm, eps
+    )
+
+    q_in, k_in = heads[:, :n_h], heads[:, n_h : n_h + n_kv]
+    if wide:
+        q_in, k_in = q_in.flatten(1), k_in.flatten(1)
+    normed = torch.cat([rms_norm(q_in, q_norm, eps).view(t, n_h, hd), rms_norm(k_in, k_norm, eps).view(t, n_kv, hd)], 1)
+    want = rope.apply(normed, rope.tables(positions))
+    check(q.view(t, n_h, hd), want[:, :n_h])
+    check(keys[slots], want[:, n_h:])
+    assert torch.equal(values[slots], heads[:, n_h + n_kv :])
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_silu_mul_matches_torch(dtype):
     fc_gate = (torch.randn(7, 2 * 1536, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
     fc, gate = fc_gate.chunk(2, dim=-1)

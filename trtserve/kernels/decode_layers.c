@@ -1,7 +1,7 @@
 /* Every decoder layer of a decode step in one call, on x86-64 with AVX2 + FMA + F16C: for a few
- * sequences with one new token each, RMSNorm, the qkv GEMM (+ bias), RoPE and the KV-cache write,
- * attention over the paged cache, the output projection and residual, RMSNorm, the fc/gate GEMM,
- * SiLU * gate, the down projection and residual, layer after layer.
+ * sequences with one new token each, RMSNorm, the qkv GEMM (+ bias), q/k RMSNorm (where the model has it),
+ * RoPE and the KV-cache write, attention over the paged cache, the output projection and residual, RMSNorm,
+ * the fc/gate GEMM, SiLU * gate, the down projection and residual, layer after layer.
  *
  * Why: with each of these a call of its own (dense_gemv.c, pointwise.c, decode_attention.c) a
  * small model's step made hundreds of calls from Python into C, each with its own parallel region,
@@ -17,7 +17,7 @@
  *   layers[l]: weights (out, in) in dt, or in int8 (wdt 3, W8A16) with float32 scales per output,
  *   or torch's CPU int4 pack (wdt 4, W4A16; int4.h) with scales and zeros per group of gs inputs:
  *   qkv [(n_h + 2 n_kv) hd][H], dense [H][n_h hd], fc_gate [2I][H] ([fc; gate]), proj [H][I];
- *   norms [H] in dt; biases (or NULL) of the outputs in dt
+ *   norms [H] in dt; biases (or NULL) of the outputs in dt; q_norm [hd or n_h hd], k_norm [hd or n_kv hd] or NULL
  *   a layer with experts (moe, else NULL; experts.h, weights in dt) runs them in place of fc_gate and proj
  *   kv [layers][2][slots][n_kv][hd]; cos, sin [positions][hd] (NeoX, sign in the sin table)
  *   LoRA (or NULL): lora[l] the step's adapters side by side per linear (models/lora_step.py: A [C][in],
@@ -40,6 +40,8 @@ typedef struct { /* one layer's weights; biases may be NULL, scales are NULL unl
     int64_t gs, bn;                                       /* int4: inputs per group, outputs per pack block */
     int64_t q8; /* int4: int8 activations (int4.h's INT4_Q8 path) where built, for 64-output blocks */
     const experts_t* moe; /* the layer's experts in place of its MLP (plain weights only); NULL: dense */
+    const void *q_norm, *k_norm; /* RMSNorm of q and k before RoPE in dt, or NULL (pointwise.h's qk_norm_chunk) */
+    int64_t qn, kn;              /* their widths: hd (per head) or all q's (k's) heads */
 } layer_t;
 
 typedef struct { /* one layer's LoRA updates, linears in LINEARS order (qkv, dense, fc_gate, proj) */
@@ -150,6 +152,13 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
             norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, x, F32);
         linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_sz, w->gs, w->bn, w->q8, xsum, w->qkv_b, width, qkv, dt);
         lora_update(s, l, 0, x, H, qkv, width, dt);
+        if (w->q_norm) {
+            const int64_t chunks = n_h * hd / w->qn + n_kv * hd / w->kn;
+#pragma omp for schedule(static)
+            for (int64_t j = 0; j < M * chunks; j++)
+                qk_norm_chunk(qkv, F32, j / chunks * width, j % chunks, n_h, hd, w->q_norm, w->k_norm, w->qn, w->kn,
+                              dt, s->eps);
+        }
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < M * (n_h + n_kv); j++) { /* q and k heads rotated; k and v to the cache */
             const int64_t m = j / (n_h + n_kv), head = j % (n_h + n_kv), src = m * width + head * hd;
@@ -214,6 +223,8 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     if (wdt == I4 && (dt == F16 || !int4_shapes_ok(L, n_layers, H, n_h, hd, I, (n_h + 2 * n_kv) * hd))) return -1;
     int64_t moe_bytes = 0; /* experts: plain weights, the widest scratch any layer's needs */
     for (int64_t l = 0; l < n_layers; l++) {
+        if ((L[l].q_norm || L[l].k_norm) && !qk_norm_ok(L[l].q_norm, L[l].k_norm, L[l].qn, L[l].kn, n_h, n_kv, hd))
+            return -1;
         if (!L[l].moe) continue;
         const experts_t* e = L[l].moe;
         if (wdt != dt || e->k < 1 || e->k > e->E || e->k > 64 || e->I < 1 || e->S < 0) return -1;

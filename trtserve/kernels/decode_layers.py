@@ -28,6 +28,8 @@ FEATURES = frozenset(
     {
         "rms_norm",  # norm_row: x * rsqrt(mean(x^2) + eps) * w
         "rope_neox",  # rope_head over the cos / signed-sin tables
+        "qk_norm",  # qk_norm_chunk over each q and k head before RoPE
+        "qk_norm_wide",  # and over all of q's (k's) heads at once
         "rope_scaling",  # in the tables the decoder passes
         "silu_gated_mlp",  # silu_mul_row over [fc; gate]
         "qkv_bias",  # qkv_b
@@ -51,6 +53,7 @@ class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
         + [(f + "_sz", ctypes.c_void_p) for f in LINEARS]
         + [("gs", ctypes.c_int64), ("bn", ctypes.c_int64), ("q8", ctypes.c_int64)]
         + [("moe", ctypes.c_void_p)]  # experts.h's experts_t (kernels/experts.py) or NULL
+        + [("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p), ("qn", ctypes.c_int64), ("kn", ctypes.c_int64)]
     )
 
 
@@ -149,6 +152,17 @@ def _pack_int4(row: _Layer, layer: object, dtype: torch.dtype, shapes: dict[str,
     return rows
 
 
+def _pack_qk_norm(row: _Layer, layer: object, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -> bool:
+    """Fill row's q/k norms: weights in `dtype` over a head or all of q's (k's) heads (the kernel checks which)."""
+    q_size = shapes["dense"][1]
+    kv_size = (shapes["qkv"][0] - q_size) // 2
+    q, k = layer.q_norm, layer.k_norm
+    if not (_cpu(q, dtype) and _cpu(k, dtype) and q_size % q.numel() == 0 and kv_size % k.numel() == 0):
+        return False
+    row.q_norm, row.k_norm, row.qn, row.kn = q.data_ptr(), k.data_ptr(), q.numel(), k.numel()
+    return True
+
+
 def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -> Packed | None:
     """The layers' weights for `run`, or None unless every weight is a contiguous CPU tensor in
     `dtype`, or every linear is W8A16 (int8 with float32 scales per output), or every linear is
@@ -190,6 +204,8 @@ def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -
             elif not (_cpu(t, dtype) and t.numel() == sizes[f]):
                 return None
             setattr(row, f, t.data_ptr())
+        if layer.q_norm is not None and not _pack_qk_norm(row, layer, dtype, shapes):
+            return None
     return Packed(table, wdt, max_rows, experts)
 
 

@@ -9,7 +9,8 @@
  * Layouts (row-major, dtype 0 float32, 1 bfloat16, 2 float16):
  *   rms_norm:  h, delta, out [T][H], w [H]
  *   rope_kv:   qkv [T][(n_h + 2 n_kv) hd] (q heads, k heads, v heads), cos and signed sin tables
- *              [positions][hd], q_out [T][n_h hd], k and v caches [slots][n_kv][hd], pos and slots [T] int64
+ *              [positions][hd], q_out [T][n_h hd], k and v caches [slots][n_kv][hd], pos and slots [T] int64,
+ *              q_norm [qn], k_norm [kn] in dt
  *   silu_mul:  fg [T][2 I] ([fc | gate]), out [T][I]
  * Built and loaded by trtserve/kernels/pointwise.py; it shares torch's OpenMP runtime.
  */
@@ -26,14 +27,20 @@ int trtserve_rms_norm(void* h, const void* delta, int dt, int64_t T, int64_t H, 
     return 0;
 }
 
-/* Rotates the q and k heads of each token at its position; q goes to q_out, k and v to the cache slot. */
-int trtserve_rope_kv(const void* qkv, int dt, int64_t T, int64_t n_h, int64_t n_kv, int64_t hd, const void* cos,
+/* Rotates the q and k heads of each token at its position; q goes to q_out, k and v to the cache slot.
+ * q_norm and k_norm (or NULL): RMSNorm weights applied first, in place in qkv, over each qn (kn) values of
+ * q (k): a head (hd) or all of them (qk_norm_wide). */
+int trtserve_rope_kv(void* qkv, int dt, int64_t T, int64_t n_h, int64_t n_kv, int64_t hd, const void* cos,
                      const void* sin, const int64_t* pos, void* q_out, void* k_cache, void* v_cache,
-                     const int64_t* slots, int threads) {
+                     const int64_t* slots, const void* q_norm, const void* k_norm, int64_t qn, int64_t kn, float eps,
+                     int threads) {
     if (dt < F32 || dt > F16 || hd % 2) return -1;
-    const int64_t width = (n_h + 2 * n_kv) * hd;
+    if ((q_norm || k_norm) && !qk_norm_ok(q_norm, k_norm, qn, kn, n_h, n_kv, hd)) return -1;
+    const int64_t width = (n_h + 2 * n_kv) * hd, chunks = q_norm ? n_h * hd / qn + n_kv * hd / kn : 0;
 #pragma omp parallel for num_threads(threads) schedule(static) if (T * width >= PAR_MIN)
     for (int64_t t = 0; t < T; t++) {
+        for (int64_t c = 0; c < chunks; c++)
+            qk_norm_chunk(qkv, dt, t * width, c, n_h, hd, q_norm, k_norm, qn, kn, dt, eps);
         for (int64_t j = 0; j < n_h; j++)
             rope_head(qkv, dt, t * width + j * hd, q_out, dt, (t * n_h + j) * hd, cos, sin, pos[t] * hd, hd, dt);
         for (int64_t j = 0; j < n_kv; j++) {

@@ -28,6 +28,25 @@ static inline __attribute__((always_inline)) void norm_row(void* h, int hdt, con
         store1(out, odt, row + i, rnd(load1(w, dt, i) * rnd(load1(h, hdt, row + i) * r, dt), dt));
 }
 
+/* Whether q/k norm widths are per head (hd) or over all of q's (k's) heads (QK_NORM, QK_NORM_WIDE). */
+static inline int qk_norm_ok(const void* q_norm, const void* k_norm, int64_t qn, int64_t kn, int64_t n_h,
+                             int64_t n_kv, int64_t hd) {
+    return q_norm && k_norm && (qn == hd || qn == n_h * hd) && (kn == hd || kn == n_kv * hd);
+}
+
+/* RMSNorm in place of chunk c of a row's q and k (qkv at row0, in sdt): q's n_h hd / qn chunks of qn values
+ * by q_norm, then k's of kn by k_norm (weights in dt), before RoPE as HF's q_norm / k_norm. */
+static inline __attribute__((always_inline)) void qk_norm_chunk(void* qkv, int sdt, int64_t row0, int64_t c,
+                                                               int64_t n_h, int64_t hd, const void* q_norm,
+                                                               const void* k_norm, int64_t qn, int64_t kn, int dt,
+                                                               float eps) {
+    const int64_t nq = n_h * hd / qn;
+    if (c < nq)
+        norm_row(qkv, sdt, NULL, sdt, row0 + c * qn, qn, q_norm, dt, eps, qkv, sdt);
+    else
+        norm_row(qkv, sdt, NULL, sdt, row0 + n_h * hd + (c - nq) * kn, kn, k_norm, dt, eps, qkv, sdt);
+}
+
 /* One head of hd values at src (sdt) rotated NeoX-style at table row `tab` (cos and signed sin in
  * dt: x * cos + roll(x, hd/2) * signed_sin), written at dst (ddt). */
 static inline __attribute__((always_inline)) void rope_head(const void* src, int sdt, int64_t s0, void* dst, int ddt,

@@ -20,6 +20,8 @@ FEATURES = frozenset(
     {
         "rms_norm",  # add_rms_norm
         "rope_neox",  # rope_kv, over the decoder's cos / signed-sin tables
+        "qk_norm",  # rope_kv's q_norm / k_norm, per head
+        "qk_norm_wide",  # and over all heads at once
         "rope_scaling",  # in those tables
         "silu_gated_mlp",  # silu_mul over [fc; gate]
         "qkv_bias",  # the rest happen outside these kernels
@@ -33,7 +35,7 @@ FEATURES = frozenset(
 
 
 # each C function's arguments, by native.function's letters
-ARGS = {"trtserve_rms_norm": "ppillpfpi", "trtserve_rope_kv": "pillllpppppppi", "trtserve_silu_mul": "pillpi"}
+ARGS = {"trtserve_rms_norm": "ppillpfpi", "trtserve_rope_kv": "pillllpppppppppllfi", "trtserve_silu_mul": "pillpi"}
 
 
 @cache
@@ -75,17 +77,25 @@ def rope_kv(
     k_cache: torch.Tensor,  # (slots, n_kv, hd)
     v_cache: torch.Tensor,
     slots: torch.Tensor,  # (T,) int64
+    q_norm: torch.Tensor | None = None,  # (hd,) per head, or (n_h * hd,) over all heads (qk_norm_wide)
+    k_norm: torch.Tensor | None = None,  # (hd,) or (n_kv * hd,)
+    eps: float = 0.0,
 ) -> torch.Tensor | None:
-    """Rotated q (T, n_h * hd); the rotated k and v are written to the cache at `slots`."""
+    """Rotated q (T, n_h * hd); the rotated k and v are written to the cache at `slots`. With q_norm and
+    k_norm, q and k are RMS-normed first, in place in qkv."""
     hd = k_cache.shape[-1]
     if not (k_cache.is_contiguous() and v_cache.is_contiguous() and cos.is_contiguous() and qkv.is_contiguous()):
+        return None
+    normed = q_norm is not None
+    if normed and not all(t.is_contiguous() and t.dtype == qkv.dtype for t in (q_norm, k_norm)):
         return None
     positions, slots = positions.contiguous(), slots.contiguous()
     q = qkv.new_empty(qkv.shape[0], n_h * hd)
     rc = _fn("trtserve_rope_kv")(
         qkv.data_ptr(), DTYPES[qkv.dtype], qkv.shape[0], n_h, n_kv, hd, cos.data_ptr(), signed_sin.data_ptr(),
         positions.data_ptr(), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(),
-        torch.get_num_threads(),
+        q_norm.data_ptr() if normed else None, k_norm.data_ptr() if normed else None,
+        q_norm.numel() if normed else 0, k_norm.numel() if normed else 0, eps, torch.get_num_threads(),
     )  # fmt: skip
     return q if rc == 0 else None
 

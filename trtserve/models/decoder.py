@@ -352,15 +352,17 @@ class DecoderModel:
     ) -> torch.Tensor:
         """Rotated q (T, n_h * hd); the rotated k and the v go to the KV cache at the batch's slots."""
         n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
+        w = self.layers[layer]
         if kv.kv_quant is None and self._fused(qkv):
             keys, values = kv.layer_keys(layer), kv.layer_values(layer)
             q = pointwise.rope_kv(
-                qkv, n_h, n_kv, self.rope.cos, self.rope.signed_sin, batch.positions, keys, values, batch.slot_mapping
-            )
+                qkv, n_h, n_kv, self.rope.cos, self.rope.signed_sin, batch.positions, keys, values, batch.slot_mapping,
+                w.q_norm, w.k_norm, self.cfg.norm_epsilon,
+            )  # fmt: skip
             if q is not None:
                 return q
         qkv = qkv.view(-1, n_h + 2 * n_kv, hd)
-        qk, w = qkv[:, : n_h + n_kv], self.layers[layer]
+        qk = qkv[:, : n_h + n_kv]
         if w.q_norm is not None:  # per head as HF's q_norm / k_norm, or over all heads at once (OLMoE's)
             q, k = (t.flatten(1) if w.q_norm.numel() > hd else t for t in (qk[:, :n_h], qk[:, n_h:]))
             q, k = self._norm(q, w.q_norm).view(-1, n_h, hd), self._norm(k, w.k_norm).view(-1, n_kv, hd)
