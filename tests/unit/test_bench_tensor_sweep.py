@@ -4,6 +4,7 @@ datatype, and the sweep's accounting against a target that counts like the stati
 from __future__ import annotations
 
 import asyncio
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -40,7 +41,8 @@ def test_llm_metadata_is_not_a_tensor_model():
     from trtserve.serve.kserve.serving import KServeServing
 
     llm = KServeServing.__new__(KServeServing)
-    llm.svc = type("Svc", (), {"model_name": "m", "version": "1"})()
+    text_only = SimpleNamespace(info=SimpleNamespace(vision=None))  # a vision model adds its image inputs
+    llm.svc = SimpleNamespace(model_name="m", version="1", engine=text_only)
     llm.platform = "trtserve"
     assert not is_tensor_model(llm.model_metadata())  # what trtserve's LLM answers on GET /v2/models/m
     assert is_tensor_model(MLP) and is_tensor_model(SEQ)
