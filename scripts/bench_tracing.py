@@ -1,4 +1,4 @@
-"""What tracing costs (docs/tracing.md, "Overhead"), two ways:
+"""What tracing costs (docs/observability.md, "Overhead"), two ways:
 
 python scripts/bench_tracing.py [--requests 5000]
     CPU per request: a request's server span, its generation span and the four child spans built from

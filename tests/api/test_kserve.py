@@ -115,7 +115,7 @@ def test_generate_and_generate_stream(server, model_name, offline):
 
 
 def test_generate_stream_ends_with_the_metrics_asked_for(server, model_name):
-    """return_metrics: one more event after the last token's, with the request's timings (docs/tracing.md)."""
+    """return_metrics: one more event after the last token's, with the request's timings (docs/observability.md)."""
     body = {"text_input": "The quick brown fox", "max_tokens": 5, "end_id": -1, "id": "m1", "return_metrics": True}
     with httpx.stream("POST", f"{server.url}/v2/models/{model_name}/generate_stream", json=body) as s:
         events = [json.loads(line[5:]) for line in s.iter_lines() if line.startswith("data:")]

@@ -1,4 +1,4 @@
-"""A batch job's trace on a live server (docs/tracing.md): one span for the job's run, a child span per
+"""A batch job's trace on a live server (docs/observability.md): one span for the job's run, a child span per
 line named by its custom_id, and each line's generation (with its admission / queue / prefill / decode
 spans) under its line, sent to an OTLP/gRPC receiver started here."""
 

@@ -1,6 +1,6 @@
 """OpenTelemetry traces from a live `trtserve run --otlp-traces-endpoint` to an OTLP/gRPC receiver started
 here (opentelemetry-proto's TraceService): a chat, a stream, a KServe generate, a gRPC stream and pooling
-calls each continue the caller's `traceparent` as the span tree docs/tracing.md draws, with the GenAI
+calls each continue the caller's `traceparent` as the span tree docs/observability.md draws, with the GenAI
 attributes and the detokenize, reply-parse and pooling spans;
 `return_metrics` returns timings equal to what the Prometheus histograms observed for the same request."""
 
@@ -308,7 +308,7 @@ def chunked_server(tiny_llama_engine, tmp_path_factory, collector):
 
 def test_chunks_verifications_and_the_grammar_compile_are_spans(chunked_server, collector, model_name):
     """An 81-token prompt prefilled over several steps of 16, a regex compiled, and prompt lookup's
-    verifications: spans under the request's prefill, generation and decode (docs/tracing.md). The same
+    verifications: spans under the request's prefill, generation and decode (docs/observability.md). The same
     request again finds its grammar and most of its prompt cached."""
     body = {"model": model_name, "prompt": "ab " * 40, "max_tokens": 12, "temperature": 0, "guided_regex": "(ab )+c"}
     gen = f"text_completion {model_name}"

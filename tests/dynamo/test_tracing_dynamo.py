@@ -1,4 +1,4 @@
-"""Traces across Dynamo workers (docs/tracing.md, "Across processes"): a disaggregated request sent to
+"""Traces across Dynamo workers (docs/observability.md, "Across processes"): a disaggregated request sent to
 Dynamo's frontend with a W3C `traceparent` gives one span on the prefill worker and one on the decode
 worker in the caller's trace, both under the frontend's request span (each below Dynamo's own span for
 its worker), with role, token counts and (decode) the KV it pulled; Dynamo traces too

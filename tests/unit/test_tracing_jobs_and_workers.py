@@ -1,4 +1,4 @@
-"""Spans without a server (docs/tracing.md): a batch job's span roots its own trace and its lines are
+"""Spans without a server (docs/observability.md): a batch job's span roots its own trace and its lines are
 children; a Dynamo worker's span continues the trace context Dynamo passed, two workers' spans siblings;
 both are no-ops that import nothing while tracing is off."""
 

@@ -1,4 +1,4 @@
-"""A Dynamo worker's spans (docs/tracing.md, "Across processes"): one span per request the worker serves,
+"""A Dynamo worker's spans (docs/observability.md, "Across processes"): one span per request the worker serves,
 continuing the W3C trace context Dynamo hands the worker (`context.trace_headers()`: the caller's
 `traceparent`, or Dynamo's own `engine.generate` span when Dynamo traces too). In a disaggregated run the
 prefill worker's and the decode worker's spans are siblings under that parent.

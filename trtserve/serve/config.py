@@ -48,10 +48,10 @@ class ServeConfig(BaseModel):
     idempotency_ttl: float = Field(86400.0, gt=0)  # seconds an Idempotency-Key's stored response is kept
     batch_max_in_flight: int = Field(4, ge=1)  # batch lines generating at once (they also run at the lowest priority)
     max_file_bytes: int = Field(100 << 20, ge=1024)  # largest upload to POST /v1/files
-    # OpenTelemetry traces to this OTLP endpoint (needs trtserve[otel]; docs/tracing.md); unset: off, unless
+    # OpenTelemetry traces to this OTLP endpoint (needs trtserve[otel]; docs/observability.md); unset: off, unless
     # OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set. OTLP over gRPC unless OTEL_EXPORTER_OTLP_TRACES_PROTOCOL=http/protobuf.
     otlp_traces_endpoint: str | None = None
-    # The access log's line per request (docs/tracing.md): "json", or "text" (the same fields in one readable line)
+    # The access log's line per request (docs/observability.md): "json", or "text" (the same fields in one readable line)
     access_log_format: Literal["json", "text"] = "json"
     # Reasoning and tool-call parsers (docs/reasoning-and-tools.md); null: the ones the chat template implies
     reasoning_parser: str | None = None  # think | harmony | none (and vLLM's aliases: qwen3, deepseek_r1, gpt_oss)

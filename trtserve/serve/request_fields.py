@@ -25,7 +25,7 @@ class RequestOptionFields(JsonBody):
     context_version: int | None = Field(None, ge=0, le=2**63 - 1)
     # trtserve extension: false opts out of speculative decoding (docs/speculative.md)
     speculate: bool = True
-    # trtserve extension: true returns the request's timings in usage.metrics (docs/tracing.md)
+    # trtserve extension: true returns the request's timings in usage.metrics (docs/observability.md)
     return_metrics: bool = False
 
     def request_options(self, **given) -> RequestOptions:

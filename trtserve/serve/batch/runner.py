@@ -122,7 +122,7 @@ class BatchRunner:
 
     async def _traced_lines(self, bid: str, endpoint: str, todo: list[Task]) -> None:
         """Run the lines under one span of the job's run (a new trace: no request waits on it); each line
-        is a child span, its generation under it (docs/tracing.md). A run resumed after a restart is a new
+        is a child span, its generation under it (docs/observability.md). A run resumed after a restart is a new
         trace with the same trtserve.batch_id."""
         attrs = {"trtserve.batch_id": bid, "trtserve.batch.endpoint": endpoint, "trtserve.batch.lines": len(todo)}
         job = self.server.tracing.job_span(f"batch {bid}", attrs, operation_of(endpoint))

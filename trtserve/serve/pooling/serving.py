@@ -223,7 +223,7 @@ class PoolingServing:
 
 @contextlib.asynccontextmanager
 async def traced(request: Request, task: str, inputs: int, mv: ModelVersion | None = None):
-    """One pooling call's span under the request's server span (docs/tracing.md): the body sets
+    """One pooling call's span under the request's server span (docs/observability.md): the body sets
     `usage["tokens"]`; `mv`: the version it runs on, else the one `route` recorded (refused before routing:
     no span)."""
     span, began, usage = request_context(request.scope).span, time.monotonic(), {"tokens": 0}

@@ -1,4 +1,4 @@
-"""OpenTelemetry traces of every request (docs/tracing.md): off unless an OTLP endpoint is given.
+"""OpenTelemetry traces of every request (docs/observability.md): off unless an OTLP endpoint is given.
 
 `open_tracing(config)` returns the server's `Tracing`: `NoTracing` when off, which imports nothing of
 OpenTelemetry and hands out the one `NO_SPAN` (every method a no-op), so the request path never asks
