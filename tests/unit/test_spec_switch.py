@@ -59,7 +59,7 @@ def test_sequences_speculate_by_their_own_expected_gain():
     chatting.spec.record(4, 0, 0.0)
     spec.switch.observe(2, 0, 0.020)
     spec.switch.observe(2, 8, 0.060)  # a row costs 5 ms: the bar is 0.5 accepted tokens per proposal
-    spec.plan([quoting, chatting])
+    spec.plan([quoting, chatting], waiting=1)  # a request waits: every accepted token frees room for it
     assert spec.draft(quoting, 4) == [7, 5, 6, 7] and spec.draft(chatting, 4) == []
     assert chatting.spec.idle == 1 and quoting.spec.idle == 0
     assert spec.draft(quoting, 2) == [7, 5]  # within the step's budget
@@ -68,9 +68,28 @@ def test_sequences_speculate_by_their_own_expected_gain():
     assert fixed.draft(chatting, 4) == [4, 1, 2, 3]
 
 
-def _running(token_ids):
+def test_with_nothing_waiting_only_the_batchs_longest_sequences_gain():
+    spec = Speculator(SpeculativeConfig(method="ngram", num_speculative_tokens=4))
+    long, short = _running([5, 6, 7, 5, 6, 7, 5, 6]), _running([5, 6, 7, 5, 6, 7, 5, 6], max_tokens=8)
+    for r in (long, short):
+        r.spec = SpecState()
+        r.spec.record(4, 3, 0.0)  # keeps 3 of 4: clears the 0.5 bar alone, not when two share the batch's end
+    spec.switch.observe(2, 0, 0.020)
+    spec.switch.observe(2, 8, 0.060)
+    spec.plan([long, short])  # nothing waits: the batch ends with `long`; `short` finishing sooner frees nothing
+    assert spec.draft(long, 4) == [7, 5, 6, 7] and spec.draft(short, 4) == []
+    tied = _running([5, 6, 7, 5, 6, 7, 5, 6])
+    tied.spec = SpecState()
+    tied.spec.record(4, 3, 0.0)
+    spec.plan([long, tied])  # two end together: each one's tokens are worth half the step they save
+    assert spec.draft(long, 4) == spec.draft(tied, 4) == []
+    spec.plan([long, tied], waiting=2)  # a queue takes any freed slot: each token counts in full
+    assert spec.draft(long, 4) == spec.draft(tied, 4) == [7, 5, 6, 7]
+
+
+def _running(token_ids, max_tokens: int = 16):
     """A sequence decoding its next token after token_ids."""
-    r = Request(SequenceId(RequestId.new()), list(token_ids), SamplingParams(max_tokens=16), 0)
+    r = Request(SequenceId(RequestId.new()), list(token_ids), SamplingParams(max_tokens=max_tokens), 0)
     r.num_computed_tokens = len(token_ids) - 1
     return r
 
@@ -103,7 +122,7 @@ def test_no_throughput_cliff_as_the_batch_grows(quoting_share):
         quoting = {id(r) for r in running[: round(quoting_share * batch)]}  # keep every proposal; others none
         tokens, seconds = 0, 0.0
         for _ in range(steps):
-            spec.plan(running)
+            spec.plan(running, waiting=1)  # an open system: no sequence ends, as if requests always waited
             drafts = [spec.draft(r, k) for r in running]
             for r, d in zip(running, drafts, strict=True):
                 kept = len(d) if id(r) in quoting else 0

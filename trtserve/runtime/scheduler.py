@@ -114,7 +114,7 @@ class Scheduler:
         out = SchedulerOutput(block_copies=self._copies)
         self._copies = []
         budget = self.config.max_num_tokens
-        self.speculation.plan(self.running)
+        self.speculation.plan(self.running, len(self.waiting))
         for req in list(self.running):
             if req not in self.running:  # preempted by an earlier request this step
                 continue

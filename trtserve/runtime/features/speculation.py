@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 
 class NoSpeculation(EngineFeature):
-    def plan(self, running: list[Request]) -> None:
+    def plan(self, running: list[Request], waiting: int) -> None:
         pass
 
     def draft(self, r: Request, limit: int) -> list[int]:
@@ -49,8 +49,8 @@ class Speculation(NoSpeculation):
         self.speculator = speculator
         self._decode_only: tuple[int, int] | None = None  # this step's (batch, proposals) if it ran decodes only
 
-    def plan(self, running: list[Request]) -> None:
-        self.speculator.plan(running)
+    def plan(self, running: list[Request], waiting: int) -> None:
+        self.speculator.plan(running, waiting)
 
     def draft(self, r: Request, limit: int) -> list[int]:
         return self.speculator.draft(r, limit)

@@ -26,13 +26,14 @@ class Speculator:
         self.proposer = proposer or NgramProposer(config.prompt_lookup_min, config.prompt_lookup_max)
         self.totals = SpecCounts()
 
-    def plan(self, running: list[Request]) -> None:
+    def plan(self, running: list[Request], waiting: int = 0) -> None:
         """Decide which of these running sequences speculate in the step being scheduled (switch.py: the
         bar their expected accepted tokens must clear, a probe's one sequence) and propose for them, all
         at once (a draft model runs them as one batch); `draft` hands the proposals out. The step's
-        proposals stay within step_rows: rows a guess did not use go to the next sequences in line."""
+        proposals stay within step_rows: rows a guess did not use go to the next sequences in line.
+        waiting: requests the scheduler holds back; with none, tokens count as `_worth` says."""
         self._planned = {}
-        pending = deque(self._candidates(running))
+        pending = deque(self._candidates(running, waiting))
         rows_left = math.inf if self.step_rows is None else self.step_rows - len(running)
         while pending and rows_left > 0:
             asks, room = [], rows_left
@@ -48,9 +49,10 @@ class Speculator:
             if r.spec is not None:
                 r.spec.idle += 1
 
-    def _candidates(self, running: list[Request]) -> list[tuple[Request, int]]:
+    def _candidates(self, running: list[Request], waiting: int) -> list[tuple[Request, int]]:
         """The decoding sequences that speculate this step, in order, with how many tokens each may propose."""
         bar = self.switch.bar(len(running))
+        worth = _worth(running) if waiting == 0 and len(running) > 1 else None
         probe = None
         if bar == PROBE:
             held = [r for r in running if r.options.speculate]
@@ -69,7 +71,8 @@ class Speculator:
             if not r.spec.wants_draft():
                 continue
             k = min(self.config.num_speculative_tokens, r.params.max_tokens - len(r.output_token_ids) - 1)
-            held = bar is None or (bar > EVERYONE and r is not probe and r.spec.expected_accepted() <= bar * k)
+            gain = r.spec.expected_accepted() * (1.0 if worth is None else worth.get(r.seq, 0.0))
+            held = bar is None or (bar > EVERYONE and r is not probe and gain <= bar * k)
             if k <= 0 or held:
                 r.spec.idle += 1
                 continue
@@ -111,3 +114,14 @@ def make_speculator(config: SpeculativeConfig, target: LoadedEngine, options: En
 
     draft = DraftProposer.open(config.draft_engine_dir, target, options, config.batch_limit)  # type: ignore[arg-type]
     return Speculator(config, draft, rows)
+
+
+def _worth(running: list[Request]) -> dict:
+    """With nothing waiting, what a sequence's accepted token is worth to the step rate the switch prices
+    rows at: a closed batch runs until its longest sequence ends, so tokens off that path free a slot no
+    request takes. 1/n for each of the n sequences with the most tokens still allowed (max_tokens: an
+    end-of-sequence is not known ahead), nothing for the rest."""
+    left = {r.seq: r.params.max_tokens - len(r.output_token_ids) for r in running}
+    top = max(left.values())
+    longest = [seq for seq, n in left.items() if n == top]
+    return dict.fromkeys(longest, 1.0 / len(longest))
