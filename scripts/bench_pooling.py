@@ -25,24 +25,14 @@ import time
 from pathlib import Path
 
 import torch
+from peers.shapes import SMOLLM2_135M
 
 
 def _checkpoints(root: Path, tokenizer: Path, layers: int) -> dict[str, Path]:
     from transformers import AutoModel, AutoModelForSequenceClassification, LlamaConfig
 
-    cfg = dict(
-        vocab_size=49152,
-        hidden_size=576,
-        intermediate_size=1536,
-        num_hidden_layers=layers,
-        num_attention_heads=9,
-        num_key_value_heads=3,
-        max_position_embeddings=2048,
-        rope_theta=100000.0,
-        tie_word_embeddings=True,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
+    cfg = SMOLLM2_135M | dict(
+        vocab_size=49152, num_hidden_layers=layers, max_position_embeddings=2048, tie_word_embeddings=True
     )
     out = {}
     for name, auto, extra in (

@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from peers.shapes import SMOLLM2_135M
 from PIL import Image
 
 TEMPLATE = "<|im_start|>user\n<image>\n{q}<|im_end|>\n<|im_start|>assistant\n"  # llava-interleave's layout
@@ -66,18 +67,11 @@ def _checkpoint(dest: Path, tokenizer: Path, layers: int, vision_layers: int, im
     tok.add_special_tokens({"additional_special_tokens": ["<image>"]})
     tok.save_pretrained(dest)
     text = LlamaConfig(
+        **SMOLLM2_135M,
         vocab_size=len(tok),
-        hidden_size=576,
-        intermediate_size=1536,
         num_hidden_layers=layers,
-        num_attention_heads=9,
-        num_key_value_heads=3,
         max_position_embeddings=8192,
-        rope_theta=100000.0,
         tie_word_embeddings=False,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=2,
     )
     tower = SiglipVisionConfig(
         hidden_size=768,

@@ -35,6 +35,11 @@ SHAPES: dict[str, tuple[str, str, dict]] = {
                   moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, num_hidden_layers=4,
                   num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936)),
 }  # fmt: skip
+# SmolLM2-135M's widths (the demo model's), for the benchmarks that build it with a few of its 30 layers
+SMOLLM2_135M = dict(
+    hidden_size=576, intermediate_size=1536, num_attention_heads=9, num_key_value_heads=3, rope_theta=100000.0,
+    bos_token_id=1, eos_token_id=2, pad_token_id=2,
+)  # fmt: skip
 
 
 def make_shaped(dest: Path, family: str, dtype: str = "bfloat16") -> Path:
