@@ -52,7 +52,8 @@ class Speculator:
     def _candidates(self, running: list[Request], waiting: int) -> list[tuple[Request, int]]:
         """The decoding sequences that speculate this step, in order, with how many tokens each may propose."""
         bar = self.switch.bar(len(running))
-        worth = _worth(running) if waiting == 0 and len(running) > 1 else None
+        priced = bar is not None and bar > EVERYONE  # the bar is a price: tokens' worth matters (else all or none)
+        worth = _worth(running) if priced and waiting == 0 and len(running) > 1 else None
         probe = None
         if bar == PROBE:
             held = [r for r in running if r.options.speculate]
