@@ -16,6 +16,7 @@ golden=(
   tests/golden/test_lora.py                # LoRA rows in the step
   tests/golden/test_family_mixtral.py      # experts on the expert kernel, in the step and op by op
   tests/golden/test_family_qwen2_moe.py    # and a shared expert
+  tests/golden/test_family_qwen3.py        # q/k norm in the step and the pointwise kernels
 )
 if [ "${1:-}" = "--full" ]; then
   shift
