@@ -67,3 +67,15 @@ def test_untraced_requests_carry_no_timeline(llm):
     assert all(d.timeline is None for d in deltas)
     (timeline,) = [f for f in llm.core.features.all if isinstance(f, StepTimeline)]
     assert timeline.traced == 0  # no traced request is left in the engine: its steps read no clock
+
+
+def test_each_sequence_of_n_reports_the_requests_queue_time(llm):
+    """Sequences forked after the prompt (n > 1) waited in the queue as the request did: each first delta's
+    queue_time is the request's (a fork once counted from the clock's zero: hours)."""
+    params = SamplingParams(n=3, max_tokens=4, temperature=1.0, seed=1)
+    deltas = _run(llm, PROMPT, params, RequestOptions())
+    first = {}
+    for d in deltas:
+        first.setdefault(d.index, d.queue_time)
+    assert sorted(first) == [0, 1, 2]
+    assert first[0] is not None and all(q == first[0] for q in first.values())

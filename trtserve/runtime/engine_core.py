@@ -284,6 +284,8 @@ class EngineCore:
             seq, params = SequenceId(parent.seq.request, i), parent.params.model_copy(update={"n": 1})
             child = Request(seq, parent.prompt_token_ids, params, parent.arrival, parent.options)
             child.rope_long = parent.rope_long
+            # its queue time is the parent's (it never waited on its own): from 0 it read as hours
+            child.arrival_time, child.scheduled_time = parent.arrival_time, parent.scheduled_time
             child.make_generator()
             if parent.params.guided is not None:  # the parent has accepted nothing yet: a fresh matcher
                 child.guided = self.grammars.new_state(parent.params.guided, parent.options.thinking_span)
