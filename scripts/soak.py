@@ -238,10 +238,28 @@ async def idle_state(client: httpx.AsyncClient, timeout: float) -> dict[str, flo
         await asyncio.sleep(0.2)
 
 
+class NotReady(Exception):
+    pass
+
+
+async def ready(client: httpx.AsyncClient, within: float) -> None:
+    """Wait for /health/ready: requests sent while the model still loads are answered 503, which is right of
+    the server and no finding of the soak."""
+    deadline = time.monotonic() + within
+    while True:
+        with contextlib.suppress(httpx.HTTPError):
+            if (await client.get("/health/ready")).status_code == 200:
+                return
+        if time.monotonic() > deadline:
+            raise NotReady(f"the server at {client.base_url} was not ready within {within:g} s (/health/ready)")
+        await asyncio.sleep(0.5)
+
+
 async def soak(args) -> dict:
     timeout = httpx.Timeout(connect=10, read=args.hang_timeout, write=30, pool=None)
     limits = httpx.Limits(max_connections=args.concurrency * 2)
     async with httpx.AsyncClient(base_url=args.url, timeout=timeout, limits=limits) as client:
+        await ready(client, args.ready_timeout)
         model = args.model or (await client.get("/v1/models")).json()["data"][0]["id"]
         tally, rng = Tally(), random.Random(args.seed)
         rss: list[tuple[int, int, int]] = []
@@ -333,6 +351,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cancel-window", type=float, default=1.0, help="a cancelling client leaves within this many s")
     ap.add_argument("--invalid-fraction", type=float, default=0.05)
     ap.add_argument("--hang-timeout", type=float, default=60.0, help="no byte for this long is a hang")
+    ap.add_argument("--ready-timeout", type=float, default=300.0, help="how long to wait for /health/ready first")
     ap.add_argument("--idle-timeout", type=float, default=30.0, help="how long the engine has to go idle at the end")
     ap.add_argument("--warmup-fraction", type=float, default=0.1, help="RSS growth is measured from here")
     ap.add_argument("--rss-growth-mib", type=float, default=256.0, help="more RSS growth after warm-up fails")
@@ -352,6 +371,9 @@ def main(argv: list[str] | None = None) -> int:
         figures = asyncio.run(soak(args))
     except httpx.ConnectError as err:
         print(f"cannot reach {args.url} ({err}); start `trtserve run ENGINE` or pass --url", file=sys.stderr)
+        return 2
+    except NotReady as err:
+        print(err, file=sys.stderr)
         return 2
     text = json.dumps(figures, indent=2)
     print(text)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 
 import torch
 
@@ -59,7 +59,9 @@ class FlatBatch:
     token_ids: torch.Tensor  # (T,) int64, sequences back to back
     positions: torch.Tensor  # (T,) int64
     slot_mapping: torch.Tensor  # (T,) int64: cache slot (block * tokens_per_block + offset) of each token
-    groups: list[AttnGroup]  # every sequence is in exactly one group
+    # builds the attention groups (every sequence in exactly one) on first use of `groups`: the one-call
+    # decode step reads none of them
+    layout: Callable[[], list[AttnGroup]]
     block_tables: torch.Tensor  # (B, max_blocks) int64: each sequence's KV blocks; pad -> 0
     logits_indices: torch.Tensor  # (N,) int64: flat indices of the tokens whose logits are wanted
     seq_ids: torch.Tensor  # (T,) int64: the sequence (row of block_tables) each token belongs to
@@ -68,6 +70,10 @@ class FlatBatch:
     # image rows (runtime/features/vision.py): (R,) int64 flat token indices, (R, hidden) the embeddings that
     # replace their tokens'; None: every row embeds its token
     embeds: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    @cached_property
+    def groups(self) -> list[AttnGroup]:
+        return self.layout()
 
 
 def make_batch(
@@ -83,43 +89,59 @@ def make_batch(
     whose logits are wanted (default: its last token). gqa_group: query heads per KV head."""
     windows = tuple(windows) if isinstance(windows, Sequence) else (windows,)
     n_b = len(seqs)
-    q_lens = torch.tensor([len(s.tokens) for s in seqs])  # (B,)
-    starts = torch.tensor([s.start for s in seqs])  # (B,)
-    kv_lens = starts + q_lens  # (B,)
-    n_blocks = -(-kv_lens // tokens_per_block)  # (B,)
-
-    tables = torch.zeros(n_b, int(n_blocks.max()), dtype=torch.long)
-    slot_chunks, pos_chunks = [], []
-    for b, s in enumerate(seqs):
-        ctx = int(kv_lens[b])
-        pos = torch.arange(s.start, ctx)  # only the new tokens' slots are needed here
-        table = torch.as_tensor(s.block_table, dtype=torch.long)
-        if table.numel() * tokens_per_block < ctx:
-            raise ValueError(f"block table of {table.numel()} blocks cannot hold {ctx} tokens")
-        tables[b, : int(n_blocks[b])] = table[: int(n_blocks[b])]
-        slot_chunks.append(table[pos // tokens_per_block] * tokens_per_block + pos % tokens_per_block)
-        pos_chunks.append(pos)
-    offsets = torch.cumsum(q_lens, 0) - q_lens  # (B,) first flat index of each sequence
-
-    to = dict(device=device)
+    # Python lists, one tensor each at the end: per-sequence tensor ops cost ~10 us apiece, which at decode
+    # sizes outweighed the step's own work (docs/performance.md, "Laying out a step")
+    q_list = [len(s.tokens) for s in seqs]
+    start_list = [s.start for s in seqs]
+    kv_list = [st + q for st, q in zip(start_list, q_list, strict=True)]
+    blocks_list = [-(-kv // tokens_per_block) for kv in kv_list]
+    width = max(blocks_list)
+    table_rows, slots, positions = [], [], []
+    for s, ctx, n_blk in zip(seqs, kv_list, blocks_list, strict=True):
+        if len(s.block_table) * tokens_per_block < ctx:
+            raise ValueError(f"block table of {len(s.block_table)} blocks cannot hold {ctx} tokens")
+        table = [int(b) for b in s.block_table[:n_blk]]
+        table_rows.append(table + [0] * (width - n_blk))
+        positions.extend(range(s.start, ctx))  # only the new tokens' slots are needed here
+        slots.extend(
+            table[p // tokens_per_block] * tokens_per_block + p % tokens_per_block for p in range(s.start, ctx)
+        )
+    offset_list = [0] * n_b
+    for i in range(1, n_b):
+        offset_list[i] = offset_list[i - 1] + q_list[i - 1]
+    if logit_rows is None:
+        logits = [o + q - 1 for o, q in zip(offset_list, q_list, strict=True)]
+    else:
+        logits = [o + r for o, rows in zip(offset_list, logit_rows, strict=True) for r in rows]
+    seq_ids = [b for b, q in enumerate(q_list) for _ in range(q)]
+    prompt_lens = [s.prompt_len for s, q in zip(seqs, q_list, strict=True) for _ in range(q)]
+    # every per-token list in one tensor (one copy to the device), handed out as views
+    parts = [[t for s in seqs for t in s.tokens], positions, slots, logits, seq_ids]
+    if any(prompt_lens):
+        parts.append(prompt_lens)
+    flat = torch.tensor([x for part in parts for x in part], dtype=torch.long).to(device=device)
+    views = torch.split(flat, [len(part) for part in parts])
+    tables = torch.tensor(table_rows, dtype=torch.long)
     spans = [s.bidirectional for s in seqs]
-    groups = [
-        _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, windows, gqa_group, device, spans)
-        for part in (starts == 0, starts > 0)  # sequences without cached keys apart: their groups run unmasked
-        for idx in _group_by_length(q_lens.tolist(), kv_lens.tolist(), part.nonzero().squeeze(1).tolist())
-    ]
+
+    def layout() -> list[AttnGroup]:  # sequences without cached keys apart: their groups run unmasked
+        q_lens, starts, kv_lens, offsets = (torch.tensor(x) for x in (q_list, start_list, kv_list, offset_list))
+        return [
+            _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, windows, gqa_group, device, spans)
+            for fresh in (True, False)
+            for idx in _group_by_length(q_list, kv_list, [b for b in range(n_b) if (start_list[b] == 0) == fresh])
+        ]
+
     return FlatBatch(
-        token_ids=torch.tensor([t for s in seqs for t in s.tokens], dtype=torch.long, **to),
-        positions=torch.cat(pos_chunks).to(**to),
-        slot_mapping=torch.cat(slot_chunks).to(**to),
-        groups=groups,
-        block_tables=tables.to(**to),
-        logits_indices=_logits_indices(offsets, q_lens, logit_rows).to(**to),
-        seq_ids=torch.repeat_interleave(torch.arange(n_b), q_lens).to(**to),
+        token_ids=views[0],
+        positions=views[1],
+        slot_mapping=views[2],
+        layout=layout,
+        block_tables=tables.to(device=device),
+        logits_indices=views[3],
+        seq_ids=views[4],
         decoding=all(len(s.tokens) <= s.decode_rows for s in seqs),
-        prompt_lens=torch.repeat_interleave(torch.tensor([s.prompt_len for s in seqs]), q_lens).to(**to)
-        if any(s.prompt_len for s in seqs)
-        else None,
+        prompt_lens=views[5] if len(views) > 5 else None,
     )
 
 
@@ -131,16 +153,17 @@ def _group_by_length(q_lens: list[int], kv_lens: list[int], among: list[int]) ->
     order = sorted(among, key=lambda b: (-kv_lens[b], -q_lens[b]))
     groups: list[list[int]] = []
     cur: list[int] = []
-    useful = 0
+    useful = longest_q = 0
     for b in order:
         work = q_lens[b] * kv_lens[b]
         if cur:
-            padded = (len(cur) + 1) * max(q_lens[i] for i in [*cur, b]) * kv_lens[cur[0]]
+            padded = (len(cur) + 1) * max(longest_q, q_lens[b]) * kv_lens[cur[0]]
             if padded > 1.5 * (useful + work) + 4096:
                 groups.append(cur)
-                cur, useful = [], 0
+                cur, useful, longest_q = [], 0, 0
         cur.append(b)
         useful += work
+        longest_q = max(longest_q, q_lens[b])
     return groups + [cur]
 
 
@@ -194,12 +217,3 @@ def _mask(causal, pad, q_pos, k_pos, gqa_group: int, device, window: int | None)
     keys fewer than `window` positions behind it: HF's kv_idx > q_idx - window), padded rows on key 0."""
     mask = causal if window is None else causal & ((q_pos[:, :, None] - k_pos[None, None, :]) < window)
     return (mask | pad).repeat(1, gqa_group, 1)[:, None].to(device=device)
-
-
-def _logits_indices(
-    offsets: torch.Tensor, q_lens: torch.Tensor, logit_rows: Sequence[Sequence[int]] | None
-) -> torch.Tensor:
-    if logit_rows is None:
-        return offsets + q_lens - 1
-    flat = [int(offsets[b]) + r for b, rows in enumerate(logit_rows) for r in rows]
-    return torch.tensor(flat, dtype=torch.long)
