@@ -168,6 +168,8 @@ class Scheduler:
             n = self.vision.chunk_tokens(req, num_cached, min(req.num_tokens - num_cached, budget))
             if n <= 0:
                 return  # its next image does not fit what is left of this step
+            if self._waits_whole(req, num_cached, n):
+                return
             no_evict = self.config.policy == "guaranteed_no_evict"
             if no_evict and self._worst_case(req) - len(cached) > self.blocks.num_free_blocks - self._reserved():
                 return
@@ -187,6 +189,12 @@ class Scheduler:
             if req.kv_import is not None:
                 out.kv_imports.append(req)
             budget -= n
+
+    def _waits_whole(self, req: Request, num_cached: int, n: int) -> bool:
+        """A pooling prompt that a whole step holds is never cut in two: it waits for the next step rather
+        than run a chunk now and its rest as a second chunk after cached keys (the masked attention path)."""
+        left = req.num_tokens - num_cached
+        return self.pooling.pools(req) and n < left <= self.config.max_num_tokens
 
     def update(self, out: SchedulerOutput) -> int:
         """After the step ran: each chunk's tokens are in the KV cache. Registers the blocks that
