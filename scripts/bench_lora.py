@@ -62,7 +62,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     work = Path(tempfile.mkdtemp(prefix="bench-lora-"))
     engine = work / "engine"
-    build_engine(BuildConfig(model="smollm2-135m", dtype=args.dtype, max_seq_len=2048), engine, quiet=True)
+    build_engine(
+        BuildConfig(model="smollm2-135m", dtype=args.dtype, quant="none", max_seq_len=2048), engine, quiet=True
+    )
     cfg = json.loads((engine / "config.json").read_text())["pretrained_config"]
     dirs = {f"a{i}": str(write_adapter(work / f"a{i}", cfg, args.rank, i)) for i in range(5)}
     lora = {"adapters": {k: dirs[k] for k in ("a0", "a1", "a2", "a3")}, "max_loras": 4, "max_lora_rank": args.rank}

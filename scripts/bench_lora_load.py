@@ -38,7 +38,7 @@ def main() -> None:
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-lora-load-"))
     engine = work / "engine"
-    build_engine(BuildConfig(model="smollm2-135m", dtype="float32", max_seq_len=2048), engine, quiet=True)
+    build_engine(BuildConfig(model="smollm2-135m", dtype="float32", quant="none", max_seq_len=2048), engine, quiet=True)
     cfg = json.loads((engine / "config.json").read_text())["pretrained_config"]
     dirs = [write_adapter(work / f"a{i}", cfg, args.rank, i) for i in range(args.loads + 1)]
     with socket.socket() as s:

@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/bench_spec.py [ENGINE_DIR] [--threads 2] [--k 4] [--workloads rag,free,mixed,switch,draft]
 
-ENGINE_DIR: the demo engine scripts/demo.sh builds (engines/smollm2-135m: SmolLM2-135M-Instruct, float32),
-built here from configs/demo-smollm2.yaml when it is missing. Two engines are loaded side by side, one
+ENGINE_DIR: SmolLM2-135M-Instruct dequantized to float32 (engines/smollm2-135m-f32: configs/demo-smollm2.yaml
+with --quant none, the engine docs/speculative.md's figures were measured on), built here when it is missing. Two engines are loaded side by side, one
 plain and one speculating, and each workload runs on both, prompt by prompt alternating which goes
 first, so a busy machine slows both alike. Greedy throughout, so both must give the same tokens (checked).
 
@@ -71,7 +71,7 @@ def ensure_engine(engine: Path) -> None:
     if (engine / "config.json").exists():
         return
     cmd = [sys.executable, "-m", "trtserve.cli", "build", "--config", str(ROOT / "configs/demo-smollm2.yaml")]
-    subprocess.run([*cmd, "-o", str(engine), "--force"], check=True)
+    subprocess.run([*cmd, "--quant", "none", "-o", str(engine), "--force"], check=True)
 
 
 def timed(llm, prompts, params, chat: bool) -> tuple[float, list]:
@@ -147,7 +147,7 @@ def summarize(name: str, parts: list[dict]) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("engine", nargs="?", type=Path, default=ROOT / "engines/smollm2-135m")
+    ap.add_argument("engine", nargs="?", type=Path, default=ROOT / "engines/smollm2-135m-f32")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--k", type=int, default=4, help="num_speculative_tokens")
     ap.add_argument("--max-tokens", type=int, default=128, help="batch-1 workloads' output budget")

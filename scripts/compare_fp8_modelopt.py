@@ -35,7 +35,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-ENGINES = {"bf16": None, "fp8": "fp8", "fp8_pcpt": "fp8_pcpt"}  # engine dir name -> --quant
+# engine dir name -> --quant (none: unquantized, a GGUF dequantized)
+ENGINES = {"bf16": "none", "fp8": "fp8", "fp8_pcpt": "fp8_pcpt"}
 ROW_CHUNK = 128  # positions whose float64 log-probabilities are held at once (rows x vocab)
 Scorer = Callable[[list[int], list[int]], torch.Tensor]  # (window tokens, rows) -> (rows, vocab) logits
 

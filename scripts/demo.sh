@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Set up, build the SmolLM2-135M demo engine, inspect it, generate a reply offline, then serve it.
+# Set up, build the SmolLM2-135M demo engine (configs/demo-smollm2.yaml: its GGUF's Q4_1 kept as int4,
+# float32), inspect it, generate a reply offline, then serve it.
 # DEMO_NO_SERVE=1 stops after the offline reply.
 set -euo pipefail
 cd "$(dirname "$0")/.."

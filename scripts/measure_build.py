@@ -139,8 +139,8 @@ def main() -> None:
     args.workdir.mkdir(parents=True, exist_ok=True)
     t = args.threads
     rows = [
-        measure("smollm2-135m", args.workdir / "smollm2-f32", threads=t),
-        measure("smollm2-135m", args.workdir / "smollm2-bf16", "--dtype", "bfloat16", threads=t),
+        measure("smollm2-135m", args.workdir / "smollm2-f32", "--quant", "none", threads=t),
+        measure("smollm2-135m", args.workdir / "smollm2-bf16", "--dtype", "bfloat16", "--quant", "none", threads=t),
     ]
     if not args.skip_tinyllama:
         src = args.workdir / "tinyllama-src"

@@ -16,12 +16,13 @@ MODEL_NAME = "model"
 def build_engine(
     source: str, out: Path, dtype: str, tokens_per_block: int, log: Path, quant: str | None = None
 ) -> Path:
-    """`trtserve build SOURCE -o OUT --dtype DTYPE --tokens-per-block N [--quant Q]`, once: an existing
-    engine dir is reused."""
+    """`trtserve build SOURCE -o OUT --dtype DTYPE --tokens-per-block N --quant Q|none`, once: an existing
+    engine dir is reused. No Q: `none`, so a quantized GGUF is dequantized, the weights HF and llama.cpp's
+    conversions of it run (a GGUF's own quantization is Q `gguf`)."""
     if (out / "manifest.json").exists():
         return out
     cmd = [sys.executable, "-m", "trtserve.cli", "build", source, "-o", str(out), "--dtype", dtype, "--quiet"]
-    cmd += ["--tokens-per-block", str(tokens_per_block)] + (["--quant", quant] if quant else [])
+    cmd += ["--tokens-per-block", str(tokens_per_block), "--quant", quant or "none"]
     with open(log, "wb") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
     if rc != 0:

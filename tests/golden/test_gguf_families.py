@@ -1,6 +1,7 @@
-"""`--quant gguf` on each dense family that builds from GGUF: a file whose linears are Q4_0 (int4,
-re-encoded exactly) or Q8_0 (int8 per row) builds at its quantized size, and its float32 engine agrees
-with the dequantized float32 engine of the same file (top-1 at every prompt position)."""
+"""`--quant gguf` (the default for a quantized GGUF) on each dense family that builds from GGUF: a
+file whose linears are Q4_0 (int4, re-encoded exactly) or Q8_0 (int8 per row) builds at its quantized
+size, and its float32 engine agrees with the dequantized float32 engine of the same file (`--quant
+none`; top-1 at every prompt position)."""
 
 from __future__ import annotations
 
@@ -53,8 +54,8 @@ def test_quant_gguf_agrees_with_the_dequantized_engine(tmp_path, monkeypatch, fa
     src = make_model(tmp_path / "hf", model_type, seed=2, **overrides)
     quantizing_writer(monkeypatch, kind)
     gguf_file = write_gguf(src, tmp_path / f"{family}.gguf", **gguf_args)
-    ref = build(gguf_file, tmp_path / "dequantized", dtype="float32")
-    kept = build(gguf_file, tmp_path / "kept", quant="gguf", dtype="float32")
+    ref = build(gguf_file, tmp_path / "dequantized", quant="none", dtype="float32")
+    kept = build(gguf_file, tmp_path / "kept", dtype="float32")  # no --quant: gguf
     weights = load_file(kept / "model.safetensors")
     qkv = weights["transformer.layers.0.attention.qkv.weight"]
     assert qkv.dtype == torch.int8 and ("transformer.layers.0.attention.qkv.zero" in weights) == (packed == "int4")

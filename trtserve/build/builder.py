@@ -21,6 +21,7 @@ from rich.console import Console
 
 from trtserve.build.adapters import check_adapters, pack_adapters
 from trtserve.build.config import BuildConfig
+from trtserve.build.gguf_default import quantized_types
 from trtserve.build.gguf_reader import GGUFReader
 from trtserve.build.output import check_target, staged_dir
 from trtserve.build.planner import BuildPlan, resolve
@@ -64,17 +65,14 @@ def dry_run(cfg: BuildConfig, out: Path) -> str:
 
 
 def _dequantized_note(plan: BuildPlan, weight_bytes: int) -> str | None:
-    """A quantized GGUF built without --quant gguf is dequantized: say what that cost and how to keep its size."""
-    if not isinstance(plan.reader, GGUFReader) or plan.config.quant == "gguf" or not weight_bytes:
+    """A quantized GGUF built without --quant that could not be kept: what was dequantized, why, and the cost."""
+    if plan.dequantized is None or not isinstance(plan.reader, GGUFReader):
         return None
-    stored = plan.reader.tensor_bytes().values()
-    kinds = sorted({kind for kind, _ in stored if kind not in ("F32", "F16", "BF16")})
-    if not kinds:
-        return None
-    ratio = weight_bytes / max(sum(n for _, n in stored), 1)
+    stored = sum(n for _, n in plan.reader.tensor_bytes().values())
+    cost = f" ({weight_bytes / max(stored, 1):.1f}x the file's tensor bytes)" if weight_bytes else ""
     return (
-        f"note: the GGUF's {', '.join(kinds)} weights were dequantized to {plan.model.dtype} ({ratio:.1f}x the "
-        "file's tensor bytes); build with --quant gguf to keep them at their quantized size (docs/quantization.md)"
+        f"note: the GGUF's {', '.join(quantized_types(plan.reader))} weights were dequantized to "
+        f"{plan.model.dtype}{cost}: {plan.dequantized} (docs/quantization.md)"
     )
 
 

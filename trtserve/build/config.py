@@ -17,6 +17,8 @@ from trtserve.models.quant_formats import GROUP_SIZES, kv_cache_names, quant_nam
 
 DType = Literal["auto", "bfloat16", "float16", "float32"]
 GroupSize = Literal[tuple(sorted(GROUP_SIZES))]  # inputs per int4 scale
+NO_QUANT = "none"  # --quant none: unquantized, a GGUF file dequantized (build/gguf_default.py)
+KEEP_GGUF = "gguf"  # --quant gguf: a GGUF's own quantization kept (build/gguf_linears.py), its default
 
 
 def one_of(value, allowed: list) -> object:
@@ -35,7 +37,9 @@ class BuildConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = None  # HF dir, GGUF file or alias; the CLI argument wins
-    dtype: DType = "auto"  # weights and activations; auto: config.json's dtype (float32 for GGUF)
+    # weights and activations; auto: config.json's dtype, bfloat16 if quantized; a GGUF: float32 dequantized
+    # or kept exactly (Q4_0 / Q4_1 / Q4_K linears), bfloat16 kept with int8 linears (build/gguf_default.py)
+    dtype: DType = "auto"
     tp_size: int = Field(1, ge=1, le=64)  # tensor-parallel shards of the TensorRT-LLM checkpoint
     max_batch_size: int = Field(256, ge=1)  # most sequences in one engine step
     max_seq_len: int | None = Field(None, ge=2)  # None: the model's max_position_embeddings
@@ -45,8 +49,9 @@ class BuildConfig(BaseModel):
     # --backend tensorrt|trtllm: the TensorRT-LLM release line to plan for (X.Y or main, checked by
     # backends/tensorrt_llm/capabilities.py); None: the installed one, else the newest release.
     trtllm_version: str | None = None
-    # Quantization through NVIDIA ModelOpt: a --quant / --kv-cache-quant value of
-    # trtserve/models/quant_formats.py; None = unquantized.
+    # A --quant / --kv-cache-quant value of trtserve/models/quant_formats.py (ModelOpt, or "gguf": a GGUF's
+    # own quantization kept), or "none": unquantized. None: "gguf" for a quantized GGUF where the build can
+    # keep it, else unquantized (build/gguf_default.py); a resolved config holds a format name or None.
     quant: str | None = None
     kv_cache_quant: str | None = None
     calib_size: int = Field(32, ge=1)  # calibration windows
@@ -79,7 +84,7 @@ class BuildConfig(BaseModel):
     @field_validator("quant")
     @classmethod
     def _known_quant(cls, v: str | None) -> str | None:
-        return one_of(v, quant_names())
+        return one_of(v, [*quant_names(), NO_QUANT])
 
     @field_validator("kv_cache_quant")
     @classmethod

@@ -1,4 +1,5 @@
-"""`--quant gguf`: a GGUF file's linears kept at their quantized size (quant_algo MIXED_PRECISION).
+"""`--quant gguf` (the default for a quantized GGUF, build/gguf_default.py): a GGUF file's linears
+kept at their quantized size (quant_algo MIXED_PRECISION).
 
 The converter's plan (build/convert.py) is made as for any build; each linear's weight spec is then
 replaced by the tensors of the packed format nearest the GGUF types of its sources (fused ones
@@ -59,11 +60,11 @@ def kept(plan: BuildPlan) -> Kept:
             "give a .gguf file, or pick a ModelOpt format such as --quant w4a16"
         )
     if plan.model.moe is not None:
-        raise UserError("--quant gguf does not build mixture-of-experts models yet; leave out --quant gguf")
+        raise UserError("--quant gguf does not build mixture-of-experts models yet; build with --quant none")
     for name, (kind, _) in reader.tensor_bytes().items():
         if kind not in {t.name for t in KEPT_TYPES}:
             raise UserError(
-                f"GGUF tensor {name} has type {kind}, which --quant gguf cannot keep; leave out --quant gguf "
+                f"GGUF tensor {name} has type {kind}, which --quant gguf cannot keep; build with --quant none "
                 "(weights are then dequantized) or re-quantize the file to Q4_0, Q4_1, Q4_K, Q5_K, Q6_K or Q8_0"
             )
     model = plan.model.model_copy(update={"quantization": Quantization(quant_algo="MIXED_PRECISION")})

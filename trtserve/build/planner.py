@@ -8,8 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from trtserve.build.config import BuildConfig
+from trtserve.build.config import KEEP_GGUF, BuildConfig
 from trtserve.build.convert import check_tp
+from trtserve.build.gguf_default import kept_dtype, resolve_quant
 from trtserve.build.job import Job
 from trtserve.build.pooling import pooled_model, pooling_config, pooling_reader
 from trtserve.build.reader import CheckpointReader
@@ -38,6 +39,8 @@ class BuildPlan:
     quantization: dict | None  # the checkpoint's `quantization` as planned (requested, or the source's)
     pooling: PoolingConfig | None = None  # a pooling model's task and head (build/pooling.py); None: an LLM
     vision: VisionConfig | None = None  # a vision-language model's images (build/vision.py); None: text only
+    # why a quantized GGUF built without --quant was dequantized (build/gguf_default.py); the build prints it
+    dequantized: str | None = None
 
     @property
     def backend(self) -> str:
@@ -86,6 +89,7 @@ def resolve(cfg: BuildConfig, strategy: Strategy) -> BuildPlan:
         raise UserError("no MODEL given; pass it as an argument or set `model:` in the --config file")
     reader = vision_reader(cfg, pooling_reader(cfg, open_checkpoint(cfg.model)))
     strategy.accept(cfg, reader)
+    cfg, dequantized = resolve_quant(cfg, reader)
     reader.family.check_build(cfg.backend, cfg.quant)
     dtype = resolve_dtype(cfg, reader)
     model = pooled_model(reader.family.model_config(reader.hf_config, dtype), reader)
@@ -96,16 +100,19 @@ def resolve(cfg: BuildConfig, strategy: Strategy) -> BuildPlan:
     limits = strategy.built_limits(resolve_limits(cfg, model), quantization)
     resolved = cfg.model_copy(update={"dtype": dtype, "max_seq_len": limits.max_seq_len, "model": str(reader.path)})
     pooling = pooling_config(cfg, reader, model)
-    plan = BuildPlan(resolved, reader, model, limits, quantization, pooling, vision_config(reader))
+    plan = BuildPlan(resolved, reader, model, limits, quantization, pooling, vision_config(reader), dequantized)
     strategy.check_plan(plan)
     return plan
 
 
 def resolve_dtype(cfg: BuildConfig, reader: CheckpointReader) -> str:
     """--dtype, with `auto` resolved from the source; a quantized build keeps its unquantized tensors
-    in 16 bits, so `auto` resolving to float32 becomes bfloat16 there."""
+    in 16 bits, so `auto` resolving to float32 becomes bfloat16 there, except a kept GGUF that maps
+    exactly (build/gguf_default.py). `cfg.quant` is resolved (gguf_default.resolve_quant)."""
     if cfg.dtype != "auto":
         return cfg.dtype
+    if cfg.quant == KEEP_GGUF:
+        return kept_dtype(reader)
     if cfg.quant and reader.auto_dtype == "float32":
         return "bfloat16"
     return reader.auto_dtype

@@ -21,7 +21,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from trtserve.build.config import BuildConfig
+from trtserve.build.config import KEEP_GGUF, BuildConfig
+from trtserve.build.gguf_default import kept_linear_bits
 from trtserve.build.planner import BuildPlan
 from trtserve.check.result import CheckFailed, Outcome
 from trtserve.check.targets import Target
@@ -99,6 +100,8 @@ def _linear_bits(plan: BuildPlan, item: int) -> float:
     """Bits per weight of the layer linears: the dtype's, or the quant recipe's storage + block scales."""
     if not plan.config.quant:
         return 8.0 * item
+    if plan.config.quant == KEEP_GGUF:  # no ModelOpt recipe: the GGUF's own types
+        return kept_linear_bits(plan.reader, item)
     recipe = quant_recipe(plan.config)
     entry = next(e for e in recipe["quant_cfg"] if e.get("quantizer_name") == "*weight_quantizer")
     q = entry["cfg"][0] if isinstance(entry["cfg"], list) else entry["cfg"]  # W4A8: the int4 stage is stored

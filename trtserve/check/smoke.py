@@ -29,7 +29,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from trtserve.build.builder import build_engine
-from trtserve.build.config import BuildConfig
+from trtserve.build.config import KEEP_GGUF, BuildConfig
 from trtserve.build.planner import BuildPlan
 from trtserve.build.source import open_checkpoint
 from trtserve.check import reference as ref
@@ -51,6 +51,8 @@ def check_smoke(plan: BuildPlan, settings: SmokeSettings, work: Path) -> Outcome
     _need_transformers_model(plan)
     with _quiet_single_thread():
         cfg = plan.config
+        if cfg.quant == KEEP_GGUF:  # the twin is a float HF checkpoint: no GGUF blocks to keep
+            cfg = cfg.model_copy(update={"quant": None})
         twin_dir = twin.write_twin(plan.reader.hf_config, work / "twin", cfg.dtype, peaked=not cfg.quant)
         twin_cfg = twin_build_config(cfg, twin_dir, work)
         engine_dir = work / "engine"

@@ -16,6 +16,7 @@ from pathlib import Path
 from trtserve.build.builder import dry_run, plan_build
 from trtserve.build.config import BuildConfig
 from trtserve.build.convert import check_tp
+from trtserve.build.gguf_default import resolve_quant
 from trtserve.build.planner import BuildPlan, requested_quantization, resolve_dtype
 from trtserve.build.source import open_checkpoint
 from trtserve.build.strategies import STRATEGIES
@@ -32,6 +33,7 @@ def check_support(cfg: BuildConfig, target: Target | None) -> Outcome:
         raise CheckFailed("the config names no model; add `model:` (a Hugging Face dir, a .gguf file or an alias)")
     reader = open_checkpoint(cfg.model)  # the family registry: UserError for an unknown architecture
     STRATEGIES[cfg.backend].accept(cfg, reader)
+    cfg, _ = resolve_quant(cfg, reader)  # unset: a quantized GGUF's own, where it can be kept; none: None
     reader.family.check_build(cfg.backend, cfg.quant)  # the backends and quant formats the family is built with
     dtype = resolve_dtype(cfg, reader)
     model = reader.family.model_config(reader.hf_config, dtype)  # the family's features, RoPE, activation

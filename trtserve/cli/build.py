@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from trtserve.build.config import load_build_config
+from trtserve.build.config import KEEP_GGUF, NO_QUANT, load_build_config
 from trtserve.cli.lora import lora_option
 from trtserve.engine.backends import BACKENDS
 from trtserve.models import quant_formats
@@ -38,7 +38,11 @@ def quant_help() -> str:
     kept = ", ".join(
         f"{r.name} ({r.summary})" for s in quant_formats.QUANT_FORMATS.values() if s.source for r in s.recipes
     )
-    return f"calibrated with --calib-data text: {cal} (and any --kv-cache-quant); weights only: {plain}; no ModelOpt: {kept}"
+    return (
+        f"Quantize with NVIDIA ModelOpt, calibrated with --calib-data text: {cal} (and any --kv-cache-quant); "
+        f"weights only: {plain}; no ModelOpt: {kept}; {NO_QUANT}: unquantized, a GGUF's weights dequantized "
+        f"[{KEEP_GGUF} for a .gguf MODEL with quantized tensors where it can be kept, else {NO_QUANT}]"
+    )
 
 
 @click.command("build")
@@ -70,7 +74,9 @@ def quant_help() -> str:
     help="tensorrt/trtllm: plan for this TensorRT-LLM release (1.0, 1.1, 1.2 or main) [the installed one, else 1.2].",
 )
 @click.option(
-    "--quant", type=RegistryChoice(quant_formats.quant_names), help=f"Quantize with NVIDIA ModelOpt; {quant_help()}."
+    "--quant",
+    type=RegistryChoice(lambda: [*quant_formats.quant_names(), NO_QUANT]),
+    help=f"{quant_help()}.",
 )
 @click.option(
     "--kv-cache-quant", type=RegistryChoice(quant_formats.kv_cache_names), help="8-bit KV cache (needs --quant)."
