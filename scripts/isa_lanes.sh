@@ -8,6 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 golden=(
   tests/golden/test_decode_step_kernel.py  # the one-call step against op by op, verification rows
+  tests/golden/test_decode_step_families.py  # Gemma 2/3, SmolLM3, Granite, Phi-3 in the step against op by op
   tests/golden/test_greedy_vs_hf.py        # the kernels' decode against HF transformers
   tests/golden/test_deterministic.py
   tests/golden/test_family_spec.py
@@ -16,6 +17,8 @@ golden=(
   tests/golden/test_lora.py                # LoRA rows in the step
   tests/golden/test_family_mixtral.py      # experts on the expert kernel, in the step and op by op
   tests/golden/test_family_qwen2_moe.py    # and a shared expert
+  tests/golden/test_quant_moe.py           # W8A16 / W4A16 experts on the expert kernel
+  tests/golden/test_family_gpt_oss.py      # biased experts, top-k softmax, clamped SwiGLU on it
   tests/golden/test_family_qwen3.py        # q/k norm in the step and the pointwise kernels
 )
 if [ "${1:-}" = "--full" ]; then

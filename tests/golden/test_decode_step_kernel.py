@@ -150,9 +150,10 @@ def test_deterministic_models_and_mismatched_weights_take_the_op_path(tiny_llama
         "fc_gate": (2 * inter, hidden),
         "proj": (hidden, inter),
     }
-    assert decode_layers.pack(layers, layers[0].qkv.dtype, shapes) is not None
-    assert decode_layers.pack(layers, torch.float16, shapes) is None  # weights in another dtype than asked
-    assert decode_layers.pack(layers, layers[0].qkv.dtype, {**shapes, "proj": (hidden, inter + 8)}) is None
+    step = model.step_weights.step
+    assert decode_layers.pack(layers, layers[0].qkv.dtype, shapes, step) is not None
+    assert decode_layers.pack(layers, torch.float16, shapes, step) is None  # weights in another dtype than asked
+    assert decode_layers.pack(layers, layers[0].qkv.dtype, {**shapes, "proj": (hidden, inter + 8)}, step) is None
 
 
 @needs_kernel
@@ -181,7 +182,7 @@ def test_verification_rows_run_in_the_step_and_equal_plain_decode_bit_for_bit(tm
     def counting_run(packed, h, kv_data, *args, **kwargs):
         nonlocal rows_past_one
         ok = real_run(packed, h, kv_data, *args, **kwargs)
-        rows_past_one += ok and h.shape[0] > torch.unique(args[8], dim=0).shape[0]  # more rows than block tables
+        rows_past_one += ok and h.shape[0] > torch.unique(args[7], dim=0).shape[0]  # more rows than block tables
         return ok
 
     monkeypatch.setattr(decode_layers, "run", counting_run)

@@ -11,7 +11,7 @@ import shutil
 import pytest
 from family_goldens import (
     GREEDY,
-    assert_fast_paths_refused,
+    assert_decode_step_runs,
     assert_gguf_greedy_equals_hf,
     assert_greedy_equals_hf,
     assert_logprobs_equal_hf,
@@ -86,8 +86,8 @@ def test_deterministic_greedy_equals_hf(engine, src):
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == greedy_of(hf_model(src), prompts, 24)
 
 
-def test_the_fast_paths_are_refused(engine):
-    assert_fast_paths_refused(engine)
+def test_decode_runs_in_the_one_call_step(engine, monkeypatch):
+    assert_decode_step_runs(engine, monkeypatch)
 
 
 def test_gguf_greedy_equals_hf(tmp_path):

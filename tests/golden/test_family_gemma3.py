@@ -12,7 +12,7 @@ import shutil
 import pytest
 from family_goldens import (
     GREEDY,
-    assert_fast_paths_refused,
+    assert_decode_step_runs,
     assert_gguf_greedy_equals_hf,
     assert_greedy_equals_hf,
     assert_logprobs_equal_hf,
@@ -79,8 +79,8 @@ def test_speculative_greedy_equals_hf(engine, src):
     assert_speculative_greedy_equals_hf(engine, src)
 
 
-def test_the_fast_paths_are_refused(engine):
-    assert_fast_paths_refused(engine)
+def test_decode_runs_in_the_one_call_step(engine, monkeypatch):
+    assert_decode_step_runs(engine, monkeypatch)
 
 
 def test_the_older_sliding_window_pattern_greedy_equals_hf(tmp_path):

@@ -1,7 +1,7 @@
 """gpt-oss (q/k/v/o biases, a sink logit per head, sliding-window and full layers alternating, YaRN RoPE,
 every layer's MLP the top 4 of 16 biased experts under a biased router, with the clamped SwiGLU) from
-safetensors, plain and with MXFP4 experts: float32 greedy equals HF transformers token for token; the C
-fast paths are refused; bad checkpoints and GGUF files are refused in one sentence, leaving nothing."""
+safetensors, plain and with MXFP4 experts: float32 greedy equals HF transformers token for token; the experts
+run on the C expert kernel; bad checkpoints and GGUF files are refused in one sentence, leaving nothing."""
 
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import torch
 from family_goldens import (
     GREEDY,
     NEW_TOKENS,
-    assert_fast_paths_refused,
     assert_greedy_equals_hf,
     assert_logprobs_equal_hf,
     assert_speculative_greedy_equals_hf,
@@ -30,6 +29,7 @@ from trtserve.build.hf_reader import HFReader
 from trtserve.build.stored import E2M1
 from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig
+from trtserve.kernels import experts as expert_kernel
 from trtserve.models.rope import Rope
 
 # YaRN as the released checkpoints scale it (factor 32 over 4096), shrunk to the tiny context
@@ -84,19 +84,21 @@ def test_deterministic_greedy_equals_hf(engine, src):
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] == greedy_of(hf_model(src), prompts, NEW_TOKENS)
 
 
-def test_windows_and_sinks_matter_and_fast_paths_are_refused(engine, src):
-    """The goldens test the windows and the sinks (without either the tokens leave HF's); the C decode step,
-    the pointwise kernels and the C expert kernel implement neither sinks nor biased experts: torch runs."""
+def test_windows_and_sinks_matter_and_the_experts_run_in_c(engine, src):
+    """The goldens test the windows and the sinks (without either the tokens leave HF's); the experts run on
+    the C expert kernel, op by op and inside the one-call decode step where it takes the model."""
     from dataclasses import replace
 
     assert_windows_matter(engine, src)
-    assert_fast_paths_refused(engine)
     prompts = random_prompts(6, seed=1, lo=1, hi=70)
     expected = greedy_of(hf_model(src), prompts, NEW_TOKENS)
     llm = LLM(engine, kv_cache_memory=16 << 20)
     model = llm.engine.model
     assert [a.window for a in model.attention] == [8, None]  # layer_types: sliding, full
-    assert all(layer.experts.packed is None and layer.dense_bias is not None for layer in model.layers)
+    runs = expert_kernel.load() is not None  # not under TRTSERVE_ISA=scalar
+    assert all((layer.experts.packed is not None) == runs and layer.dense_bias is not None for layer in model.layers)
+    assert model.step_weights is None or len(model.step_weights.experts) == len(model.layers)
+    model.step_weights = None  # op by op, so the attention below runs without its sinks
     model.attention = [replace(a, sinks=None) for a in model.attention]
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] != expected
 
@@ -107,6 +109,11 @@ def test_several_experts_active_some_idle(engine):
     x = torch.randn(60, model.cfg.hidden_size)
     used = experts.route(x, model.linear)[1].unique().numel()
     assert 4 < used <= 16 and experts.route(x[:1], model.linear)[1].unique().numel() == 4
+    if experts.packed is not None:  # the C expert kernel's biases, top-k softmax and clamped SwiGLU
+        for rows in (x[:1], x):
+            before, got = experts.reads.read, experts(rows, model._mm)
+            assert experts.reads.read - before == experts.route(rows, model.linear)[1].unique().numel()
+            torch.testing.assert_close(got, experts.grouped(rows, model._mm), rtol=1e-5, atol=1e-5)
 
 
 def test_yarn_rope_equals_hf(engine, src):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from family_goldens import (
-    assert_fast_paths_refused,
+    assert_decode_step_runs,
     assert_gguf_greedy_equals_hf,
     assert_greedy_equals_hf,
     assert_logprobs_equal_hf,
@@ -35,8 +35,8 @@ def test_logprobs_equal_hf(engine, src):
     assert_logprobs_equal_hf(engine, src)
 
 
-def test_the_fast_paths_are_refused_for_residual_scaling(engine):
-    assert_fast_paths_refused(engine)
+def test_decode_runs_in_the_one_call_step(engine, monkeypatch):
+    assert_decode_step_runs(engine, monkeypatch)
 
 
 def test_gguf_greedy_equals_hf(tmp_path, src):

@@ -12,7 +12,7 @@ import pytest
 from family_goldens import (
     GREEDY,
     NEW_TOKENS,
-    assert_fast_paths_refused,
+    assert_decode_step_runs,
     assert_gguf_greedy_equals_hf,
     assert_greedy_equals_hf,
     assert_logprobs_equal_hf,
@@ -83,8 +83,8 @@ def test_logprobs_equal_hf(engine, src):
     assert_logprobs_equal_hf(engine, src)
 
 
-def test_the_fast_paths_are_refused_for_partial_rotary_and_longrope(engine):
-    assert_fast_paths_refused(engine)
+def test_decode_runs_in_the_one_call_step(engine, monkeypatch):
+    assert_decode_step_runs(engine, monkeypatch)
 
 
 def test_the_fused_tensors_are_split_each_row_used_once(engine, src):

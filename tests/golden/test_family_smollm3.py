@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 from family_goldens import (
-    assert_fast_paths_refused,
+    assert_decode_step_runs,
     assert_gguf_greedy_equals_hf,
     assert_greedy_equals_hf,
     assert_logprobs_equal_hf,
@@ -45,8 +45,8 @@ def test_logprobs_equal_hf(engine, src):
     assert_logprobs_equal_hf(engine, src)
 
 
-def test_the_fast_paths_are_refused_for_nope_layers(engine):
-    assert_fast_paths_refused(engine)
+def test_decode_runs_in_the_one_call_step(engine, monkeypatch):
+    assert_decode_step_runs(engine, monkeypatch)
 
 
 def test_an_explicit_no_rope_layers_list_greedy_equals_hf(tmp_path):

@@ -2,8 +2,9 @@
 each family x format engine agrees with HF transformers running the same checkpoint with every linear
 (attention, each expert's gate/up/down, a shared expert) replaced by its quantized-then-dequantized weight,
 as test_quant_families.py's engines agree with ModelOpt's fake-quant model; the experts stay quantized
-per expert in the engine and run on the torch path (the C expert kernel runs float experts only); every
-other format is refused in one sentence naming the pair."""
+per expert in the engine and run on the C expert kernel (kernels/experts.h reads them in place), op by op
+and inside the one-call decode step, batched greedy the same tokens as the torch path; every other format
+is refused in one sentence naming the pair."""
 
 from __future__ import annotations
 
@@ -13,9 +14,12 @@ from family_goldens import build, make_model
 from quant_reference import assert_matches_reference
 from safetensors.torch import load_file, save_file
 
+from trtserve import LLM, SamplingParams
 from trtserve.engine.errors import UserError
+from trtserve.kernels import decode_layers
+from trtserve.kernels import experts as expert_kernel
 from trtserve.models.batch import SeqChunk, make_batch
-from trtserve.models.moe import WEIGHT_ONLY
+from trtserve.models.moe import WEIGHT_ONLY, Experts
 from trtserve.models.quant_formats import quant_names
 from trtserve.models.quantized import Int4Groupwise, Int8WeightOnly
 from trtserve.models.registry import _FAMILIES
@@ -91,10 +95,13 @@ def test_each_family_and_format_matches_the_fake_quantized_model(sources, tmp_pa
     model = load_engine(out, device="cpu").model
     moe = [layer.experts for layer in model.layers if layer.experts is not None]
     cfg, kernel = model.cfg, KERNELS[quant]
-    # each expert's [gate; up] and down held quantized on its own; the C expert kernel refuses them
-    assert moe and model.step_weights is None and isinstance(model.layers[0].qkv, kernel)
+    # each expert's [gate; up] and down held quantized on its own, which the C expert kernel reads
+    assert moe and isinstance(model.layers[0].qkv, kernel)
+    runs = expert_kernel.load() is not None  # not under TRTSERVE_ISA=scalar
+    if runs and model.family.features_of(cfg) <= decode_layers.FEATURES:
+        assert model.step_weights is not None and len(model.step_weights.experts) == len(moe)
     for experts in moe:
-        assert experts.packed is None and experts.router.dtype == torch.float32
+        assert (experts.packed is not None) == runs and experts.router.dtype == torch.float32
         assert len(experts.fc_gate) == len(experts.proj) == cfg.moe.num_experts
         assert all(isinstance(lin, kernel) for lin in experts.fc_gate + experts.proj)
     held = sum(_bytes(lin) for experts in moe for lin in experts.fc_gate + experts.proj)
@@ -106,27 +113,52 @@ def _bytes(linear) -> int:
     return sum(v.numel() * v.element_size() for v in vars(linear).values() if isinstance(v, torch.Tensor))
 
 
-def test_a_step_runs_only_the_experts_its_tokens_use(sources, tmp_path):
-    """One token's prefill reads top_k experts' quantized weights a layer, never the idle ones."""
+@pytest.mark.parametrize("quant", sorted(WEIGHT_ONLY))
+def test_a_step_runs_only_the_experts_its_tokens_use(sources, tmp_path, monkeypatch, quant):
+    """One token's prefill reads top_k experts' quantized weights a layer, never the idle ones: the torch
+    path counts the experts it runs, the kernel those it reads."""
     src, out = sources("qwen3_moe"), tmp_path / "engine"
-    build(src, out, quant="w4a16", dtype="float32")
+    build(src, out, quant=quant, dtype="float32")
     model = load_engine(out, device="cpu").model
-    used: list[int] = []
-    for layer in model.layers:
-        layer.experts.fc_gate = [_Counted(lin, e, used) for e, lin in enumerate(layer.experts.fc_gate)]
+    model.step_weights = None  # op by op: the one-call step counts no reads
     group = model.cfg.num_attention_heads // model.cfg.num_key_value_heads
-    batch = make_batch([SeqChunk([5], 0, [0])], 16, logit_rows=[range(1)], gqa_group=group)
-    model.forward(batch, model.new_kv_cache(1, 16))
-    assert len(used) == len(model.layers) * model.cfg.moe.top_k
+    for use_kernel in (False, True):
+        for layer in model.layers:
+            layer.experts.use_kernel, layer.experts.reads.read = use_kernel, 0
+        batch = make_batch([SeqChunk([5], 0, [0])], 16, logit_rows=[range(1)], gqa_group=group)
+        with monkeypatch.context() as m:
+            if use_kernel and expert_kernel.load() is not None:  # the kernel's, not the torch path's count
+                m.setattr(Experts, "grouped", _no_torch_path)
+            model.forward(batch, model.new_kv_cache(1, 16))
+        assert [layer.experts.reads.read for layer in model.layers] == [model.cfg.moe.top_k] * len(model.layers)
 
 
-class _Counted:
-    def __init__(self, linear, expert: int, used: list[int]):
-        self.linear, self.expert, self.used = linear, expert, used
+def _no_torch_path(self, x, linear):
+    raise AssertionError("the torch path ran")
 
-    def __call__(self, x, bias=None):
-        self.used.append(self.expert)
-        return self.linear(x, bias)
+
+@pytest.mark.parametrize("name", ["mixtral", "qwen2_moe", "gpt_oss"])
+@pytest.mark.parametrize("quant", sorted(WEIGHT_ONLY))
+def test_batched_greedy_is_the_same_on_every_path(sources, tmp_path, name, quant):
+    """Four sequences decoded together: the one-call step (where the family's features allow it), the kernel
+    op by op and the torch path give the same tokens (several experts active a step, some idle)."""
+    src, out = sources(name), tmp_path / "engine"
+    build(src, out, quant=quant, dtype="float32")
+    llm = LLM(out, device="cpu", kv_cache_memory=16 << 20)
+    model, params = llm.engine.model, SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True)
+    prompts = [[5 + i, 9, 17, 33 + 2 * i] for i in range(4)]
+
+    def tokens():
+        return [o.token_ids for o in llm.generate(prompts, params)]
+
+    step, moe = model.step_weights, [layer.experts for layer in model.layers if layer.experts is not None]
+    with_step = tokens()
+    model.step_weights = None
+    op_by_op = tokens()
+    for experts in moe:
+        experts.use_kernel = False
+    assert with_step == op_by_op == tokens()
+    assert step is None or len(step.experts) == len(moe)
 
 
 REFUSED = [q for q in quant_names() if q not in WEIGHT_ONLY]

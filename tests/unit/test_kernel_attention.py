@@ -69,3 +69,38 @@ def test_scores_far_below_the_max_weigh_nothing():
     ref = F.scaled_dot_product_attention(q[:, None], keys.transpose(0, 1), keys.transpose(0, 1), scale=1.0)
     assert out.isfinite().all()
     torch.testing.assert_close(out, ref.flatten(1), rtol=1e-5, atol=1e-5)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("hd", [16, 8])  # the AVX-512 build's 16-lane path, and the 8-lane one
+def test_windows_softcaps_and_sinks_match_hfs_eager_attention(dtype, hd):
+    """Gemma 2's soft-capped scores and gpt-oss's sinks over a window's keys (the last `window`), as
+    paged_attention.eager computes them (HF's eager attention)."""
+    from trtserve.models.paged_attention import eager
+
+    g = torch.Generator().manual_seed(hd)
+    n_kv, group, bs, window, cap = 2, 2, 4, 5, 3.0
+    lens = [1, 5, 6, 23]  # inside the window, at it, past it
+    keys = torch.randn(32 * bs, n_kv, hd, generator=g).to(dtype)
+    values = torch.randn(32 * bs, n_kv, hd, generator=g).to(dtype)
+    tables = torch.stack([torch.randperm(32, generator=g)[:6] for _ in lens])
+    q = (torch.randn(len(lens), n_kv * group, hd, generator=g) * 3).to(dtype)
+    sinks = torch.randn(n_kv * group, generator=g).to(dtype)
+    rows = torch.arange(len(lens))
+    for softcap, sink in ((cap, None), (None, sinks)):
+        out = torch.zeros(len(lens), n_kv * group * hd, dtype=dtype)
+        s32 = None if sink is None else sink.float()
+        ok = attention.decode_attention(
+            q, keys, values, tables, torch.tensor(lens), rows, bs, 0.5, out, window, softcap, s32
+        )
+        assert ok
+        for i, n in enumerate(lens):
+            pos = torch.arange(max(0, n - window), n)
+            slots = tables[i, pos // bs] * bs + pos % bs
+            k, v = (t[slots].transpose(0, 1)[None] for t in (keys, values))  # (1, n_kv, keys, hd)
+            qg = q[i].view(1, n_kv, group, hd)
+            mask = torch.ones(1, 1, group, len(pos), dtype=torch.bool)
+            s = None if sink is None else sink.view(1, n_kv, group, 1)
+            ref = eager(qg, k, v, mask, 0.5, softcap, s).flatten()
+            torch.testing.assert_close(out[i].float(), ref.float(), rtol=TOL[dtype], atol=TOL[dtype])

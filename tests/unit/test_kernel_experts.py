@@ -68,7 +68,7 @@ def test_the_kernel_equals_hf_sparse_blocks(case):
     for rows in ROWS:
         x = torch.randn(rows, 64)
         with torch.inference_mode():
-            got, want = kernel.run(experts.packed, x), block(x[None])[0]
+            got, want = kernel.run(experts.packed, x)[0], block(x[None])[0]
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
@@ -83,7 +83,7 @@ def test_bf16_is_the_torch_paths_up_to_rounding():
     torch.manual_seed(0)
     for rows in ROWS:
         x = torch.randn(rows, 64).bfloat16()
-        got, want = kernel.run(bf16.packed, x), bf16.grouped(x, torch.nn.functional.linear)
+        got, want = kernel.run(bf16.packed, x)[0], bf16.grouped(x, torch.nn.functional.linear)
         assert got.dtype == torch.bfloat16
         torch.testing.assert_close(got.float(), want.float(), rtol=0.02, atol=0.03)
 

@@ -170,11 +170,14 @@ def test_decode_step_takes_int4_layers_for_the_rows_the_per_op_path_gives_this_k
         lin = {f: _groupwise(n, k, dtype)[0] for f, (n, k) in shapes.items()}
         norms = {"input_norm": torch.ones(128, dtype=dtype), "post_norm": torch.ones(128, dtype=dtype)}
         biases = dict(qkv_bias=None, fc_gate_bias=None, proj_bias=None)
-        return [SimpleNamespace(**lin, **norms, **biases, experts=None, q_norm=None, k_norm=None)]
+        extra = dict(attn_out_norm=None, mlp_out_norm=None, dense_bias=None, sinks=None)
+        return [SimpleNamespace(**lin, **norms, **biases, **extra, experts=None, q_norm=None, k_norm=None)]
 
-    f32 = decode_layers.pack(layers(torch.float32), torch.float32, shapes)
+    step = decode_layers.Step(tables=[None], windows=[None], rotary_dim=0)  # one layer, no RoPE
+
+    f32 = decode_layers.pack(layers(torch.float32), torch.float32, shapes, step)
     assert f32.wdt == decode_layers.INT4 and f32.max_rows == quantized._INT4_SLAB_ROWS - 1  # then slabs
-    bf16 = decode_layers.pack(layers(torch.bfloat16), torch.bfloat16, shapes)
+    bf16 = decode_layers.pack(layers(torch.bfloat16), torch.bfloat16, shapes, step)
     if int4_kernel.block_n() == 32:
         assert bf16.max_rows == int4_kernel.BF16_MAX_ROWS  # then torch's kernel
     elif int4_kernel.native.avx512_build():
@@ -183,8 +186,8 @@ def test_decode_step_takes_int4_layers_for_the_rows_the_per_op_path_gives_this_k
         assert bf16 is None  # torch's AVX-512 kernel runs bf16 decode rows
     awq = layers(torch.float32)
     awq[0].proj.pre_quant = torch.ones(128)  # an AWQ scale not folded into the norm
-    assert decode_layers.pack(awq, torch.float32, shapes) is None
-    assert decode_layers.pack(layers(torch.float32), torch.float32, {**shapes, "dense": (96, 128)}) is None
+    assert decode_layers.pack(awq, torch.float32, shapes, step) is None
+    assert decode_layers.pack(layers(torch.float32), torch.float32, {**shapes, "dense": (96, 128)}, step) is None
 
 
 def test_groupwise_without_the_kernel_uses_torchs(monkeypatch):

@@ -112,7 +112,42 @@ def test_rope_kv_norms_q_and_k_first_as_the_decoder(dtype, wide):
 def test_silu_mul_matches_torch(dtype):
     fc_gate = (torch.randn(7, 2 * 1536, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
     fc, gate = fc_gate.chunk(2, dim=-1)
-    check(pointwise.silu_mul(fc_gate), F.silu(fc) * gate)
+    check(pointwise.act_mul(fc_gate), F.silu(fc) * gate)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_gelu_tanh_mul_matches_torch(dtype):
+    fc_gate = (torch.randn(7, 2 * 1536, generator=torch.Generator().manual_seed(0)) * 4).to(dtype)
+    fc, gate = fc_gate.chunk(2, dim=-1)
+    check(pointwise.act_mul(fc_gate, "gelu_pytorch_tanh"), F.gelu(fc, approximate="tanh") * gate)
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_offset_norm_matches_gemmas(dtype):
+    g = torch.Generator().manual_seed(1)
+    h, w = torch.randn(5, 640, generator=g).to(dtype), (torch.randn(640, generator=g) * 0.1).to(dtype)
+    check(pointwise.add_rms_norm(h, None, w, 1e-6, 1.0), rms_norm(h, w, 1e-6, 1.0))
+
+
+@needs_kernel
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("rot", [0, 16])  # no RoPE (a NoPE layer), a partial rotary of 16 of 32 dims
+def test_rope_kv_rotates_the_first_rotary_dims_only(dtype, rot):
+    n_h, n_kv, hd, t = 4, 2, 32, 3
+    g = torch.Generator().manual_seed(2)
+    qkv = torch.randn(t, (n_h + 2 * n_kv) * hd, generator=g).to(dtype)
+    cfg = SimpleNamespace(rotary_scaling=None, rotary_base=10000.0, head_size=hd, rotary_dim=rot or None)
+    rope = Rope(cfg, 64, dtype, torch.device("cpu"))
+    keys, values = torch.zeros(16, n_kv, hd, dtype=dtype), torch.zeros(16, n_kv, hd, dtype=dtype)
+    positions, slots = torch.tensor([5, 0, 63]), torch.tensor([1, 7, 3])
+    cos, sin = (rope.cos, rope.signed_sin) if rot else (None, None)
+    q = pointwise.rope_kv(qkv.clone(), n_h, n_kv, cos, sin, positions, keys, values, slots)
+    heads = qkv.view(t, -1, hd)[:, : n_h + n_kv]
+    want = rope.apply(heads, rope.tables(positions)) if rot else heads
+    check(q.view(t, n_h, hd), want[:, :n_h])
+    check(keys[slots], want[:, n_h:])
 
 
 def test_strided_or_integer_batches_go_to_torch():

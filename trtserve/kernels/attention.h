@@ -41,8 +41,9 @@ static inline __attribute__((always_inline)) void weigh_values(const void* v, in
 
 /* s[0, len) = exp(s - max s), rounded to dt (as torch's CPU flash attention: the weights meet V in the
  * input dtype, the sum is divided out at the end; this keeps bf16 engines' greedy tokens with HF's);
- * returns 1 / their float32 sum (8 lane sums, then the tail, added in a fixed order). */
-static inline __attribute__((always_inline)) float softmax_row(float* s, int64_t len, int dt) {
+ * returns 1 / their float32 sum (8 lane sums, then the tail, added in a fixed order). A sink logit (gpt-oss;
+ * -inf: none, which adds 0) joins the max and the sum but weighs no value. */
+static inline __attribute__((always_inline)) float softmax_row(float* s, int64_t len, float sink, int dt) {
     const int64_t l8 = len & ~(int64_t)7;
     __m256 mv = _mm256_set1_ps(s[0]);
     for (int64_t i = 0; i < l8; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + i));
@@ -50,6 +51,7 @@ static inline __attribute__((always_inline)) float softmax_row(float* s, int64_t
     m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
     float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
     for (int64_t i = l8; i < len; i++) m = s[i] > m ? s[i] : m;
+    m = sink > m ? sink : m;
     const __m256 mb = _mm256_set1_ps(m);
     __m256 sum8 = _mm256_setzero_ps();
     for (int64_t i = 0; i < l8; i += 8) {
@@ -65,7 +67,34 @@ static inline __attribute__((always_inline)) float softmax_row(float* s, int64_t
         memcpy(s + l8, t, sizeof(float) * (size_t)(len - l8));
         sum8 = _mm256_add_ps(sum8, e);
     }
-    return 1.0f / hsum(sum8);
+    return 1.0f / (hsum(sum8) + _mm256_cvtss_f32(exp8(_mm256_set1_ps(sink - m))));
+}
+
+/* s[0, len) = cap * tanh(s / cap) (Gemma 2's soft-capped scores, as HF's eager attention computes them). */
+static inline __attribute__((always_inline)) void softcap_row(float* s, int64_t len, float cap) {
+    const __m256 c = _mm256_set1_ps(cap);
+    for (int64_t i = 0; i < len; i += 8) {
+        float t[8] = {0};
+        const int64_t k = len - i < 8 ? len - i : 8;
+        memcpy(t, s + i, sizeof(float) * (size_t)k);
+        _mm256_storeu_ps(t, _mm256_mul_ps(tanh8(_mm256_div_ps(_mm256_loadu_ps(t), c)), c));
+        memcpy(s + i, t, sizeof(float) * (size_t)k);
+    }
+}
+
+/* The first key a query at len - 1 attends within `window` keys (0: every key): HF's kv_idx > q_idx - window. */
+static inline int64_t window_start(int64_t len, int64_t window) {
+    return window > 0 && len > window ? len - window : 0;
+}
+
+/* inv[j] = softmax_row of head j's scores (j < n, query head h0 + j), soft-capped first where cap is set;
+ * sinks: a logit per query head, or NULL. */
+static inline __attribute__((always_inline)) void softmax_heads(float* scores, int64_t n, int64_t len, int64_t h0,
+                                                               float cap, const float* sinks, int dt, float* inv) {
+    for (int64_t j = 0; j < n; j++) {
+        if (cap > 0) softcap_row(scores + j * len, len, cap);
+        inv[j] = softmax_row(scores + j * len, len, sinks ? sinks[h0 + j] : -INFINITY, dt);
+    }
 }
 
 /* The float32 scratch `heads` needs for `n` query heads over `len` keys (the last 2 * len hold int64s). */
@@ -164,7 +193,8 @@ static inline int head_run(int64_t h0, int64_t j, int64_t n, int64_t group) {
 static inline __attribute__((always_inline)) void heads16(const void* q, int qdt, const void* k, const void* v, int dt,
                                                          int64_t qoff, int64_t h0, int64_t group, int64_t n,
                                                          int64_t hd, const int64_t* at, int64_t len, float scale,
-                                                         void* out, float* scores, float* acc) {
+                                                         float cap, const float* sinks, void* out, float* scores,
+                                                         float* acc) {
     const __m128 sc = _mm_set1_ps(scale);
     const int64_t l4 = len & ~(int64_t)3;
     for (int64_t j = 0; j < n;) { /* heads j .. j + hb - 1: one KV head's, at most 4 */
@@ -188,7 +218,7 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
         j += hb;
     }
     float inv[n];
-    for (int64_t j = 0; j < n; j++) inv[j] = softmax_row(scores + j * len, len, dt);
+    softmax_heads(scores, n, len, h0, cap, sinks, dt, inv);
     for (int64_t t0 = 0; t0 < len; t0 += VT) { /* VT keys' values, every query head, while they are in L2 */
         const int64_t t1 = t0 + VT < len ? t0 + VT : len;
         for (int64_t j = 0; j < n;) {
@@ -219,22 +249,26 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
 #endif
 
 /* One sequence's query heads h0 .. h0 + nr - 1 (query head h at q[qoff + h * hd], qoff the sequence's
- * first; its KV head h / group) over its `len` keys. buf: head_scratch(nr, len, hd) floats. */
+ * first; its KV head h / group) over its keys first .. len - 1 (first > 0: a window's), scores soft-capped
+ * where cap > 0, each head's sink logit (sinks [heads], or NULL) in its softmax. buf: head_scratch(nr, len, hd)
+ * floats. */
 static inline __attribute__((always_inline)) void heads(const void* q, int qdt, const void* k, const void* v, int dt,
                                                        int64_t qoff, int64_t n_kv, int64_t h0, int64_t group,
-                                                       int64_t nr, int64_t hd, const int64_t* table, int64_t len,
-                                                       int64_t bs, float scale, void* out, float* buf) {
+                                                       int64_t nr, int64_t hd, const int64_t* table, int64_t first,
+                                                       int64_t len, int64_t bs, float scale, float cap,
+                                                       const float* sinks, void* out, float* buf) {
     const int64_t n = nr; /* query heads of the task; head j: query head h0 + j */
+    len -= first;                            /* key t below: key first + t */
     float* scores = buf;                     /* [n][len] */
     float* acc = buf + n * len;              /* [n][hd] */
     int64_t* at = (int64_t*)(acc + n * hd);  /* [len]: where key t's cache row starts */
-    for (int64_t t = 0, blk = 0, off = 0; t < len; t++) {
+    for (int64_t t = 0, blk = first / bs, off = first % bs; t < len; t++) {
         at[t] = (table[blk] * bs + off) * n_kv * hd;
         if (++off == bs) off = 0, blk++;
     }
 #ifdef __AVX512F__
     if (hd % 16 == 0) {
-        heads16(q, qdt, k, v, dt, qoff, h0, group, n, hd, at, len, scale, out, scores, acc);
+        heads16(q, qdt, k, v, dt, qoff, h0, group, n, hd, at, len, scale, cap, sinks, out, scores, acc);
         return;
     }
 #endif
@@ -264,7 +298,7 @@ static inline __attribute__((always_inline)) void heads(const void* q, int qdt, 
         }
     }
     float inv[n];
-    for (int64_t j = 0; j < n; j++) inv[j] = softmax_row(scores + j * len, len, dt);
+    softmax_heads(scores, n, len, h0, cap, sinks, dt, inv);
     for (int64_t t0 = 0; t0 < len; t0 += VT) { /* VT keys' values, every query head, while they are in L2 */
         const int64_t t1 = t0 + VT < len ? t0 + VT : len;
         for (int64_t j = 0; j < n; j++) {

@@ -19,8 +19,8 @@ DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 @cache
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
-    # q, k, v, dt, G, n_kv, group, hd, tables, n_blk, kv_lens, rows, bs, scale, out, threads
-    return native.function(SOURCE, "trtserve_decode_attention", "pppillllplpplfpi")
+    # q, k, v, dt, G, n_kv, group, hd, tables, n_blk, kv_lens, rows, bs, scale, window, cap, sinks, out, threads
+    return native.function(SOURCE, "trtserve_decode_attention", "pppillllplpplflfppi")
 
 
 def usable(q: torch.Tensor, keys: torch.Tensor) -> bool:
@@ -46,15 +46,21 @@ def decode_attention(
     tokens_per_block: int,
     scale: float,
     out: torch.Tensor,  # (T, n_kv * group * hd): rows[g] is written
+    window: int | None = None,  # keys within this many positions of the query; None: every key
+    softcap: float | None = None,  # scores become softcap * tanh(scores / softcap)
+    sinks: torch.Tensor | None = None,  # (n_kv * group,) float32: each head's logit joining its softmax
 ) -> bool:
     """softmax(q k^T * scale) v for each sequence's token, written into `out`; False if the kernel
     could not run (nothing was written)."""
+    if sinks is not None and not (sinks.dtype == torch.float32 and sinks.is_contiguous()):
+        return False
     q = q.contiguous()
     tables, lens, rows = (t.contiguous() for t in (block_tables, kv_lens, rows))
     n_kv, hd = keys.shape[1], keys.shape[2]
     rc = load()(
         q.data_ptr(), keys.data_ptr(), values.data_ptr(), DTYPES[q.dtype], tables.shape[0], n_kv,
         q.shape[1] // n_kv, hd, tables.data_ptr(), tables.shape[1], lens.data_ptr(), rows.data_ptr(),
-        tokens_per_block, scale, out.data_ptr(), torch.get_num_threads(),
+        tokens_per_block, scale, window or 0, softcap or 0.0, None if sinks is None else sinks.data_ptr(),
+        out.data_ptr(), torch.get_num_threads(),
     )  # fmt: skip
     return rc == 0

@@ -1,7 +1,9 @@
 /* Every decoder layer of a decode step in one call, on x86-64 with AVX2 + FMA + F16C: for a few
  * sequences with one new token each, RMSNorm, the qkv GEMM (+ bias), q/k RMSNorm (where the model has it),
- * RoPE and the KV-cache write, attention over the paged cache, the output projection and residual, RMSNorm,
- * the fc/gate GEMM, SiLU * gate, the down projection and residual, layer after layer.
+ * RoPE and the KV-cache write, attention over the paged cache (within the layer's window, soft-capped, with
+ * sinks where the model has them), the output projection (+ bias), its norm (Gemma's sandwich) and scaled
+ * residual, RMSNorm, the fc/gate GEMM, SiLU (or GeLU) * gate, the down projection, its norm and residual,
+ * layer after layer. What differs between families is data: the layer's fields and the step's constants.
  *
  * Why: with each of these a call of its own (dense_gemv.c, pointwise.c, decode_attention.c) a
  * small model's step made hundreds of calls from Python into C, each with its own parallel region,
@@ -17,9 +19,12 @@
  *   layers[l]: weights (out, in) in dt, or in int8 (wdt 3, W8A16) with float32 scales per output,
  *   or torch's CPU int4 pack (wdt 4, W4A16; int4.h) with scales and zeros per group of gs inputs:
  *   qkv [(n_h + 2 n_kv) hd][H], dense [H][n_h hd], fc_gate [2I][H] ([fc; gate]), proj [H][I];
- *   norms [H] in dt; biases (or NULL) of the outputs in dt; q_norm [hd or n_h hd], k_norm [hd or n_kv hd] or NULL
- *   a layer with experts (moe, else NULL; experts.h, weights in dt) runs them in place of fc_gate and proj
- *   kv [layers][2][slots][n_kv][hd]; cos, sin [positions][hd] (NeoX, sign in the sin table)
+ *   norms [H] in dt, scaling by (offset + w) in float32 where offset is set (Gemma); biases (or NULL) of the
+ *   outputs in dt; q_norm [hd or n_h hd], k_norm [hd or n_kv hd] or NULL; attn_out_norm, mlp_out_norm [H] or NULL;
+ *   sinks [n_h] float32 or NULL; cos, sin [table rows][rot] (NeoX, sign in the sin table; a layer's own base
+ *   where it has one; NULL: no RoPE), row rows[m] for sequence m (its position, or LongRoPE's long half)
+ *   a layer with experts (moe, else NULL; experts.h: plain, int8 or int4 weights) runs them in place of fc_gate and proj
+ *   kv [layers][2][slots][n_kv][hd]
  *   LoRA (or NULL): lora[l] the step's adapters side by side per linear (models/lora_step.py: A [C][in],
  *   B^T [C][out] in dt), spans [M][4][2] each row's own columns [c0, c1) of each linear (c0 == c1: none)
  * Built and loaded by trtserve/kernels/decode_layers.py; it shares torch's OpenMP runtime.
@@ -39,9 +44,14 @@ typedef struct { /* one layer's weights; biases may be NULL, scales are NULL unl
     const void *qkv_sz, *dense_sz, *fc_gate_sz, *proj_sz; /* int4: [K/gs][N][2] scale, zero in dt; else NULL */
     int64_t gs, bn;                                       /* int4: inputs per group, outputs per pack block */
     int64_t q8; /* int4: int8 activations (int4.h's INT4_Q8 path) where built, for 64-output blocks */
-    const experts_t* moe; /* the layer's experts in place of its MLP (plain weights only); NULL: dense */
+    const experts_t* moe; /* the layer's experts in place of its MLP (their own weight dtype); NULL: dense */
     const void *q_norm, *k_norm; /* RMSNorm of q and k before RoPE in dt, or NULL (pointwise.h's qk_norm_chunk) */
     int64_t qn, kn;              /* their widths: hd (per head) or all q's (k's) heads */
+    const void *attn_out_norm, *mlp_out_norm; /* attention's, the MLP's output normed before its add, or NULL */
+    const void *cos, *sin;                    /* the layer's RoPE tables in dt; NULL: it rotates nothing */
+    int64_t window;                           /* keys a query attends, itself included; 0: every key */
+    const float* sinks;                       /* a logit per query head joining its softmax, or NULL */
+    const void* dense_b;                      /* the output projection's bias in dt, or NULL */
 } layer_t;
 
 typedef struct { /* one layer's LoRA updates, linears in LINEARS order (qkv, dense, fc_gate, proj) */
@@ -53,8 +63,10 @@ typedef struct {
     int64_t M, H, n_h, n_kv, hd, I, n_slots, n_blk, bs;
     split_t split; /* attention's tasks */
     float eps, scale;
-    const void *cos, *sin;
-    const int64_t *pos, *slots, *tables;
+    float offset, resid, cap; /* norms' weight offset, blocks' residual factor, scores' soft-cap (0: none) */
+    int act;                  /* the MLP's activation (pointwise.h's SILU, GELU_TANH) */
+    int64_t rot;              /* each head's rotated dims (the tables' width) */
+    const int64_t *rows, *pos, *slots, *tables;
     const lora_t* lora; /* [layers] or NULL */
     const int64_t* spans;
     float* lora_tmp; /* scratch: [M][widest C] */
@@ -135,6 +147,18 @@ static inline __attribute__((always_inline)) void lora_update(const step_t* s, i
     }
 }
 
+/* A block's output rows d [M][H] as the residual adds them: normed by `norm` (or NULL), then times s->resid. */
+static inline __attribute__((always_inline)) void block_out(const step_t* s, const void* norm, float* d, int dt) {
+    if (!norm && s->resid == 1.0f) return; /* the same for every thread: shared data */
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < s->M; m++) {
+        const int64_t H = s->H;
+        if (norm) norm_row(d, F32, NULL, F32, m * H, H, norm, dt, s->eps, s->offset, d, F32);
+        if (s->resid != 1.0f)
+            for (int64_t i = 0; i < H; i++) d[m * H + i] = rnd(d[m * H + i] * s->resid, dt);
+    }
+}
+
 static inline __attribute__((always_inline)) void layers(const layer_t* L, int64_t n_layers, const step_t* s,
                                                         void* h, void* kv, float* scratch, float* att_buf, int dt,
                                                         int wdt) {
@@ -149,7 +173,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
         char* v_cache = k_cache + (size_t)(layer_kv / 2) * (dt == F32 ? 4 : 2);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) /* the last layer's MLP output joins the residual first */
-            norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, x, F32);
+            norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, s->offset, x, F32);
         linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_sz, w->gs, w->bn, w->q8, xsum, w->qkv_b, width, qkv, dt);
         lora_update(s, l, 0, x, H, qkv, width, dt);
         if (w->q_norm) {
@@ -157,17 +181,17 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
 #pragma omp for schedule(static)
             for (int64_t j = 0; j < M * chunks; j++)
                 qk_norm_chunk(qkv, F32, j / chunks * width, j % chunks, n_h, hd, w->q_norm, w->k_norm, w->qn, w->kn,
-                              dt, s->eps);
+                              dt, s->eps, s->offset);
         }
 #pragma omp for schedule(static)
         for (int64_t j = 0; j < M * (n_h + n_kv); j++) { /* q and k heads rotated; k and v to the cache */
             const int64_t m = j / (n_h + n_kv), head = j % (n_h + n_kv), src = m * width + head * hd;
-            const int64_t tab = s->pos[m] * hd;
+            const int64_t rot = w->cos ? s->rot : 0, tab = s->rows[m] * rot;
             if (head < n_h) {
-                rope_head(qkv, F32, src, q, F32, (m * n_h + head) * hd, s->cos, s->sin, tab, hd, dt);
+                rope_head(qkv, F32, src, q, F32, (m * n_h + head) * hd, w->cos, w->sin, tab, hd, rot, dt);
             } else {
                 const int64_t dst = (s->slots[m] * n_kv + head - n_h) * hd;
-                rope_head(qkv, F32, src, k_cache, dt, dst, s->cos, s->sin, tab, hd, dt);
+                rope_head(qkv, F32, src, k_cache, dt, dst, w->cos, w->sin, tab, hd, rot, dt);
                 for (int64_t i = 0; i < hd; i++) store1(v_cache, dt, dst + i, qkv[src + n_kv * hd + i]);
             }
         }
@@ -175,14 +199,17 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
         for (int64_t j = 0; j < M * s->split.per_seq; j++) {
             const int64_t m = j / s->split.per_seq, h0 = j % s->split.per_seq * s->split.nr;
             heads(q, F32, k_cache, v_cache, dt, m * n_h * hd, n_kv, h0, group, s->split.nr, hd,
-                  s->tables + m * s->n_blk, s->pos[m] + 1, s->bs, s->scale, att, att_buf);
+                  s->tables + m * s->n_blk, window_start(s->pos[m] + 1, w->window), s->pos[m] + 1, s->bs, s->scale,
+                  s->cap, w->sinks, att, att_buf);
         }
-        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, w->q8, xsum, NULL, H, d, dt);
+        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, w->q8, xsum, w->dense_b, H, d,
+               dt);
         lora_update(s, l, 1, att, n_h * hd, d, H, dt);
+        block_out(s, w->attn_out_norm, d, dt);
 #pragma omp for schedule(static)
-        for (int64_t m = 0; m < M; m++) norm_row(h, dt, d, F32, m * H, H, w->post_norm, dt, s->eps, x, F32);
-        if (wdt == dt && w->moe) { /* the experts' output into d, as the MLP's (plain weights: the entry checks) */
-            experts_block(w->moe, x, M, H, d, F32, s->moe_tmp, dt);
+        for (int64_t m = 0; m < M; m++) norm_row(h, dt, d, F32, m * H, H, w->post_norm, dt, s->eps, s->offset, x, F32);
+        if (w->moe) { /* the experts' output into d, as the MLP's */
+            experts_any(w->moe, x, M, H, d, F32, s->moe_tmp, dt);
             continue;
         }
         linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, w->q8, xsum, w->fc_gate_b, 2 * I,
@@ -191,10 +218,11 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
 #pragma omp for schedule(static)
         for (int64_t c = 0; c < M * silu_chunks; c++) { /* 64 outputs of one row a work item */
             const int64_t m = c / silu_chunks, i0 = c % silu_chunks * 64, n = I - i0 < 64 ? I - i0 : 64;
-            silu_mul_row(fg, F32, m * 2 * I + i0, m * 2 * I + I + i0, a, F32, m * I + i0, n, dt);
+            act_mul_row(fg, F32, m * 2 * I + i0, m * 2 * I + I + i0, a, F32, m * I + i0, n, s->act, dt);
         }
         linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_sz, w->gs, w->bn, w->q8, xsum, w->proj_b, H, d, dt);
         lora_update(s, l, 3, a, I, d, H, dt);
+        block_out(s, w->mlp_out_norm, d, dt);
     }
 #pragma omp for schedule(static)
     for (int64_t i = 0; i < M * H; i++) store1(h, dt, i, rnd(load1(h, dt, i) + d[i], dt));
@@ -214,20 +242,22 @@ static int int4_shapes_ok(const layer_t* L, int64_t n_layers, int64_t H, int64_t
 /* Returns 0; -1 (having changed nothing) when a size or dtype is out of range or memory runs out. */
 int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, void* h, void* kv, int64_t M, int64_t H,
                            int64_t n_h, int64_t n_kv, int64_t hd, int64_t I, int64_t n_slots, float eps, float scale,
-                           const void* cos, const void* sin, const int64_t* pos, const int64_t* slots,
+                           float offset, float resid, float cap, int act, int64_t rot, const int64_t* rows,
+                           const int64_t* pos, const int64_t* slots,
                            const int64_t* tables, int64_t n_blk, int64_t bs, const lora_t* lora,
                            const int64_t* spans, int64_t lora_width, int threads) {
     if (dt < F32 || dt > F16 || (wdt != dt && wdt != I8 && wdt != I4) || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 ||
-        n_h % n_kv || n_layers < 1)
+        n_h % n_kv || n_layers < 1 || act < SILU || act > GELU_TANH || rot < 0 || rot > hd || rot % 2)
         return -1;
     if (wdt == I4 && (dt == F16 || !int4_shapes_ok(L, n_layers, H, n_h, hd, I, (n_h + 2 * n_kv) * hd))) return -1;
-    int64_t moe_bytes = 0; /* experts: plain weights, the widest scratch any layer's needs */
+    int64_t moe_bytes = 0; /* experts: the widest scratch any layer's needs */
     for (int64_t l = 0; l < n_layers; l++) {
         if ((L[l].q_norm || L[l].k_norm) && !qk_norm_ok(L[l].q_norm, L[l].k_norm, L[l].qn, L[l].kn, n_h, n_kv, hd))
             return -1;
+        if (L[l].window < 0 || (L[l].cos && !L[l].sin)) return -1;
         if (!L[l].moe) continue;
         const experts_t* e = L[l].moe;
-        if (wdt != dt || e->k < 1 || e->k > e->E || e->k > 64 || e->I < 1 || e->S < 0) return -1;
+        if (!experts_ok(e, H, dt)) return -1;
         moe_bytes = experts_scratch(e, M, H) > moe_bytes ? experts_scratch(e, M, H) : moe_bytes;
     }
     int64_t longest = 0;
@@ -239,8 +269,8 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     if (lora && (!spans || lora_width < 1)) return -1;
     float* lora_scratch = lora ? malloc(sizeof(float) * (size_t)(M * lora_width)) : NULL;
     void* moe_scratch = moe_bytes ? malloc((size_t)moe_bytes) : NULL;
-    const step_t s = {M,   H,     n_h, n_kv, hd,  I,      n_slots, n_blk, bs,    split,
-                      eps, scale, cos, sin,  pos, slots, tables,  lora,  spans, lora_scratch, moe_scratch};
+    const step_t s = {M,     H,    n_h,   n_kv, hd,  I,    n_slots, n_blk,  bs,    split, eps,          scale,
+                      offset, resid, cap, act, rot, rows, pos,     slots, tables, lora, spans, lora_scratch, moe_scratch};
     const int64_t width = (n_h + 2 * n_kv) * hd;
     const int64_t widest_in = H > n_h * hd ? (H > I ? H : I) : (n_h * hd > I ? n_h * hd : I); /* int4's xsum, x_q */
     float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I + widest_in)));

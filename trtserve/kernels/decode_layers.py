@@ -6,6 +6,7 @@ and an unquantized paged KV cache. The decoder runs its per-op path where `pack`
 from __future__ import annotations
 
 import ctypes
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
@@ -21,23 +22,36 @@ FIELDS = ("input_norm", "qkv", "qkv_bias", "dense", "post_norm", "fc_gate", "fc_
 INT8 = 3  # decode_layers.c's weight dtype code for int8 (W8A16)
 INT4 = 4  # and for torch's CPU int4 pack (W4A16; int4.h)
 # The layer features (trtserve/models/features.py) decode_layers.c implements; the decoder takes
-# this path only for models whose features are a subset. The kernel attends to every key up to
-# the position, so "sliding_window" holds only while positions are inside the (smallest) window: the decoder
-# checks that per step. Embeddings and lm_head are outside the kernel, tied or not.
+# this path only for models whose features are a subset. Embeddings and lm_head (their scale and
+# soft-cap too) are outside the kernel, tied or not.
 FEATURES = frozenset(
     {
         "rms_norm",  # norm_row: x * rsqrt(mean(x^2) + eps) * w
+        "offset_norm",  # and x * rsqrt(...) * (offset + w) in float32 (Step.offset)
+        "sandwich_norms",  # attn_out_norm, mlp_out_norm
+        "residual_scale",  # Step.resid
         "rope_neox",  # rope_head over the cos / signed-sin tables
+        "rope_scaling",  # in the tables the decoder passes
+        "local_rope",  # each layer's own tables (Step.tables)
+        "long_rope",  # at the table rows the decoder passes
+        "partial_rotary",  # the tables' width (Step.rotary_dim)
+        "nope_layers",  # a layer without tables
         "qk_norm",  # qk_norm_chunk over each q and k head before RoPE
         "qk_norm_wide",  # and over all of q's (k's) heads at once
-        "rope_scaling",  # in the tables the decoder passes
-        "silu_gated_mlp",  # silu_mul_row over [fc; gate]
+        "silu_gated_mlp",  # act_mul_row over [fc; gate]
+        "gelu_tanh_gated_mlp",  # Step.act
         "qkv_bias",  # qkv_b
         "mlp_bias",  # fc_gate_b, proj_b
-        "sliding_window",
-        "layer_windows",  # the same per-step check, against the smallest window (ModelConfig.min_window)
+        "attn_out_bias",  # dense_b
+        "attn_softcap",  # Step.softcap
+        "attn_sinks",  # sinks
+        "sliding_window",  # each layer's window (Step.windows): its keys from pos + 1 - window
+        "layer_windows",
+        "scaled_embeddings",
+        "final_softcap",
         "tied_embeddings",
-        "moe",  # a layer's experts (models/moe.py) by experts.h, the op-by-op path's kernel, plain weights only
+        "moe",  # a layer's experts (models/moe.py) by experts.h, the op-by-op path's kernel (plain, W8A16, W4A16)
+        "clamped_swiglu_experts",  # and their biases, top-k softmax and clamped SwiGLU (experts_t's fields)
     }
 )
 MLP_FIELDS = ("fc_gate", "fc_gate_bias", "proj", "proj_bias")  # what a layer with experts has none of
@@ -54,7 +68,26 @@ class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
         + [("gs", ctypes.c_int64), ("bn", ctypes.c_int64), ("q8", ctypes.c_int64)]
         + [("moe", ctypes.c_void_p)]  # experts.h's experts_t (kernels/experts.py) or NULL
         + [("q_norm", ctypes.c_void_p), ("k_norm", ctypes.c_void_p), ("qn", ctypes.c_int64), ("kn", ctypes.c_int64)]
+        + [("attn_out_norm", ctypes.c_void_p), ("mlp_out_norm", ctypes.c_void_p)]
+        + [("cos", ctypes.c_void_p), ("sin", ctypes.c_void_p), ("window", ctypes.c_int64)]
+        + [("sinks", ctypes.c_void_p), ("dense_bias", ctypes.c_void_p)]
     )
+
+
+ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}  # the MLP's activation by HF's hidden_act (pointwise.h's SILU, GELU_TANH)
+
+
+@dataclass(frozen=True)
+class Step:
+    """What the model's step computes besides its layers' weights."""
+
+    tables: list[tuple[torch.Tensor, torch.Tensor] | None]  # per layer: RoPE's (cos, signed sin) (rows, rotary_dim)
+    windows: list[int | None]  # per layer: keys a query attends, itself included; None: every key
+    rotary_dim: int  # each head's rotated dims: the tables' width
+    offset: float = 0.0  # the norms' weight offset (ModelConfig.norm_weight_offset)
+    resid: float = 1.0  # each block's output factor before its residual add (ModelConfig.residual_multiplier)
+    softcap: float | None = None  # attention scores' soft-cap (ModelConfig.attn_logit_softcapping)
+    act: str = "silu"  # the MLP's activation (ModelConfig.hidden_act), an ACTS key
 
 
 class _Lora(ctypes.Structure):  # lora_t in decode_layers.c
@@ -89,17 +122,20 @@ class Packed:
     """The layers' weight pointers for `run`, the weights' dtype code, and the most rows `run` takes
     (int4: those the per-op path runs on the same kernel math); the tensors must outlive it."""
 
-    def __init__(self, table: ctypes.Array, wdt: int, max_rows: int = dense.MAX_ROWS, experts: list | None = None):
+    def __init__(
+        self, table: ctypes.Array, wdt: int, max_rows: int, experts: list, step: Step, sinks: list[torch.Tensor]
+    ):
         self.table, self.wdt, self.max_rows = table, wdt, max_rows
-        self.experts = experts or []  # the experts' packs the table points to
+        self.experts = experts  # the experts' packs the table points to
+        self.step, self.sinks = step, sinks  # the tables and float32 sinks the table points to
 
 
 @cache
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
-    # layers, n_layers, dt, wdt, h, kv, M, H, n_h, n_kv, hd, I, n_slots, eps, scale, cos, sin, pos, slots,
-    # tables, n_blk, bs, lora, spans, lora_width, threads
-    return native.function(SOURCE, "trtserve_decode_layers", "pliipplllllllffpppppllppli")
+    # layers, n_layers, dt, wdt, h, kv, M, H, n_h, n_kv, hd, I, n_slots, eps, scale, offset, resid, cap, act, rot,
+    # rows, pos, slots, tables, n_blk, bs, lora, spans, lora_width, threads
+    return native.function(SOURCE, "trtserve_decode_layers", "pliipplllllllfffffilppppllppli")
 
 
 def _cpu(t: object, dtype: torch.dtype) -> bool:
@@ -139,6 +175,8 @@ def _pack_int4(row: _Layer, layer: object, dtype: torch.dtype, shapes: dict[str,
     """Fill row's int4 linears; the most rows they take in the step (0: the layer cannot run)."""
     rows = dense.MAX_ROWS
     for f in LINEARS:
+        if layer.experts is not None and f in MLP_FIELDS:
+            continue  # experts.h reads the experts' packs itself
         t = getattr(layer, f)
         if not _int4_groupwise(t) or (t.group_size, t.int8_activations) != (
             layer.qkv.group_size,
@@ -163,12 +201,12 @@ def _pack_qk_norm(row: _Layer, layer: object, dtype: torch.dtype, shapes: dict[s
     return True
 
 
-def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -> Packed | None:
+def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]], step: Step) -> Packed | None:
     """The layers' weights for `run`, or None unless every weight is a contiguous CPU tensor in
     `dtype`, or every linear is W8A16 (int8 with float32 scales per output), or every linear is
     W4A16 that the per-op path runs on our int4 kernel for decode rows; other quantized linears take
-    the per-op path. shapes: each linear's (out, in), as the kernel will read it."""
-    if dtype not in DTYPES:
+    the per-op path. shapes: each linear's (out, in), as the kernel will read it; step: the rest."""
+    if dtype not in DTYPES or step.act not in ACTS:
         return None
     first = layers[0].qkv if layers else None
     wdt = INT8 if _int8_weight_only(first) else INT4 if _int4_groupwise(first) else DTYPES[dtype]
@@ -176,8 +214,8 @@ def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -
     sizes = {"input_norm": hidden, "post_norm": hidden, **{f + "_bias": shapes[f][0] for f in LINEARS}}
     table, max_rows, experts = (_Layer * len(layers))(), dense.MAX_ROWS, []
     for row, layer in zip(table, layers, strict=True):
-        if layer.experts is not None:  # run by experts.h; quantized experts, or other linears, are not
-            if layer.experts.packed is None or wdt != DTYPES[dtype] or layer.experts.packed.dtype != dtype:
+        if layer.experts is not None:  # run by experts.h, in the experts' own format (kernels/experts.py)
+            if layer.experts.packed is None or layer.experts.packed.dtype != dtype:
                 return None
             experts.append(layer.experts.packed)
             row.moe = ctypes.addressof(layer.experts.packed.struct)
@@ -206,7 +244,32 @@ def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]]) -
             setattr(row, f, t.data_ptr())
         if layer.q_norm is not None and not _pack_qk_norm(row, layer, dtype, shapes):
             return None
-    return Packed(table, wdt, max_rows, experts)
+    sinks = _pack_attention(table, layers, dtype, hidden, step)
+    return None if sinks is None else Packed(table, wdt, max_rows, experts, step, sinks)
+
+
+def _pack_attention(table: ctypes.Array, layers: list, dtype: torch.dtype, hidden: int, step: Step) -> list | None:
+    """Fill each row's RoPE tables, window, sinks (float32 copies, returned: the table points to them), output
+    bias and block output norms; None where a tensor is not one the kernel reads."""
+    sinks = []
+    for row, layer, tables, window in zip(table, layers, step.tables, step.windows, strict=True):
+        if layer.experts is not None and (layer.mlp_out_norm is not None or step.resid != 1.0):
+            return None  # the kernel adds the experts' output as it is
+        for f in ("attn_out_norm", "mlp_out_norm", "dense_bias"):
+            t = getattr(layer, f)
+            if t is not None:
+                if not (_cpu(t, dtype) and t.numel() == hidden):
+                    return None
+                setattr(row, f, t.data_ptr())
+        if tables is not None:
+            if not all(_cpu(t, dtype) and t.shape[-1] == step.rotary_dim for t in tables):
+                return None
+            row.cos, row.sin = (t.data_ptr() for t in tables)
+        row.window = window or 0
+        if layer.sinks is not None:
+            sinks.append(layer.sinks.float().contiguous())
+            row.sinks = sinks[-1].data_ptr()
+    return sinks
 
 
 def run(
@@ -217,8 +280,7 @@ def run(
     intermediate: int,
     eps: float,
     scale: float,
-    cos: torch.Tensor,  # (positions, hd)
-    signed_sin: torch.Tensor,
+    rows: torch.Tensor,  # (M,) int64: each sequence's row of its layers' RoPE tables
     positions: torch.Tensor,  # (M,) int64
     slots: torch.Tensor,  # (M,) int64
     block_tables: torch.Tensor,  # (M, n_blk) int64
@@ -231,16 +293,18 @@ def run(
     fn = load()
     if fn is None or h.shape[0] > packed.max_rows:
         return False
-    if not (h.is_contiguous() and kv_data.is_contiguous() and cos.is_contiguous()):
+    if not (h.is_contiguous() and kv_data.is_contiguous()):
         return False
-    positions, slots, tables = (t.contiguous() for t in (positions, slots, block_tables))
+    rows, positions, slots, tables = (t.contiguous() for t in (rows, positions, slots, block_tables))
     if lora is not None:
         spans = spans.contiguous()
         assert spans.dtype == torch.int64 and tuple(spans.shape) == (h.shape[0], len(LINEARS), 2)
     _, _, n_slots, n_kv, hd = kv_data.shape
+    step = packed.step
     rc = fn(
         packed.table, len(packed.table), DTYPES[h.dtype], packed.wdt, h.data_ptr(), kv_data.data_ptr(), h.shape[0], h.shape[1], n_heads, n_kv,
-        hd, intermediate, n_slots, eps, scale, cos.data_ptr(), signed_sin.data_ptr(), positions.data_ptr(),
+        hd, intermediate, n_slots, eps, scale, step.offset, step.resid, step.softcap or 0.0, ACTS[step.act],
+        step.rotary_dim, rows.data_ptr(), positions.data_ptr(),
         slots.data_ptr(), tables.data_ptr(), tables.shape[1], tokens_per_block,
         lora.table if lora is not None else None, spans.data_ptr() if lora is not None else None,
         lora.widest if lora is not None else 0, torch.get_num_threads(),

@@ -85,6 +85,22 @@ static inline __attribute__((always_inline)) __m256 exp8(__m256 x) {
     return _mm256_blendv_ps(y, _mm256_set1_ps(__builtin_inff()), over);
 }
 
+/* tanh(x) on 8 lanes, Cephes' tanhf: an odd polynomial below |x| 0.625 (where 1 - 2 / (e^2x + 1) cancels),
+ * else 1 - 2 / (exp8(2|x|) + 1) with x's sign; for GeLU's tanh form and Gemma 2's soft-capped scores. */
+static inline __attribute__((always_inline)) __m256 tanh8(__m256 x) {
+    const __m256 sign = _mm256_set1_ps(-0.0f), ax = _mm256_andnot_ps(sign, x), z = _mm256_mul_ps(x, x);
+    __m256 p = _mm256_set1_ps(-5.70498872745e-3f);
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(2.06390887954e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-5.37397155531e-2f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(1.33314422036e-1f));
+    p = _mm256_fmadd_ps(p, z, _mm256_set1_ps(-3.33332819422e-1f));
+    const __m256 small = _mm256_fmadd_ps(_mm256_mul_ps(p, z), x, x);
+    const __m256 e = exp8(_mm256_add_ps(ax, ax));
+    const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+    const __m256 large = _mm256_or_ps(big, _mm256_and_ps(sign, x));
+    return _mm256_blendv_ps(small, large, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_GE_OQ));
+}
+
 #ifdef __AVX512F__ /* built so where the CPU has AVX-512 F/DQ/BW/VL (native.py) */
 /* 16 values of dt as float32, as load8. */
 static inline __attribute__((always_inline)) __m512 load16(const void* p, int dt, int64_t i) {

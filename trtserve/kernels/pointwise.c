@@ -1,5 +1,5 @@
 /* The decoder's per-token glue in one call each, on x86-64 with AVX2 + FMA + F16C: residual add +
- * RMSNorm, RoPE on q and k with k and v written into the paged KV cache, and SiLU(fc) * gate.
+ * RMSNorm, RoPE on q and k with k and v written into the paged KV cache, and SiLU(fc) (or GeLU's) * gate.
  *
  * Why: at batch-1 decode each of these was 3-8 small torch ops per layer (~25 per layer in all),
  * and their dispatch overhead was a sizeable share of a small model's step. Used where the
@@ -9,53 +9,54 @@
  * Layouts (row-major, dtype 0 float32, 1 bfloat16, 2 float16):
  *   rms_norm:  h, delta, out [T][H], w [H]
  *   rope_kv:   qkv [T][(n_h + 2 n_kv) hd] (q heads, k heads, v heads), cos and signed sin tables
- *              [positions][hd], q_out [T][n_h hd], k and v caches [slots][n_kv][hd], pos and slots [T] int64,
- *              q_norm [qn], k_norm [kn] in dt
- *   silu_mul:  fg [T][2 I] ([fc | gate]), out [T][I]
+ *              [rows][rot] (or NULL: no RoPE), q_out [T][n_h hd], k and v caches [slots][n_kv][hd], pos (each
+ *              token's table row) and slots [T] int64, q_norm [qn], k_norm [kn] in dt
+ *   act_mul:   fg [T][2 I] ([fc | gate]), out [T][I]
  * Built and loaded by trtserve/kernels/pointwise.py; it shares torch's OpenMP runtime.
  */
 #include "pointwise.h"
 
 #define PAR_MIN 16384 /* elements below which a call stays on one thread (a parallel region costs more) */
 
-/* h = h + delta (rounded to dt) when delta is given, then out = RMSNorm(h) * w. */
-int trtserve_rms_norm(void* h, const void* delta, int dt, int64_t T, int64_t H, const void* w, float eps, void* out,
-                      int threads) {
+/* h = h + delta (rounded to dt) when delta is given, then out = RMSNorm(h) * w (or * (offset + w)). */
+int trtserve_rms_norm(void* h, const void* delta, int dt, int64_t T, int64_t H, const void* w, float eps, float offset,
+                      void* out, int threads) {
     if (dt < F32 || dt > F16) return -1;
 #pragma omp parallel for num_threads(threads) schedule(static) if (T * H >= PAR_MIN)
-    for (int64_t t = 0; t < T; t++) norm_row(h, dt, delta, dt, t * H, H, w, dt, eps, out, dt);
+    for (int64_t t = 0; t < T; t++) norm_row(h, dt, delta, dt, t * H, H, w, dt, eps, offset, out, dt);
     return 0;
 }
 
-/* Rotates the q and k heads of each token at its position; q goes to q_out, k and v to the cache slot.
- * q_norm and k_norm (or NULL): RMSNorm weights applied first, in place in qkv, over each qn (kn) values of
- * q (k): a head (hd) or all of them (qk_norm_wide). */
+/* Rotates the first rot dims of the q and k heads of each token at its table row (cos NULL: none); q goes to
+ * q_out, k and v to the cache slot. q_norm and k_norm (or NULL): RMSNorm weights (offset as norm_row's) applied
+ * first, in place in qkv, over each qn (kn) values of q (k): a head (hd) or all of them (qk_norm_wide). */
 int trtserve_rope_kv(void* qkv, int dt, int64_t T, int64_t n_h, int64_t n_kv, int64_t hd, const void* cos,
                      const void* sin, const int64_t* pos, void* q_out, void* k_cache, void* v_cache,
                      const int64_t* slots, const void* q_norm, const void* k_norm, int64_t qn, int64_t kn, float eps,
-                     int threads) {
-    if (dt < F32 || dt > F16 || hd % 2) return -1;
+                     float offset, int64_t rot, int threads) {
+    if (!cos) rot = 0;
+    if (dt < F32 || dt > F16 || rot % 2 || rot < 0 || rot > hd) return -1;
     if ((q_norm || k_norm) && !qk_norm_ok(q_norm, k_norm, qn, kn, n_h, n_kv, hd)) return -1;
     const int64_t width = (n_h + 2 * n_kv) * hd, chunks = q_norm ? n_h * hd / qn + n_kv * hd / kn : 0;
 #pragma omp parallel for num_threads(threads) schedule(static) if (T * width >= PAR_MIN)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t c = 0; c < chunks; c++)
-            qk_norm_chunk(qkv, dt, t * width, c, n_h, hd, q_norm, k_norm, qn, kn, dt, eps);
+            qk_norm_chunk(qkv, dt, t * width, c, n_h, hd, q_norm, k_norm, qn, kn, dt, eps, offset);
         for (int64_t j = 0; j < n_h; j++)
-            rope_head(qkv, dt, t * width + j * hd, q_out, dt, (t * n_h + j) * hd, cos, sin, pos[t] * hd, hd, dt);
+            rope_head(qkv, dt, t * width + j * hd, q_out, dt, (t * n_h + j) * hd, cos, sin, pos[t] * rot, hd, rot, dt);
         for (int64_t j = 0; j < n_kv; j++) {
             const int64_t s0 = t * width + (n_h + j) * hd, d0 = (slots[t] * n_kv + j) * hd;
-            rope_head(qkv, dt, s0, k_cache, dt, d0, cos, sin, pos[t] * hd, hd, dt);
+            rope_head(qkv, dt, s0, k_cache, dt, d0, cos, sin, pos[t] * rot, hd, rot, dt);
             for (int64_t i = 0; i < hd; i++) store1(v_cache, dt, d0 + i, load1(qkv, dt, s0 + n_kv * hd + i));
         }
     }
     return 0;
 }
 
-/* out = silu(fc) * gate. */
-int trtserve_silu_mul(const void* fg, int dt, int64_t T, int64_t I, void* out, int threads) {
-    if (dt < F32 || dt > F16) return -1;
+/* out = act(fc) * gate (pointwise.h's SILU or GELU_TANH). */
+int trtserve_act_mul(const void* fg, int dt, int64_t T, int64_t I, int act, void* out, int threads) {
+    if (dt < F32 || dt > F16 || act < SILU || act > GELU_TANH) return -1;
 #pragma omp parallel for num_threads(threads) schedule(static) if (T * I >= PAR_MIN)
-    for (int64_t t = 0; t < T; t++) silu_mul_row(fg, dt, t * 2 * I, t * 2 * I + I, out, dt, t * I, I, dt);
+    for (int64_t t = 0; t < T; t++) act_mul_row(fg, dt, t * 2 * I, t * 2 * I + I, out, dt, t * I, I, act, dt);
     return 0;
 }

@@ -10,10 +10,11 @@
 #include "dtypes.h"
 
 /* h[row] = h[row] + delta[row] (when delta is given), then out[row] = w * (h * rsqrt(mean(h^2) + eps)),
- * float32 statistics as HF's RMSNorm. h in hdt, delta in ddt, w in dt, out in odt. */
+ * float32 statistics as HF's RMSNorm; with an offset, Gemma's (h * rsqrt(...)) * (offset + w) in float32,
+ * rounded once. h in hdt, delta in ddt, w in dt, out in odt. */
 static inline __attribute__((always_inline)) void norm_row(void* h, int hdt, const void* delta, int ddt, int64_t row,
-                                                          int64_t H, const void* w, int dt, float eps, void* out,
-                                                          int odt) {
+                                                          int64_t H, const void* w, int dt, float eps, float offset,
+                                                          void* out, int odt) {
     float ss = 0;
     for (int64_t i = 0; i < H; i++) {
         float x = load1(h, hdt, row + i);
@@ -24,8 +25,12 @@ static inline __attribute__((always_inline)) void norm_row(void* h, int hdt, con
         ss += x * x;
     }
     const float r = 1.0f / sqrtf(ss / (float)H + eps);
-    for (int64_t i = 0; i < H; i++)
-        store1(out, odt, row + i, rnd(load1(w, dt, i) * rnd(load1(h, hdt, row + i) * r, dt), dt));
+    if (offset != 0.0f)
+        for (int64_t i = 0; i < H; i++)
+            store1(out, odt, row + i, rnd(load1(h, hdt, row + i) * r * (offset + load1(w, dt, i)), dt));
+    else
+        for (int64_t i = 0; i < H; i++)
+            store1(out, odt, row + i, rnd(load1(w, dt, i) * rnd(load1(h, hdt, row + i) * r, dt), dt));
 }
 
 /* Whether q/k norm widths are per head (hd) or over all of q's (k's) heads (QK_NORM, QK_NORM_WIDE). */
@@ -39,25 +44,27 @@ static inline int qk_norm_ok(const void* q_norm, const void* k_norm, int64_t qn,
 static inline __attribute__((always_inline)) void qk_norm_chunk(void* qkv, int sdt, int64_t row0, int64_t c,
                                                                int64_t n_h, int64_t hd, const void* q_norm,
                                                                const void* k_norm, int64_t qn, int64_t kn, int dt,
-                                                               float eps) {
+                                                               float eps, float offset) {
     const int64_t nq = n_h * hd / qn;
     if (c < nq)
-        norm_row(qkv, sdt, NULL, sdt, row0 + c * qn, qn, q_norm, dt, eps, qkv, sdt);
+        norm_row(qkv, sdt, NULL, sdt, row0 + c * qn, qn, q_norm, dt, eps, offset, qkv, sdt);
     else
-        norm_row(qkv, sdt, NULL, sdt, row0 + n_h * hd + (c - nq) * kn, kn, k_norm, dt, eps, qkv, sdt);
+        norm_row(qkv, sdt, NULL, sdt, row0 + n_h * hd + (c - nq) * kn, kn, k_norm, dt, eps, offset, qkv, sdt);
 }
 
-/* One head of hd values at src (sdt) rotated NeoX-style at table row `tab` (cos and signed sin in
- * dt: x * cos + roll(x, hd/2) * signed_sin), written at dst (ddt). */
+/* One head of hd values at src (sdt) written at dst (ddt), its first rot rotated NeoX-style at table row
+ * `tab` (cos and signed sin [rot] in dt: x * cos + roll(x, rot/2) * signed_sin), the rest as they are (HF's
+ * partial rotary; rot 0: a layer without RoPE). */
 static inline __attribute__((always_inline)) void rope_head(const void* src, int sdt, int64_t s0, void* dst, int ddt,
                                                            int64_t d0, const void* cos, const void* sin,
-                                                           int64_t tab, int64_t hd, int dt) {
-    const int64_t half = hd / 2;
-    for (int64_t i = 0; i < hd; i++) {
-        const float x = load1(src, sdt, s0 + i), rolled = load1(src, sdt, s0 + (i + half) % hd);
+                                                           int64_t tab, int64_t hd, int64_t rot, int dt) {
+    const int64_t half = rot / 2;
+    for (int64_t i = 0; i < rot; i++) {
+        const float x = load1(src, sdt, s0 + i), rolled = load1(src, sdt, s0 + (i + half) % rot);
         const float a = rnd(x * load1(cos, dt, tab + i), dt), b = rnd(rolled * load1(sin, dt, tab + i), dt);
         store1(dst, ddt, d0 + i, rnd(a + b, dt));
     }
+    for (int64_t i = rot; i < hd; i++) store1(dst, ddt, d0 + i, load1(src, sdt, s0 + i));
 }
 
 /* silu(fc) * gate on 8 lanes, silu = fc / (1 + exp(-fc)) rounded to dt before the product (as F.silu(fc) *
@@ -67,10 +74,23 @@ static inline __attribute__((always_inline)) __m256 silu_mul8(__m256 fc, __m256 
     return rnd8(_mm256_mul_ps(rnd8(_mm256_div_ps(fc, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), dt), gate), dt);
 }
 
-/* out[o0 + i] = silu(fg[fc0 + i]) * fg[g0 + i] for i < n; fg in sdt, out in odt (values rounded to dt).
- * Eight at a time and the rest one by one, each through silu_mul8, so every element gets the same bits. */
-static inline __attribute__((always_inline)) void silu_mul_row(const void* fg, int sdt, int64_t fc0, int64_t g0,
-                                                              void* out, int odt, int64_t o0, int64_t n, int dt) {
+enum { SILU = 0, GELU_TANH = 1 }; /* the gated MLP's activations: act_mul_row's `act` */
+
+/* gelu_tanh(fc) * gate on 8 lanes, the GeLU as torch's tanh form computes it in float32 (0.5 x (1 + tanh(
+ * sqrt(2 / pi) (x + 0.044715 x^3)))) rounded to dt before the product (as F.gelu(fc, approximate="tanh") * gate). */
+static inline __attribute__((always_inline)) __m256 gelu_tanh_mul8(__m256 x, __m256 gate, int dt) {
+    const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(x, x), x);
+    const __m256 inner =
+        _mm256_mul_ps(_mm256_set1_ps(0.7978845608028654f), _mm256_add_ps(x, _mm256_mul_ps(_mm256_set1_ps(0.044715f), cube)));
+    const __m256 g = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), _mm256_add_ps(_mm256_set1_ps(1.0f), tanh8(inner)));
+    return rnd8(_mm256_mul_ps(rnd8(g, dt), gate), dt);
+}
+
+/* out[o0 + i] = act(fg[fc0 + i]) * fg[g0 + i] for i < n; fg in sdt, out in odt (values rounded to dt).
+ * Eight at a time and the rest one by one, each through the 8-lane form, so every element gets the same bits. */
+static inline __attribute__((always_inline)) void act_mul_row(const void* fg, int sdt, int64_t fc0, int64_t g0,
+                                                             void* out, int odt, int64_t o0, int64_t n, int act,
+                                                             int dt) {
     float v[8];
     for (int64_t i = 0; i < n; i += 8) {
         const int64_t k = n - i < 8 ? n - i : 8;
@@ -82,7 +102,7 @@ static inline __attribute__((always_inline)) void silu_mul_row(const void* fg, i
             for (int64_t j = 0; j < k; j++) a[j] = load1(fg, sdt, fc0 + i + j), b[j] = load1(fg, sdt, g0 + i + j);
             f = _mm256_loadu_ps(a), g = _mm256_loadu_ps(b);
         }
-        const __m256 y = silu_mul8(f, g, dt);
+        const __m256 y = act == GELU_TANH ? gelu_tanh_mul8(f, g, dt) : silu_mul8(f, g, dt);
         if (odt == F32 && k == 8) {
             _mm256_storeu_ps((float*)out + o0 + i, y);
         } else {
@@ -90,6 +110,12 @@ static inline __attribute__((always_inline)) void silu_mul_row(const void* fg, i
             for (int64_t j = 0; j < k; j++) store1(out, odt, o0 + i + j, v[j]);
         }
     }
+}
+
+/* act_mul_row with SiLU (the experts' MLPs, experts.h). */
+static inline __attribute__((always_inline)) void silu_mul_row(const void* fg, int sdt, int64_t fc0, int64_t g0,
+                                                              void* out, int odt, int64_t o0, int64_t n, int dt) {
+    act_mul_row(fg, sdt, fc0, g0, out, odt, o0, n, SILU, dt);
 }
 
 #endif

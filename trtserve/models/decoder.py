@@ -130,7 +130,11 @@ class DecoderModel:
         )
         self.local_rope = Rope(local, max_positions, self.dtype, device) if local else None
         self.scale = cfg.head_size**-0.5 if cfg.attention_multiplier is None else cfg.attention_multiplier
-        self.rope_skip = frozenset(cfg.rope_skip_layers or ())  # layers attending without RoPE
+        skip = frozenset(cfg.rope_skip_layers or ())  # layers attending without RoPE (features.NOPE_LAYERS)
+        self.layer_ropes = [  # each layer's RoPE: its window's own where it has one (features.LOCAL_ROPE); None: none
+            None if i in skip else self.local_rope if self._local(i) else self.rope
+            for i in range(cfg.num_hidden_layers)
+        ]
         self.attention = [  # each layer's, within its window (ModelConfig.window)
             LayerAttention(
                 cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size, self.scale, cfg.window(i),
@@ -157,11 +161,23 @@ class DecoderModel:
         if SCALED_EMBEDDINGS in features:
             self.embed_scale = float(torch.tensor(self.embed_scale, dtype=self.dtype))
         step = not deterministic and self._implements(decode_layers, "the one-call decode step", features)
-        self.step_weights = decode_layers.pack(self.layers, self.dtype, shapes) if step else None
+        # the step reads every layer's tables at the global RoPE's rows: LongRoPE's long half has no local twin
+        step = step and not (self.local_rope and self.rope.long_from is not None)
+        step_model = decode_layers.Step(
+            tables=[None if r is None else (r.cos, r.signed_sin) for r in self.layer_ropes],
+            windows=[cfg.window(i) for i in range(cfg.num_hidden_layers)], rotary_dim=self.rope.rotary_dim,
+            offset=cfg.norm_weight_offset, resid=cfg.residual_multiplier, softcap=cfg.attn_logit_softcapping,
+            act=cfg.hidden_act,
+        )  # fmt: skip
+        self.step_weights = decode_layers.pack(self.layers, self.dtype, shapes, step_model) if step else None
         # Whether the one-call step runs rows under LoRA adapters too; where not, such steps run op by op
         self.step_lora = LORA in decode_layers.STEP_FEATURES
         # The per-token glue as our C kernels (decode-sized CPU batches) where they fit the model
         self.use_pointwise = not deterministic and self._implements(pointwise, "the pointwise kernels", features)
+
+    def _local(self, layer: int) -> bool:
+        """Whether the layer rotates by the local RoPE (features.LOCAL_ROPE: a windowed layer of such a model)."""
+        return self.local_rope is not None and self.cfg.window(layer) is not None
 
     def linears(self) -> list[Linear]:
         """Every layer's linears (decode_layers.LINEARS), layer by layer."""
@@ -264,9 +280,9 @@ class DecoderModel:
 
     def _decode_step(self, h: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, lora: LoraStep | None) -> bool:
         """Every layer in one C call (decode_layers.c) when each sequence runs one decode token (and the
-        proposals it verifies), the rows are as many as the decode GEMM takes, attention needs no window
-        or 8-bit cache, and LoRA rows (if any) run stacked (not per segment, as deterministic mode runs
-        them); False otherwise."""
+        proposals it verifies), the rows are as many as the decode GEMM takes, attention needs no 8-bit
+        cache, and LoRA rows (if any) run stacked (not per segment, as deterministic mode runs them); False
+        otherwise."""
         cfg, rows = self.cfg, h.shape[0]
         packed_lora = None
         if lora is not None:
@@ -278,20 +294,14 @@ class DecoderModel:
             if s.native is False:
                 return False
             packed_lora = s.native
-        if (
-            self.step_weights is None
-            or not batch.decoding
-            or kv.kv_quant is not None
-            or rows > self.decode_step_rows()
-            or (cfg.min_window is not None and int(batch.positions.max()) >= cfg.min_window)
-        ):
+        if self.step_weights is None or not batch.decoding or kv.kv_quant is not None or rows > self.decode_step_rows():
             return False
         # a sequence verifying proposals has a row each, under its block table: the kernel writes every row's
         # key and value before any row attends, each up to its own position, as a decode row would
         tables = batch.block_tables if rows == batch.block_tables.shape[0] else batch.block_tables[batch.seq_ids]
         return decode_layers.run(
             self.step_weights, h, kv.data, cfg.num_attention_heads, cfg.intermediate_size, cfg.norm_epsilon,
-            self.scale, self.rope.cos, self.rope.signed_sin, batch.positions, batch.slot_mapping, tables,
+            self.scale, self.rope.rows(batch.positions, batch.prompt_lens), batch.positions, batch.slot_mapping, tables,
             kv.tokens_per_block, packed_lora, lora.spans if lora is not None else None,
         )  # fmt: skip
 
@@ -299,12 +309,13 @@ class DecoderModel:
         """Every layer, op by op, on the residual stream h (updated in place); each linear's output
         gains the LoRA update of the adapter its rows run under."""
         n_h, hd = self.cfg.num_attention_heads, self.cfg.head_size
-        rope = self.rope.tables(self.rope.rows(batch.positions, batch.prompt_lens))
-        local = self.local_rope.tables(batch.positions) if self.local_rope else rope  # (features.LOCAL_ROPE)
+        rows = self.rope.rows(batch.positions, batch.prompt_lens)
+        rope = rows, self.rope.tables(rows)
+        local = (batch.positions, self.local_rope.tables(batch.positions)) if self.local_rope else rope
         x = self._add_norm(h, None, self.layers[0].input_norm)
         for i, layer in enumerate(self.layers):
             qkv = self._lora_mm(lora, i, "qkv", x, layer.qkv, layer.qkv_bias)  # (T, (n_h + 2 n_kv) * hd)
-            q = self._rope_kv(i, qkv, batch, kv, rope if self.cfg.window(i) is None else local).view(-1, n_h, hd)
+            q = self._rope_kv(i, qkv, batch, kv, *(local if self._local(i) else rope)).view(-1, n_h, hd)
             attn = self.attention[i](i, q, batch, kv)  # (T, n_h * hd)
             attn_out = self._residual(
                 self._out_norm(
@@ -320,7 +331,12 @@ class DecoderModel:
 
     def _out_norm(self, out: torch.Tensor, w: torch.Tensor | None) -> torch.Tensor:
         """A block's output, RMS-normed before its residual add where the layer has that norm (SANDWICH_NORMS)."""
-        return out if w is None else self._norm(out, w)
+        if w is None:
+            return out
+        eps, offset = self.cfg.norm_epsilon, self.cfg.norm_weight_offset
+        if self._fused(out) and (y := pointwise.add_rms_norm(out, None, w, eps, offset)) is not None:
+            return y
+        return self._norm(out, w)
 
     def _residual(self, delta: torch.Tensor) -> torch.Tensor:
         """A block's output as the residual stream adds it (scaled by features.RESIDUAL_SCALE's multiplier)."""
@@ -341,23 +357,27 @@ class DecoderModel:
 
     def _add_norm(self, h: torch.Tensor, delta: torch.Tensor | None, w: torch.Tensor) -> torch.Tensor:
         """h += delta (in place, in the model dtype), then RMSNorm(h) * w."""
-        if self._fused(h) and (y := pointwise.add_rms_norm(h, delta, w, self.cfg.norm_epsilon)) is not None:
+        eps, offset = self.cfg.norm_epsilon, self.cfg.norm_weight_offset
+        if self._fused(h) and (y := pointwise.add_rms_norm(h, delta, w, eps, offset)) is not None:
             return y
         if delta is not None:
             h.add_(delta)
         return self._norm(h, w)
 
     def _rope_kv(
-        self, layer: int, qkv: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, rope: tuple[torch.Tensor, torch.Tensor]
-    ) -> torch.Tensor:
-        """Rotated q (T, n_h * hd); the rotated k and the v go to the KV cache at the batch's slots."""
+        self, layer: int, qkv: torch.Tensor, batch: FlatBatch, kv: PagedKVCache, rows: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+    ) -> torch.Tensor:  # fmt: skip
+        """Rotated q (T, n_h * hd); the rotated k and the v go to the KV cache at the batch's slots. rows: the
+        tokens' rows of the layer's RoPE tables; rope: those rows' (cos, signed sin)."""
         n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
-        w = self.layers[layer]
+        w, r = self.layers[layer], self.layer_ropes[layer]
         if kv.kv_quant is None and self._fused(qkv):
             keys, values = kv.layer_keys(layer), kv.layer_values(layer)
+            cos, sin = (None, None) if r is None else (r.cos, r.signed_sin)
             q = pointwise.rope_kv(
-                qkv, n_h, n_kv, self.rope.cos, self.rope.signed_sin, batch.positions, keys, values, batch.slot_mapping,
-                w.q_norm, w.k_norm, self.cfg.norm_epsilon,
+                qkv, n_h, n_kv, cos, sin, rows, keys, values, batch.slot_mapping, w.q_norm, w.k_norm,
+                self.cfg.norm_epsilon, self.cfg.norm_weight_offset,
             )  # fmt: skip
             if q is not None:
                 return q
@@ -367,8 +387,8 @@ class DecoderModel:
             q, k = (t.flatten(1) if w.q_norm.numel() > hd else t for t in (qk[:, :n_h], qk[:, n_h:]))
             q, k = self._norm(q, w.q_norm).view(-1, n_h, hd), self._norm(k, w.k_norm).view(-1, n_kv, hd)
             qk = torch.cat([q, k], dim=1)
-        if layer not in self.rope_skip:
-            qk = self.rope.apply(qk, rope)  # q and k heads rotated in one pass
+        if r is not None:
+            qk = Rope.apply(qk, rope)  # q and k heads rotated in one pass
         q, k = qk.split([n_h, n_kv], dim=1)  # (T, n_h, hd), (T, n_kv, hd)
         kv.write(layer, batch.slot_mapping, k, qkv[:, n_h + n_kv :])
         return q
@@ -382,7 +402,7 @@ class DecoderModel:
 
     def _act_mul(self, fc_gate: torch.Tensor) -> torch.Tensor:
         """act(fc) * gate over [fc | gate] (T, 2 I): SiLU, or GeGLU's tanh GELU (features.GELU_TANH_GATED_MLP)."""
-        if self._fused(fc_gate) and (y := pointwise.silu_mul(fc_gate)) is not None:
+        if self._fused(fc_gate) and (y := pointwise.act_mul(fc_gate, self.cfg.hidden_act)) is not None:
             return y
         fc, gate = fc_gate.chunk(2, dim=-1)  # (T, I) each
         if self.cfg.hidden_act == "gelu_pytorch_tanh":

@@ -6,10 +6,12 @@ renormalized where the family does, as HF transformers computes them; gpt-oss: t
 logits, softmaxed); the step's tokens are grouped by expert and each expert the step uses runs once over
 its tokens, so a step reads only the weights of the experts its tokens use. Every output adds its tokens'
 experts in expert order, as HF's loop does. The C expert kernel (kernels/experts.c) runs these steps in
-one call for plain CPU weights, in prefill, op-by-op decode and the one-call decode step; the torch path
-(`Experts.grouped`) runs the rest, gpt-oss's biased experts with the clamped SwiGLU and quantized experts
-(w8a16 / w4a16, one run-time linear of models/quantized.py per expert) among them. Each
-row's output depends on that row alone in both, so batching never changes a sequence's tokens.
+one call in prefill, op-by-op decode and the one-call decode step, for every family's experts (biased
+routers and experts, the clamped SwiGLU, a shared expert, as data in its experts_t) over plain CPU weights
+or W8A16 / W4A16 ones (one run-time linear of models/quantized.py per expert, read by the kernel in place);
+the torch path (`Experts.grouped`) runs what it refuses (other devices, AWQ scales, int8 activations).
+Each row's output depends on that row alone in both, so batching never changes a sequence's tokens
+(W4A16 apart: int4.h pairs rows, as its per-op linear does).
 """
 
 from __future__ import annotations
@@ -100,6 +102,19 @@ Linear = Callable[[torch.Tensor, object], torch.Tensor]
 
 
 @dataclass
+class Reads:
+    """A layer's expert weight reads over its calls: token-expert uses (rows x top_k) and the routed experts
+    whose weights were read; 1 - read / uses is the share of reads a batched step shares between rows."""
+
+    uses: int = 0
+    read: int = 0
+
+    def add(self, rows: int, top_k: int, read: int) -> None:
+        self.uses += rows * top_k
+        self.read += read
+
+
+@dataclass
 class Experts:
     """One layer's experts; called on the post-attention-normed x (T, hidden), returns the MLP's output."""
 
@@ -122,14 +137,14 @@ class Experts:
     # to use it (scripts/bench_moe.py turns it off to time the torch path)
     packed: kernel.Packed | None = field(default=None, init=False, repr=False)
     use_kernel: bool = True
+    reads: Reads = field(default_factory=Reads, init=False, repr=False)  # op by op (the one-call step counts none)
 
     def __post_init__(self):
-        if self.swiglu is not None or self.router_bias is not None or isinstance(self.fc_gate, list):
-            return  # the kernel implements neither biases, the clamped SwiGLU nor quantized experts: the torch path runs
         gates = self.router if self.shared_gate is None else torch.cat([self.router, self.shared_gate])
         self.packed = kernel.pack(
-            gates, self.fc_gate, self.proj, self.top_k, self.renormalize, self.shared_fc_gate, self.shared_proj
-        )
+            gates, self.fc_gate, self.proj, self.top_k, self.renormalize, self.shared_fc_gate, self.shared_proj,
+            self.router_bias, self.fc_gate_bias, self.proj_bias, self.swiglu,
+        )  # fmt: skip
 
     @classmethod
     def take(
@@ -175,8 +190,9 @@ class Experts:
         return cls(pop("router"), fc_gate, proj, moe.top_k, moe.normalization_mode == 1, **extras)
 
     def __call__(self, x: torch.Tensor, linear: Linear) -> torch.Tensor:
-        if self.use_kernel and self.packed is not None and (y := kernel.run(self.packed, x)) is not None:
-            return y  # the same steps in one C call
+        if self.use_kernel and self.packed is not None and (ran := kernel.run(self.packed, x)) is not None:
+            self.reads.add(len(x), self.top_k, ran[1])
+            return ran[0]  # the same steps in one C call
         return self.grouped(x, linear)
 
     def grouped(self, x: torch.Tensor, linear: Linear) -> torch.Tensor:
@@ -189,7 +205,9 @@ class Experts:
         ends = counts.cumsum(0).tolist()
         tokens, scales = order // k, weights.flatten()[order]
         out = torch.zeros_like(x)
-        for e in counts.nonzero().flatten().tolist():  # each expert the step uses, once over its tokens
+        used = counts.nonzero().flatten().tolist()
+        self.reads.add(len(x), k, len(used))
+        for e in used:  # each expert the step uses, once over its tokens
             rows = slice(ends[e] - int(counts[e]), ends[e])
             idx = tokens[rows]
             y = self._expert(x[idx], e, linear)  # (n, hidden)

@@ -1,8 +1,8 @@
 """One layer's attention over the paged KV cache, for every row of a flat batch (models/batch.py).
 
 A layer attends within its window (ModelConfig.window: Gemma's local layers, Mistral's every layer) by
-its group's mask for that window; the in-place decode kernel attends to every key, so it runs only for
-layers without one. Soft-capped scores (Gemma 2) run as HF's eager attention does: scores scaled,
+its group's mask for that window, or, for decode rows, the in-place decode kernel over the window's keys
+(with the soft-cap and sinks below too, as the one-call decode step computes them). Soft-capped scores (Gemma 2) run as HF's eager attention does: scores scaled,
 capped, masked, softmax in float32; attention sinks (gpt-oss) as its eager attention does too: each head's
 sink logit joins the softmax, and its share is dropped.
 """
@@ -45,13 +45,7 @@ class LayerAttention:
                 self.sinks,
             )  # fmt: skip
         out = None
-        in_place = (
-            kv.kv_quant is None
-            and self.window is None
-            and self.softcap is None
-            and self.sinks is None
-            and attention.usable(q, kv.layer_keys(layer))
-        )
+        in_place = kv.kv_quant is None and attention.usable(q, kv.layer_keys(layer))
         causal_only = kv.kv_quant is None and self.window is None and self.softcap is None and self.sinks is None
         for g in batch.groups:
             if g.fresh and causal_only:
@@ -62,9 +56,11 @@ class LayerAttention:
                 out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
                 k_all, v_all = kv.layer_keys(layer), kv.layer_values(layer)  # (slots, n_kv, hd)
                 bs = kv.tokens_per_block
+                sinks = None if self.sinks is None else self.sinks.float()
                 if attention.decode_attention(
-                    q, k_all, v_all, g.block_tables, g.kv_lens, g.q_index[:, 0], bs, self.scale, out
-                ):
+                    q, k_all, v_all, g.block_tables, g.kv_lens, g.q_index[:, 0], bs, self.scale, out, self.window,
+                    self.softcap, sinks,
+                ):  # fmt: skip
                     if g.scatter is None:
                         return out  # the whole batch, in order
                     continue
