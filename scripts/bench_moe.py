@@ -7,10 +7,13 @@ fit (64 experts, top 8, expert width hidden / 2), in one process with the thread
     torch      op by op, the torch grouped path (models/moe.py: each used expert once, one op at a time)
     dense      op by op, every expert over every token (what a dense equivalent reads)
 
-The checkpoint is Mixtral-shaped (Llama attention), which the one-call step runs. A benchmark, not a
-test: figures go to docs/performance.md with the CPU model.
+The checkpoint is Mixtral-shaped (Llama attention), which the one-call step runs. Next to them, for each
+of --shares' batch sizes, the share of the experts' weight reads a batched decode step shares between its
+sequences: 1 - (experts read) / (rows x top_k), over every layer's decode calls (op by op, the expert
+kernel's count, models/moe.py's Reads). A benchmark, not a test: figures go to docs/performance.md with
+the CPU model.
 
-    .venv/bin/python scripts/bench_moe.py [--threads 2] [--tokens 32] [--batch 1]
+    .venv/bin/python scripts/bench_moe.py [--threads 2] [--tokens 32] [--batch 1] [--shares 8,32]
 """
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from trtserve import LLM, SamplingParams  # noqa: E402
 from trtserve.build.builder import build_engine  # noqa: E402
 from trtserve.build.config import BuildConfig  # noqa: E402
 from trtserve.kernels import native  # noqa: E402
-from trtserve.models.moe import Experts  # noqa: E402
+from trtserve.models.moe import Experts, Reads  # noqa: E402
 
 # OLMoE-1B-7B (hidden 2048, 16 layers, 64 experts of width 1024, top 8) halved in width, a quarter the layers
 SHAPE = dict(
@@ -68,15 +71,23 @@ def decode_rate(llm: LLM, batch: int, tokens: int) -> float:
 
 def active_bytes(engine: Path) -> int:
     """Weight bytes a batch-1 decode step reads: roofline's count less the idle experts' share."""
-    from safetensors import safe_open
+    return roofline.active_weight_bytes_per_token(engine)
 
-    e, k = SHAPE["num_local_experts"], SHAPE["num_experts_per_tok"]
-    experts = 0
-    with safe_open(str(engine / "model.safetensors"), "pt") as f:
-        for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
-            if ".mlp.experts." in name:
-                experts += f.get_tensor(name).nbytes
-    return roofline.weight_bytes_per_token(engine) - experts * (e - k) // e
+
+def shared_reads(llm: LLM, batch: int, tokens: int) -> float:
+    """1 - experts read / (rows x top_k) over the decode steps of `batch` sequences (op by op, on the
+    kernel): the prefill's counts (a one-token generate) taken off the whole run's."""
+    layers = [layer.experts for layer in llm.engine.model.layers if layer.experts is not None]
+    prompts = [[5 + i, 6, 7, 8] for i in range(batch)]
+
+    def counts(n: int) -> tuple[int, int]:
+        for x in layers:
+            x.reads = Reads()
+        llm.generate(prompts, SamplingParams(max_tokens=n, temperature=0.0, ignore_eos=True))
+        return sum(x.reads.uses for x in layers), sum(x.reads.read for x in layers)
+
+    (u1, r1), (u, r) = counts(1), counts(tokens)
+    return 1 - (r - r1) / (u - u1)
 
 
 def rates(llm: LLM, batch: int, tokens: int) -> dict[str, float]:
@@ -106,6 +117,7 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--shares", default="8,32", help="batch sizes whose shared expert reads are counted")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -121,6 +133,9 @@ def main() -> None:
         per_token = active_bytes(engine)
         bw = max(roofline.bandwidths(per_token, torch.float32).values())
         got = rates(llm, args.batch, args.tokens)
+        step, llm.engine.model.step_weights = llm.engine.model.step_weights, None  # op by op: the kernel counts
+        shares = {b: round(shared_reads(llm, int(b), args.tokens), 3) for b in args.shares.split(",") if b}
+        llm.engine.model.step_weights = step
     roof = bw / per_token
     report = {
         "cpu": native.cpu_model(),
@@ -131,6 +146,7 @@ def main() -> None:
         "roofline_tok_per_s": round(roof, 1),
         "tok_per_s": {k: v and round(v, 1) for k, v in got.items()},
         "fraction_of_roofline": {k: v and round(v / roof, 2) for k, v in got.items()},  # batch 1's
+        "expert_reads_shared": shares,  # by batch size: 1 - experts read / (rows x top_k), decode steps
     }
     print(json.dumps(report, indent=1))
 

@@ -5,7 +5,8 @@
 
 The same requests (token ids; fixed output lengths via ignore_eos; greedy), the same weights, the same
 thread count and OpenMP wait policy, one run. Workloads (issue 6):
-  decode   batch-1 decode tok/s of each peer next to the bandwidth roofline measured in this run
+  decode   batch-1 decode tok/s of each peer next to the bandwidth roofline measured in this run (for a
+           mixture of experts, over the active bytes a token reads: issue 47's targets then)
   mixed    prompts 32-512, outputs 16-256 tokens, all sent at once, at most 32 in flight
   sweep    the mixed workload again at a few Poisson request rates (for the latency-throughput chart)
   prefix   K shared prefixes x M short questions, trtserve with prefix caching on vs off
@@ -376,11 +377,14 @@ def main(argv=None) -> int:
     )
     import json
 
-    vocab = json.loads((engine / "config.json").read_text())["pretrained_config"]["vocab_size"]
-    work = workloads(args, vocab)
+    pretrained = json.loads((engine / "config.json").read_text())["pretrained_config"]
+    moe = pretrained.get("moe")  # {num_experts, top_k, ...} for a mixture of experts, else None
+    bars = report.MOE if moe else report.DENSE
+    work = workloads(args, pretrained["vocab_size"])
     conditions.update(
         model=spec.name,
         dtype=dtype,
+        moe=moe,
         cpu=cpu_model(),
         tokens_per_block=args.tokens_per_block,
         cpu_count=os.cpu_count(),
@@ -422,22 +426,24 @@ def main(argv=None) -> int:
                 p["extra"]["fraction_of_roofline"] = report.ratio(
                     p["extra"].get("decode_tok_per_s"), conditions["roofline"]["roofline_tok_per_s"]
                 )
-    if "mixed" in work:
+    if "mixed" in work and moe:
+        say("no compute floor: trtserve/bench/floor.py counts a dense MLP, not the routed experts")
+    elif "mixed" in work:
         say("measuring the GEMM rate for the compute floor")
         add_floor(engine, work["mixed"]["requests"], conditions, points)
     conditions["load_after"] = os.getloadavg()
-    target_rows = report.targets(points, llama_peer)
+    target_rows = report.targets(points, llama_peer, bars)
     title = f"{spec.name} {dtype}, {conditions['threads']} threads, OMP_WAIT_POLICY={conditions['omp_wait_policy']}"
     table = report.render_table(points, title)
     console.print(table)
-    console.print(report.render_targets(target_rows))
+    console.print(report.render_targets(target_rows, bars))
     if "roofline" in conditions:
         console.print(f"roofline: {conditions['roofline']}")
     if "floor" in conditions:
         fractions = {p["peer"]: p["extra"].get("fraction_of_floor") for p in points if p["workload"] == "mixed"}
         console.print(conditions["floor"]["line"] + "; " + ", ".join(f"{k} {v:.2f}" for k, v in fractions.items() if v))
     with open(out / "table.txt", "w") as f:
-        Console(file=f, width=200).print(table, report.render_targets(target_rows), f"conditions: {conditions}")
+        Console(file=f, width=200).print(table, report.render_targets(target_rows, bars), f"conditions: {conditions}")
     report.save_json(out / "compare.json", conditions, points, target_rows)
     charted = report.save_chart(out / "compare.png", points, title)
     say(

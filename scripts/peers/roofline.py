@@ -1,4 +1,5 @@
-"""The batch-1 decode roofline: weight bytes read per token and the memory bandwidth of this machine.
+"""The batch-1 decode roofline: weight bytes read per token (for a mixture of experts, the active ones:
+every weight but the idle experts') and the memory bandwidth of this machine.
 
 The bandwidth is the best of a STREAM-like read (stream_read.c: every thread sums its share of an
 array too big for the caches with independent vector accumulators, as STREAM's read kernels do) and
@@ -40,6 +41,31 @@ def weight_bytes_per_token(engine_dir: Path) -> int:
                 embedding = nbytes
             has_head |= name == LM_HEAD
     return total - embedding if has_head else total
+
+
+def active_weight_bytes_per_token(engine_dir: Path) -> int:
+    """Bytes of weights one batch-1 decode step reads: `weight_bytes_per_token` less the idle experts'
+    share of the routed experts' tensors (each token reads top_k of num_experts); the same as
+    weight_bytes_per_token for a dense engine. The shared expert, the router and attention are read whole."""
+    import json
+
+    from safetensors import safe_open
+
+    moe = json.loads((engine_dir / "config.json").read_text())["pretrained_config"].get("moe")
+    total = weight_bytes_per_token(engine_dir)
+    if not moe:
+        return total
+    experts = 0
+    with safe_open(str(engine_dir / "model.safetensors"), "pt") as f:
+        for name in f.keys():  # noqa: SIM118 (safe_open is not a dict)
+            if ".mlp.experts." in name:  # (num_experts, out, in) stacks and their per-expert scales
+                sl = f.get_slice(name)
+                n = 1
+                for d in sl.get_shape():
+                    n *= d
+                experts += n * _itemsize(sl.get_dtype())
+    e, k = moe["num_experts"], moe["top_k"]
+    return total - experts * (e - k) // e
 
 
 def _itemsize(dtype: str) -> int:
@@ -125,12 +151,17 @@ def bandwidths(per_token: int, dtype: torch.dtype, device: str = "cpu") -> dict[
 
 
 def measure(engine_dir: Path, dtype: torch.dtype) -> dict:
-    """Weight bytes per token, the bandwidths by method and the roofline in tokens/s at the best."""
+    """Weight bytes per token, the bandwidths by method and the roofline in tokens/s at the best; for a
+    mixture of experts the roofline is over the active bytes (`active_weight_bytes_per_token`), and
+    `active` says so."""
     per_token = weight_bytes_per_token(engine_dir)
-    bws = bandwidths(per_token, dtype)
+    active = active_weight_bytes_per_token(engine_dir)
+    bws = bandwidths(active, dtype)
     bw = max(bws.values())
-    return {
-        "weight_bytes_per_token": per_token,
+    out = {"weight_bytes_per_token": per_token}
+    if active != per_token:
+        out |= {"active": True, "active_weight_bytes_per_token": active}
+    return out | {
         "bandwidth_gb_s": {k: round(v / 1e9, 2) for k, v in bws.items()},
-        "roofline_tok_per_s": round(bw / per_token, 2),
+        "roofline_tok_per_s": round(bw / active, 2),
     }

@@ -30,10 +30,17 @@ SHAPES: dict[str, tuple[str, str, dict]] = {
                sliding_window=512, query_pre_attn_scalar=256)),
     "gemma2": ("gemma2", "gemma-2-2b", dict(hidden_size=2304, intermediate_size=9216, num_hidden_layers=26,
                num_attention_heads=8, num_key_value_heads=4, head_dim=256, vocab_size=256000)),
-    # Qwen3-30B-A3B's widths and experts, 4 of its 48 layers: 2.4B parameters, ~0.3B active per token
+    # Qwen3-30B-A3B's widths and experts (128, top 8, renormalized as its config and llama.cpp's graph do),
+    # 4 of its 48 layers: 2.4B parameters, ~0.3B active per token
     "qwen3_moe": ("qwen3_moe", "Qwen3-30B-A3B (4 of 48 layers)", dict(hidden_size=2048, intermediate_size=6144,
-                  moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, num_hidden_layers=4,
-                  num_attention_heads=32, num_key_value_heads=4, head_dim=128, vocab_size=151936)),
+                  moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, norm_topk_prob=True,
+                  num_hidden_layers=4, num_attention_heads=32, num_key_value_heads=4, head_dim=128,
+                  vocab_size=151936)),
+    # OLMoE-1B-7B's widths and experts (64, top 8, not renormalized), 4 of its 16 layers: 2.0B parameters,
+    # ~0.37B active per token
+    "olmoe": ("olmoe", "OLMoE-1B-7B (4 of 16 layers)", dict(hidden_size=2048, intermediate_size=1024,
+              num_experts=64, num_experts_per_tok=8, norm_topk_prob=False, num_hidden_layers=4,
+              num_attention_heads=16, num_key_value_heads=16, vocab_size=50304)),
 }  # fmt: skip
 # SmolLM2-135M's widths (the demo model's), for the benchmarks that build it with a few of its 30 layers
 SMOLLM2_135M = dict(

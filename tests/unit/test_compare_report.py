@@ -77,6 +77,34 @@ def test_targets_measured_values_and_verdicts():
     assert got["KV waste at peak (mixed)"]["met"] is True  # 0.03 < 0.04
 
 
+def test_targets_of_a_mixture_of_experts_take_issue_47s_bars():
+    got = {t["target"]: t for t in report.targets(POINTS, "llama.cpp-f32", report.MOE)}
+    assert got["batch-1 decode / active-bytes roofline"]["bar"] == 0.6
+    assert got["batch-1 decode tok/s / llama.cpp-f32"]["met"] is True  # 1.125: ahead is the bar
+    assert got["mixed output tok/s / llama.cpp-f32"]["bar"] == 1.0
+    assert "batch-1 decode / bandwidth roofline" not in got
+
+
+def test_active_weight_bytes_leave_out_the_idle_experts_share(tmp_path):
+    import torch
+    from peers import roofline
+    from safetensors.torch import save_file
+
+    tensors = {
+        "transformer.vocab_embedding.weight": torch.zeros(10, 4),  # one row read: left out (a head exists)
+        "lm_head.weight": torch.zeros(10, 4),  # 160 bytes
+        "transformer.layers.0.mlp.router.weight": torch.zeros(8, 4),  # 128 bytes, read whole
+        "transformer.layers.0.mlp.experts.fc.weight": torch.zeros(8, 6, 4),  # 768 bytes, 2 of 8 experts read
+    }
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    cfg = {"pretrained_config": {"moe": {"num_experts": 8, "top_k": 2}}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    assert roofline.weight_bytes_per_token(tmp_path) == 160 + 128 + 768
+    assert roofline.active_weight_bytes_per_token(tmp_path) == 160 + 128 + 768 // 4
+    (tmp_path / "config.json").write_text(json.dumps({"pretrained_config": {"moe": None}}))
+    assert roofline.active_weight_bytes_per_token(tmp_path) == 160 + 128 + 768  # dense: every byte
+
+
 def test_targets_quant_rows_against_the_engine_dtype_and_llamacpp():
     points = [
         _pt("trtserve", "decode", extra={"decode_tok_per_s": 10.0}),
