@@ -16,6 +16,7 @@ from trtserve import LLM, SamplingParams
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
 from trtserve.engine.model_config import ModelConfig
+from trtserve.kernels import decode_layers
 
 NEW_TOKENS = 24
 GREEDY = SamplingParams(max_tokens=NEW_TOKENS, temperature=0.0, ignore_eos=True)
@@ -103,24 +104,40 @@ def assert_fast_paths_refused(engine: Path) -> None:
 def assert_decode_step_runs(engine: Path, monkeypatch) -> None:
     """The family's layer features are all ones the C decode step and pointwise kernels implement: its
     decode steps run as the one-call step (where this machine builds the kernels)."""
-    from trtserve.kernels import decode_layers
-
     if decode_layers.load() is None:
         pytest.skip("the decode step needs x86-64 with AVX2/FMA/F16C and a C compiler")
     llm = LLM(engine, device="cpu", kv_cache_memory=16 << 20)
     model = llm.engine.model
     assert model.step_weights is not None and model.use_pointwise
-    ran, real_run = 0, decode_layers.run
+    ran = counting_step_runs(monkeypatch)
+    llm.generate(random_prompts(2, seed=6), GREEDY)
+    assert ran[0] >= NEW_TOKENS - 1
+
+
+def counting_step_runs(monkeypatch) -> list[int]:
+    """decode_layers.run patched to count the decode steps the kernel ran: [count], read after the calls."""
+    ran, real_run = [0], decode_layers.run
 
     def counting_run(*args, **kwargs):
-        nonlocal ran
         ok = real_run(*args, **kwargs)
-        ran += ok
+        ran[0] += ok
         return ok
 
     monkeypatch.setattr(decode_layers, "run", counting_run)
-    llm.generate(random_prompts(2, seed=6), GREEDY)
-    assert ran >= NEW_TOKENS - 1
+    return ran
+
+
+def step_outputs(llm: LLM, prompts: list[list[int]], params: SamplingParams, step: bool, monkeypatch):
+    """(greedy tokens and logprobs per prompt, how many decode steps the kernel ran), the one-call step on or off."""
+    model = llm.engine.model
+    table, ran = model.step_weights, counting_step_runs(monkeypatch)
+    model.step_weights = table if step else None
+    try:
+        outs = llm.generate(prompts, params)
+    finally:
+        model.step_weights = table
+    seqs = [o.outputs[0] for o in outs]
+    return [(s.token_ids, [(lp.logprob, lp.top) for lp in s.logprobs]) for s in seqs], ran[0]
 
 
 def assert_windows_matter(engine: Path, src: Path) -> None:

@@ -7,7 +7,7 @@ prompts longer than the windows, in float32 and bfloat16 (the family goldens che
 from __future__ import annotations
 
 import pytest
-from family_goldens import make_model
+from family_goldens import make_model, step_outputs
 from helpers import random_prompts
 
 from trtserve import LLM, SamplingParams
@@ -47,27 +47,6 @@ FAMILIES = {  # name: (transformers model_type, config overrides)
 }
 
 
-def _outputs(llm: LLM, prompts: list[list[int]], step: bool, monkeypatch) -> tuple[list, int]:
-    """(greedy tokens and logprobs per prompt, how many decode steps the kernel ran)."""
-    model = llm.engine.model
-    table, ran, real_run = model.step_weights, 0, decode_layers.run
-
-    def counting_run(*args, **kwargs):
-        nonlocal ran
-        ok = real_run(*args, **kwargs)
-        ran += ok
-        return ok
-
-    monkeypatch.setattr(decode_layers, "run", counting_run)
-    model.step_weights = table if step else None
-    try:
-        outs = llm.generate(prompts, PARAMS)
-    finally:
-        model.step_weights = table
-    seqs = [o.outputs[0] for o in outs]
-    return [(s.token_ids, [(lp.logprob, lp.top) for lp in s.logprobs]) for s in seqs], ran
-
-
 @needs_kernel
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 @pytest.mark.parametrize("family", sorted(FAMILIES))
@@ -80,7 +59,7 @@ def test_family_decodes_in_the_step_as_op_by_op(tmp_path, monkeypatch, family, d
     assert model.step_weights is not None and model.use_pointwise
     batch = min(5, dense.max_rows(model.dtype), model.step_weights.max_rows)
     for prompts in (random_prompts(1, seed=3, lo=60, hi=70), random_prompts(batch, seed=4, lo=1, hi=70)):
-        fused, ran = _outputs(llm, prompts, True, monkeypatch)
-        op_by_op, ran_off = _outputs(llm, prompts, False, monkeypatch)
+        fused, ran = step_outputs(llm, prompts, PARAMS, True, monkeypatch)
+        op_by_op, ran_off = step_outputs(llm, prompts, PARAMS, False, monkeypatch)
         assert ran >= PARAMS.max_tokens - 1 and ran_off == 0
         assert fused == op_by_op

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from family_goldens import make_model
+from family_goldens import make_model, step_outputs
 from helpers import make_hf_model, random_prompts
 
 from trtserve import LLM, SamplingParams
@@ -24,29 +24,6 @@ PARAMS = SamplingParams(max_tokens=24, temperature=0.0, ignore_eos=True, logprob
 # int4 groups of 64 inputs: a group size the builder offers that divides the tiny model's hidden
 # size (64) and, with intermediate_size 128, every linear's inputs
 INT4 = {"intermediate_size": 128}
-
-
-def _outputs(llm: LLM, prompts: list[list[int]], step: bool, monkeypatch) -> tuple[list, int]:
-    """(greedy tokens and logprobs per prompt, how many decode steps the kernel ran)."""
-    model = llm.engine.model
-    table = model.step_weights
-    ran = 0
-    real_run = decode_layers.run
-
-    def counting_run(*args, **kwargs):
-        nonlocal ran
-        ok = real_run(*args, **kwargs)
-        ran += ok
-        return ok
-
-    monkeypatch.setattr(decode_layers, "run", counting_run)
-    model.step_weights = table if step else None
-    try:
-        outs = llm.generate(prompts, PARAMS)
-    finally:
-        model.step_weights = table
-    seqs = [o.outputs[0] for o in outs]
-    return [(s.token_ids, [(lp.logprob, lp.top) for lp in s.logprobs]) for s in seqs], ran
 
 
 def llm_dtype(engine) -> torch.dtype:
@@ -97,8 +74,8 @@ def _assert_step_equals_op_by_op(llm: LLM, monkeypatch) -> None:
     # 2-4 in bf16 where torch's native bf16 GEMM takes over; int4 in bf16 2 against torch's AVX-512 kernel
     batch = min(5, dense.max_rows(llm.engine.model.dtype), llm.engine.model.step_weights.max_rows)
     for prompts in (random_prompts(1, seed=3), random_prompts(batch, seed=4, lo=1, hi=40)):  # alone, batched
-        fused, ran = _outputs(llm, prompts, True, monkeypatch)
-        op_by_op, ran_off = _outputs(llm, prompts, False, monkeypatch)
+        fused, ran = step_outputs(llm, prompts, PARAMS, True, monkeypatch)
+        op_by_op, ran_off = step_outputs(llm, prompts, PARAMS, False, monkeypatch)
         assert ran >= PARAMS.max_tokens - 1 and ran_off == 0
         assert fused == op_by_op
 
