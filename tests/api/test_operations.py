@@ -63,8 +63,8 @@ def test_disconnect_aborts_streaming_and_non_streaming(server, model_name):
             if line.startswith("data:"):
                 break  # leave after the first chunk
     server.wait_idle(timeout=5)
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(f"{server.url}/v1/completions", json=body, timeout=0.1)
+    with pytest.raises(httpx.ReadTimeout):  # 16 sequences of 250 tokens: far longer than the client waits
+        httpx.post(f"{server.url}/v1/completions", json={**body, "n": 16}, timeout=0.1)
     server.wait_idle(timeout=5)
     assert httpx.get(f"{server.url}/health").status_code == 200
 

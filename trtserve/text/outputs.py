@@ -54,6 +54,9 @@ class RequestMetrics:
     completion_tokens: int
     cached_tokens: int  # prompt tokens served by the prefix cache
 
+    # pydantic (a receipt's `metrics`) refuses other keys: its JSON schema says so too (additionalProperties)
+    __pydantic_config__ = {"extra": "forbid"}
+
 
 @dataclass
 class RequestOutput:
