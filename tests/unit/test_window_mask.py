@@ -74,10 +74,10 @@ def test_the_model_config_names_each_layers_window():
                 max_position_embeddings=64, norm_epsilon=1e-6, rotary_base=1e4)  # fmt: skip
     gemma = ModelConfig(**base, sliding_window=16, layer_windows=[16, None, 16, None])
     assert [gemma.window(i) for i in range(4)] == [16, None, 16, None]
-    assert gemma.attention_windows == (16, None) and gemma.min_window == 16
+    assert gemma.attention_windows == (16, None)
     assert gemma.kv_layer_kinds() == {16: 2, None: 2}
     mistral = ModelConfig(**base, sliding_window=16)
     assert mistral.attention_windows == (16,) and mistral.kv_layer_kinds() == {16: 4}
-    assert ModelConfig(**base).attention_windows == (None,) and ModelConfig(**base).min_window is None
+    assert ModelConfig(**base).attention_windows == (None,)
     # every layer keeps every block (docs/building.md says why): a token costs the same in each layer
     assert gemma.kv_bytes_per_token() == mistral.kv_bytes_per_token() == 2 * 4 * 4 * 4

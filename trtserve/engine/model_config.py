@@ -112,11 +112,6 @@ class ModelConfig(BaseModel):
         """The distinct windows of the layers (None: full attention), in layer order: one attention mask each."""
         return tuple(dict.fromkeys(self.window(i) for i in range(self.num_hidden_layers)))
 
-    @property
-    def min_window(self) -> int | None:
-        """The smallest window of any layer; None where no layer has one."""
-        return min((w for w in self.attention_windows if w is not None), default=None)
-
     def kv_layer_kinds(self) -> dict[int | None, int]:
         """How many layers attend within each window (None: to every key)."""
         kinds: dict[int | None, int] = {}
