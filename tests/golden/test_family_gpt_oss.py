@@ -86,7 +86,8 @@ def test_deterministic_greedy_equals_hf(engine, src):
 
 def test_windows_and_sinks_matter_and_the_experts_run_in_c(engine, src):
     """The goldens test the windows and the sinks (without either the tokens leave HF's); the experts run on
-    the C expert kernel, op by op and inside the one-call decode step where it takes the model."""
+    the C expert kernel, op by op and inside the one-call decode step where it takes the model, and the glue
+    around them on the pointwise kernels."""
     from dataclasses import replace
 
     assert_windows_matter(engine, src)
@@ -98,6 +99,7 @@ def test_windows_and_sinks_matter_and_the_experts_run_in_c(engine, src):
     runs = expert_kernel.load() is not None  # not under TRTSERVE_ISA=scalar
     assert all((layer.experts.packed is not None) == runs and layer.dense_bias is not None for layer in model.layers)
     assert model.step_weights is None or len(model.step_weights.experts) == len(model.layers)
+    assert model.use_pointwise == runs  # the per-token glue in C too (its experts are outside that glue)
     model.step_weights = None  # op by op, so the attention below runs without its sinks
     model.attention = [replace(a, sinks=None) for a in model.attention]
     assert [o.token_ids for o in llm.generate(prompts, GREEDY)] != expected

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from trtserve.kernels import dense, native
+from trtserve.kernels import dense, native, pointwise
 from trtserve.kernels import int4 as int4_kernel
 
 SOURCE = Path(__file__).with_name("decode_layers.c")
@@ -74,7 +74,7 @@ class _Layer(ctypes.Structure):  # layer_t in decode_layers.c
     )
 
 
-ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}  # the MLP's activation by HF's hidden_act (pointwise.h's SILU, GELU_TANH)
+ACTS = pointwise.ACTS  # the MLP's activation by HF's hidden_act, as the pointwise kernels number them
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,7 @@ FEATURES = frozenset(
         "layer_windows",
         "tied_embeddings",
         "moe",  # the experts run outside these kernels (models/moe.py); the glue around them is the same
+        "clamped_swiglu_experts",  # gpt-oss's experts, outside these kernels too
     }
 )
 ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}  # act_mul's activations by HF's hidden_act (pointwise.h's SILU, GELU_TANH)

@@ -9,7 +9,7 @@ sink logit joins the softmax, and its share is dropped.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,12 @@ class LayerAttention:
     softcap: float | None  # scores become softcap * tanh(scores / softcap); None: left as they are
     deterministic: bool  # batch-invariant tiles (models/deterministic.py)
     sinks: torch.Tensor | None = None  # (heads,): a logit per head joining each softmax's denominator (gpt-oss)
+    # the sinks as the decode kernel reads them (float32), converted once rather than every layer of every step
+    sinks_f32: torch.Tensor | None = field(init=False, default=None, repr=False)
+
+    def __post_init__(self):
+        if self.sinks is not None:
+            object.__setattr__(self, "sinks_f32", self.sinks.float().contiguous())
 
     def __call__(self, layer: int, q: torch.Tensor, batch: FlatBatch, kv: PagedKVCache) -> torch.Tensor:
         """Attention of q (T, heads, head_size) over the layer's cached keys; returns (T, heads * head_size)."""
@@ -56,10 +62,9 @@ class LayerAttention:
                 out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
                 k_all, v_all = kv.layer_keys(layer), kv.layer_values(layer)  # (slots, n_kv, hd)
                 bs = kv.tokens_per_block
-                sinks = None if self.sinks is None else self.sinks.float()
                 if attention.decode_attention(
                     q, k_all, v_all, g.block_tables, g.kv_lens, g.q_index[:, 0], bs, self.scale, out, self.window,
-                    self.softcap, sinks,
+                    self.softcap, self.sinks_f32,
                 ):  # fmt: skip
                     if g.scatter is None:
                         return out  # the whole batch, in order
