@@ -180,3 +180,12 @@ def test_a_kv_cache_format_is_refused_without_modelopt_calibration(sources, tmp_
         build(sources("mixtral"), tmp_path / "e", quant="w8a16", kv_cache_quant="fp8")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "e").exists()
+
+
+def test_int8_activations_are_refused_on_experts_in_one_sentence(sources, tmp_path):
+    """The expert kernel runs int4 experts on float activations: the run option names the engine kind, not
+    a quant format the engine already has."""
+    build(sources("qwen3_moe"), tmp_path / "e", quant="w4a16")
+    with pytest.raises(UserError, match="^int8_activations is not supported for mixture-of-experts engines") as err:
+        LLM(tmp_path / "e", device="cpu", int8_activations=True)
+    assert "\n" not in str(err.value)

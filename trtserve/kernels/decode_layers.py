@@ -14,13 +14,12 @@ import torch
 
 from trtserve.kernels import dense, native, pointwise
 from trtserve.kernels import int4 as int4_kernel
+from trtserve.kernels.experts import INT4, INT8, int4_groupwise, int8_weight_only
 
 SOURCE = Path(__file__).with_name("decode_layers.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 LINEARS = ("qkv", "dense", "fc_gate", "proj")
 FIELDS = ("input_norm", "qkv", "qkv_bias", "dense", "post_norm", "fc_gate", "fc_gate_bias", "proj", "proj_bias")
-INT8 = 3  # decode_layers.c's weight dtype code for int8 (W8A16)
-INT4 = 4  # and for torch's CPU int4 pack (W4A16; int4.h)
 # The layer features (trtserve/models/features.py) decode_layers.c implements; the decoder takes
 # this path only for models whose features are a subset. Embeddings and lm_head (their scale and
 # soft-cap too) are outside the kernel, tied or not.
@@ -142,18 +141,6 @@ def _cpu(t: object, dtype: torch.dtype) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype == dtype and t.device.type == "cpu" and t.is_contiguous()
 
 
-def _int8_weight_only(linear: object) -> bool:
-    """A W8A16 linear this kernel runs (models/quantized.py's Int8WeightOnly says so): `weight` (out, in)
-    int8 and `scale_f32` (out,) float32, nothing else applied to its input."""
-    return getattr(linear, "int8_weight_only", False) is True
-
-
-def _int4_groupwise(linear: object) -> bool:
-    """A W4A16 linear (models/quantized.py's Int4Groupwise says so): torch's CPU int4 `packed`, its
-    `scales_zeros` (in / group, out, 2) in the model dtype, `group_size`, `pre_quant` or None."""
-    return getattr(linear, "int4_groupwise", False) is True
-
-
 def _int4_rows(t: object, dtype: torch.dtype, shape: tuple[int, int]) -> int:
     """The most rows (from 1 up) for which the per-op path runs linear t on our int4 kernel, whose
     math (int4.h) the step shares, so both give the same bits; 0 where the step cannot read t."""
@@ -178,7 +165,7 @@ def _pack_int4(row: _Layer, layer: object, dtype: torch.dtype, shapes: dict[str,
         if layer.experts is not None and f in MLP_FIELDS:
             continue  # experts.h reads the experts' packs itself
         t = getattr(layer, f)
-        if not _int4_groupwise(t) or (t.group_size, t.int8_activations) != (
+        if not int4_groupwise(t) or (t.group_size, t.int8_activations) != (
             layer.qkv.group_size,
             layer.qkv.int8_activations,
         ):
@@ -209,7 +196,7 @@ def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]], s
     if dtype not in DTYPES or step.act not in ACTS:
         return None
     first = layers[0].qkv if layers else None
-    wdt = INT8 if _int8_weight_only(first) else INT4 if _int4_groupwise(first) else DTYPES[dtype]
+    wdt = INT8 if int8_weight_only(first) else INT4 if int4_groupwise(first) else DTYPES[dtype]
     hidden = shapes["dense"][0]
     sizes = {"input_norm": hidden, "post_norm": hidden, **{f + "_bias": shapes[f][0] for f in LINEARS}}
     table, max_rows, experts = (_Layer * len(layers))(), dense.MAX_ROWS, []
@@ -231,7 +218,7 @@ def pack(layers: list, dtype: torch.dtype, shapes: dict[str, tuple[int, int]], s
                 if wdt == INT4:
                     continue
                 if wdt == INT8:
-                    if not (_int8_weight_only(t) and _cpu(t.scale_f32, torch.float32)):
+                    if not (int8_weight_only(t) and _cpu(t.scale_f32, torch.float32)):
                         return None
                     setattr(row, f + "_s", t.scale_f32.data_ptr())
                     t = t.weight

@@ -18,7 +18,7 @@ from trtserve.kernels import native
 
 SOURCE = Path(__file__).with_name("experts.c")
 DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
-INT8, INT4 = 3, 4  # experts.h's weight dtype codes for W8A16 and W4A16 (dtypes.h's I8, int4.h's I4)
+INT8, INT4 = 3, 4  # the C kernels' weight dtype codes for W8A16 and W4A16 (dtypes.h's I8, int4.h's I4)
 MAX_TOP_K = 64  # experts.h's combine holds a row's experts on the stack
 
 
@@ -52,13 +52,23 @@ def _plain(t: object, dtype: torch.dtype) -> bool:
     return isinstance(t, torch.Tensor) and t.dtype == dtype and t.device.type == "cpu" and t.is_contiguous()
 
 
+def int8_weight_only(linear: object) -> bool:
+    """A W8A16 linear the kernels run (models/quantized.py's Int8WeightOnly says so): `weight` (out, in)
+    int8 and `scale_f32` (out,) float32, nothing else applied to its input."""
+    return getattr(linear, "int8_weight_only", False) is True
+
+
+def int4_groupwise(linear: object) -> bool:
+    """A W4A16 linear (models/quantized.py's Int4Groupwise says so): torch's CPU int4 `packed`, its
+    `scales_zeros` (in / group, out, 2) in the model dtype, `group_size`, `pre_quant` or None."""
+    return getattr(linear, "int4_groupwise", False) is True
+
+
 def _format(linear: object, dtype: torch.dtype) -> int | None:
     """The weight dtype code of an expert's linear (models/quantized.py's linears say theirs)."""
     if isinstance(linear, torch.Tensor):
         return DTYPES.get(dtype)
-    if getattr(linear, "int8_weight_only", False) is True:
-        return INT8
-    return INT4 if getattr(linear, "int4_groupwise", False) is True else None
+    return INT8 if int8_weight_only(linear) else INT4 if int4_groupwise(linear) else None
 
 
 def _weights(linear: object, dtype: torch.dtype, shape: tuple[int, int], wdt: int) -> tuple | None:

@@ -415,6 +415,11 @@ def check_int8_activations(model: DecoderModel, value: bool) -> None:
     int8-activation build; a UserError naming what is missing where they are not there."""
     if not value:
         return
+    if any(layer.experts is not None for layer in model.layers):
+        raise UserError(
+            "int8_activations is not supported for mixture-of-experts engines (their expert kernel runs int4 "
+            "weights on float activations): remove it from the run config's engine section"
+        )
     if not all(hasattr(t, "int8_activations") for t in model.linears()):
         algo = model.cfg.quantization.quant_algo or "unquantized"
         raise UserError(
