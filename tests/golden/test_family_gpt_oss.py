@@ -1,7 +1,7 @@
 """gpt-oss (q/k/v/o biases, a sink logit per head, sliding-window and full layers alternating, YaRN RoPE,
 every layer's MLP the top 4 of 16 biased experts under a biased router, with the clamped SwiGLU) from
 safetensors, plain and with MXFP4 experts: float32 greedy equals HF transformers token for token; the experts
-run on the C expert kernel; bad checkpoints and GGUF files are refused in one sentence, leaving nothing."""
+run on the C expert kernel; bad checkpoints are refused in one sentence, leaving nothing."""
 
 from __future__ import annotations
 
@@ -224,22 +224,5 @@ def test_bad_mxfp4_is_refused_in_one_sentence(tmp_path, src, block_bytes, match)
         save_file(w | {name: w[name][..., :1].contiguous()}, mx / "model.safetensors", metadata={"format": "pt"})
     with pytest.raises(UserError, match=match) as err:
         build(mx, tmp_path / "e")
-    assert "\n" not in str(err.value)
-    assert not (tmp_path / "e").exists()
-
-
-def test_gguf_gpt_oss_is_refused_naming_the_architecture(tmp_path):
-    import gguf
-
-    path = tmp_path / "gpt-oss.gguf"
-    w = gguf.GGUFWriter(str(path), "gpt-oss")
-    w.add_block_count(1)
-    w.add_tensor("token_embd.weight", torch.zeros(4, 4).numpy())
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    with pytest.raises(UserError, match="GGUF architecture 'gpt-oss' is not supported") as err:
-        build(path, tmp_path / "e")
     assert "\n" not in str(err.value)
     assert not (tmp_path / "e").exists()

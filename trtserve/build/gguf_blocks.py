@@ -10,7 +10,8 @@ weight is exactly the int4 GEMM's (q - 8) * scale + zero (W4A16 with zero points
 
 Types of 5 to 8 bits (Q8_0, Q5_0, Q5_1, Q5_K, Q6_K) have no exact int4 form and our int8 path
 scales per output row, so they are dequantized and rounded to int8 per row (W8A16); the error this
-adds is measured in docs/quantization.md. F32 / F16 / BF16 tensors stay dense.
+adds is measured in docs/quantization.md. F32 / F16 / BF16 tensors stay dense. MXFP4 (gpt-oss's experts)
+has no packed form here: it is dequantized exactly to bfloat16 by the safetensors path's own function.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType
+
+from trtserve.build.stored import BLOCK_BYTES, dequantize_mxfp4
 
 T = GGMLQuantizationType
 INT4_TYPES = frozenset({T.Q4_0, T.Q4_1, T.Q4_K})  # exact as int4 x scale + zero, groups of 32
@@ -99,6 +102,18 @@ def int4_rows(data: np.ndarray, kind: T, shape: tuple[int, int]) -> Int4Rows:
     assert q.size == out * n and block_values % GROUP == 0, (q.shape, shape)
     as_rows = lambda a: torch.from_numpy(np.ascontiguousarray(a, dtype=a.dtype)).reshape(out, -1)  # noqa: E731
     return Int4Rows(as_rows(q), as_rows(scale), as_rows(zero))
+
+
+def mxfp4_values(data: np.ndarray, shape: tuple[int, ...]) -> torch.Tensor:
+    """A GGUF MXFP4 tensor's stored bytes as `shape` bfloat16, exactly. ggml's block_mxfp4 is an E8M0 exponent
+    byte then 16 bytes whose low nibbles hold values 0-15 and high nibbles 16-31; HF's blocks hold value 2j in
+    byte j's low nibble and 2j + 1 in its high one, so the codes are re-packed for stored.dequantize_mxfp4."""
+    *lead, n = shape
+    blocks = data.reshape(-1, GGML_QUANT_SIZES[T.MXFP4][1])  # (blocks, 17)
+    codes = _nibbles(blocks[:, 1:], BLOCK_BYTES)  # (blocks, 32): each value's E2M1 code, in order
+    packed = codes[:, 0::2] | (codes[:, 1::2] << np.uint8(4))  # (blocks, 16) in HF's nibble order
+    as_torch = lambda a, *dims: torch.from_numpy(np.ascontiguousarray(a)).reshape(*lead, n // 32, *dims)  # noqa: E731
+    return dequantize_mxfp4(as_torch(packed, BLOCK_BYTES), as_torch(blocks[:, 0]))
 
 
 def pack_int4(q: torch.Tensor) -> torch.Tensor:

@@ -10,6 +10,7 @@ into its own buffer that is freed once converted.
 
 from __future__ import annotations
 
+import itertools
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,14 @@ class GGUFFile:
             if name in self.tensors:
                 raise GGUFFormatError(f"tensor {name} is listed twice")
             self.tensors[name] = self._tensor(name, dims, type_id, start + offset)
+        # each tensor's bytes follow from its shape and type; ones running into the next mean the two disagree
+        ordered = sorted(self.tensors.values(), key=lambda t: t.offset)
+        for a, b in itertools.pairwise(ordered):
+            if a.offset + a.nbytes > b.offset:
+                raise GGUFFormatError(
+                    f"tensor {a.name}'s shape {list(reversed(a.dims))} of {a.ggml_type.name} needs {a.nbytes} bytes, "
+                    f"which run into tensor {b.name}'s data, so its shape and stored size disagree"
+                )
 
     def _tensor(self, name: str, dims: tuple[int, ...], type_id: int, offset: int) -> TensorInfo:
         try:

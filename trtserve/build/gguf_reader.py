@@ -10,7 +10,7 @@ import gguf
 import numpy as np
 import torch
 
-from trtserve.build.gguf_blocks import Int4Rows, int4_rows
+from trtserve.build.gguf_blocks import Int4Rows, int4_rows, mxfp4_values
 from trtserve.build.gguf_file import GGUFFile, GGUFFormatError, TensorInfo
 from trtserve.engine.errors import UserError
 from trtserve.engine.hashing import fingerprint
@@ -23,6 +23,8 @@ from trtserve.models.registry import family_for_gguf
 _UNSUPPORTED = ("rope_freqs.weight",)
 # LongRoPE's factors (Phi-3), which llama.cpp writes as tensors: read into the config's rope_parameters
 _LONGROPE = {"long_factor": "rope_factors_long.weight", "short_factor": "rope_factors_short.weight"}
+# YaRN's HF rope_parameters -> the metadata key (under `{arch}.rope.scaling.`) llama.cpp writes each to
+_YARN = {"beta_fast": "yarn_beta_fast", "beta_slow": "yarn_beta_slow", "attention_factor": "yarn_attn_factor"}
 
 
 def _hf_names(fam: DecoderFamily, layers: int) -> dict[str, str]:
@@ -61,7 +63,9 @@ class GGUFReader:
             )
         self.family = family_for_gguf(self._arch, experts=bool(self._meta(f"{self._arch}.expert_count", 0)))
         hf_names = _hf_names(self.family, int(self._need("block_count")))
-        self.auto_dtype = "float32"  # GGUF weights are dequantized; float32 keeps them exact
+        # GGUF weights are dequantized; float32 keeps them exact, bfloat16 MXFP4's (docs/building.md: its cost)
+        mxfp4 = any(t.ggml_type == gguf.GGMLQuantizationType.MXFP4 for t in self._file.tensors.values())
+        self.auto_dtype = "bfloat16" if mxfp4 else "float32"
         self._tensors: dict[str, TensorInfo] = {}
         for t in self._file.tensors.values():
             if t.name in _LONGROPE.values():
@@ -163,6 +167,9 @@ class GGUFReader:
             rope |= {"rope_type": scaling, "factor": float(need("rope.scaling.factor"))}
             if scaling == "yarn":
                 rope["original_max_position_embeddings"] = int(need("rope.scaling.original_context_length"))
+                yarn = {hf: self._meta(f"{arch}.rope.scaling.{key}") for hf, key in _YARN.items()}
+                rope |= {hf: float(v) for hf, v in yarn.items() if v is not None}  # absent: HF's default
+            rope |= self.family.gguf.rope_values
         factors = {k: self._file.tensors.get(n) for k, n in _LONGROPE.items()}
         if any(factors.values()):
             if not all(factors.values()):
@@ -207,18 +214,24 @@ class GGUFReader:
 
     def load(self, name: str) -> torch.Tensor:
         t = self._tensors[name]
+        if t.ggml_type == gguf.GGMLQuantizationType.MXFP4:  # bfloat16 holds it exactly at half float32's bytes
+            w = mxfp4_values(self._read(t), self.shape(name))
+        else:
+            w = self._dequantize(t, self.shape(name))
+        if name in self._offsets:
+            w = w - self._offsets[name]
+        return _unpermute(w, self._permuted[name]) if name in self._permuted else w
+
+    def _dequantize(self, t: TensorInfo, shape: tuple[int, ...]) -> torch.Tensor:
         try:
             data = gguf.quants.dequantize(self._read(t), t.ggml_type)
         except NotImplementedError:
             raise UserError(
                 f"GGUF tensor {t.name} has type {t.ggml_type.name}, which trtserve cannot read; "
-                "re-quantize the file to F32, F16, BF16, Q8_0, Q4_0/Q4_1, Q5_0/Q5_1 or a K-quant"
+                "re-quantize the file to F32, F16, BF16, Q8_0, Q4_0/Q4_1, Q5_0/Q5_1, MXFP4 or a K-quant"
             ) from None
         # F32 data is a view of the read buffer, the rest a new array: neither is copied again.
-        w = torch.from_numpy(np.asarray(data, dtype=np.float32)).reshape(self.shape(name))
-        if name in self._offsets:
-            w = w - self._offsets[name]
-        return _unpermute(w, self._permuted[name]) if name in self._permuted else w
+        return torch.from_numpy(np.asarray(data, dtype=np.float32)).reshape(shape)
 
     def save_tokenizer(self, dest: Path) -> None:
         from transformers import AutoTokenizer, PreTrainedTokenizerFast

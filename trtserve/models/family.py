@@ -52,6 +52,9 @@ class GGUFNames:
     weight_offsets: dict[str, float] = field(default_factory=dict)
     # the RoPE base llama.cpp's graph fixes for the windowed layers (Gemma 3); None: the global one
     local_rope_base: float | None = None
+    # rope_parameters entries every checkpoint of the family carries and llama.cpp's converter drops, added
+    # where the file scales RoPE (gpt-oss's YaRN `truncate: false`)
+    rope_values: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

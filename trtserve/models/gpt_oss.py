@@ -3,12 +3,13 @@ softmax's denominator, sliding-window and full layers by `layer_types`, YaRN RoP
 layer's place of the MLP: a biased router whose top `num_experts_per_tok` logits are softmaxed, experts
 with biases and the clamped SwiGLU (`swiglu_alpha`, `swiglu_limit`). HF stores each layer's experts as
 stacked tensors, gate and up interleaved in `gate_up_proj` (in, out); released checkpoints keep them as
-MXFP4 `*_blocks` / `*_scales`, dequantized exactly at build time (build/stored.py). llama.cpp's gpt-oss
-GGUF files are not read."""
+MXFP4 `*_blocks` / `*_scales`, dequantized exactly at build time (build/stored.py). llama.cpp's `gpt-oss`
+GGUF files are read too: gate and up split into their own merged tensors, MXFP4 experts (ggml's blocks,
+build/gguf_blocks.py) dequantized as the safetensors ones."""
 
 from trtserve.engine.errors import UserError
-from trtserve.models import llama
-from trtserve.models.family import DecoderFamily, Stored, layer_windows
+from trtserve.models import llama, qwen3_moe
+from trtserve.models.family import DecoderFamily, GGUFNames, Stored, layer_windows
 from trtserve.models.features import (
     ATTN_OUT_BIAS,
     ATTN_SINKS,
@@ -40,6 +41,13 @@ EXPERTS_HF = {
     "expert_up_proj": "mlp.experts.up_proj",
     "expert_down_proj": "mlp.experts.down_proj",
 }
+# llama.cpp's (its gpt-oss graph): the MLP's norm as post_attention_norm, each head's sink, and gate, up and
+# down each merged over the experts (ffn_*_exps, (E, out, in)) with their biases (E, out)
+GGUF_NAMES = Names(
+    llama.GGUF_NAMES.model,
+    llama.GGUF_NAMES.layer_prefix,
+    llama.GGUF_NAMES.layer | {"post_norm": "post_attention_norm", "sinks": "attn_sinks"} | qwen3_moe.EXPERTS_GGUF,
+)
 # HF's GptOssExperts: gate_up_proj (E, hidden, 2 I) with gate and up interleaved, down_proj (E, I, hidden)
 HF_STORED = {
     "mlp.experts.gate_proj.weight": Stored("mlp.experts.gate_up_proj", 0, 2, transposed=True),
@@ -72,7 +80,22 @@ FAMILY = DecoderFamily(
     trtllm_architecture="GptOssForCausalLM",
     layout=with_experts(SINKS_LAYOUT, bias=CLAMPED_SWIGLU_EXPERTS),
     hf=Names(llama.HF_NAMES.model, llama.HF_NAMES.layer_prefix, llama.HF_NAMES.layer | EXPERTS_HF),
-    gguf=None,
+    gguf=GGUFNames(
+        "gpt-oss",
+        GGUF_NAMES,
+        permuted_qk=False,  # llama.cpp's gpt-oss graph rotates NeoX halves: its converter leaves q/k as HF's
+        config_keys={
+            "num_local_experts": "expert_count",
+            "num_experts_per_tok": "expert_used_count",
+            "sliding_window": "attention.sliding_window",
+        },
+        model_type="gpt_oss",
+        # llama.cpp's graph fixes the clamped SwiGLU (llm_graph_context's LLM_FFN_SWIGLU_OAI_MOE) and
+        # alternates sliding and full layers from the first, as HF's default layer_types do
+        config_values={"swiglu_alpha": 1.702, "swiglu_limit": 7.0},
+        # released checkpoints do not truncate YaRN's correction range (OpenAI's reference); llama.cpp rounds it
+        rope_values={"truncate": False},
+    ),
     features=llama.FEATURES | {QKV_BIAS, ATTN_OUT_BIAS, ATTN_SINKS, MOE, CLAMPED_SWIGLU_EXPERTS},
     config_features=frozenset({SLIDING_WINDOW, LAYER_WINDOWS, ROPE_SCALING, TIED_EMBEDDINGS}),
     config_extras=_config,
