@@ -25,11 +25,18 @@
  * slice of each 32 for each pair of x rows, keep 2 x 4 sums in registers; weights and x rows stay in L1. */
 static inline __attribute__((always_inline)) void chunk(const void* w0, const void* w1, const void* w2,
                                                        const void* w3, int dt, const float* xf, int64_t M,
-                                                       int64_t K, int64_t k0, int64_t kc, float* part, int first) {
+                                                       int64_t K, int64_t k0, int64_t kc, float* part, int first,
+                                                       int next) {
     const int64_t k32 = kc & ~(int64_t)31, k8 = kc & ~(int64_t)7;
+    const int64_t es = dt == F32 ? 4 : dt == I8 ? 1 : 2;
+    const void* const wr[ROWS] = {w0, w1, w2, w3};
     int64_t m = 0;
     for (; m + 1 < M; m += 2) /* two rows of x share each weight load: 8 independent sums */
         for (int s = 0; s < 4; s++) {
+            if (next && m == 2) { /* the next block's row s into L2 while this block computes from L1 */
+                const char* nx = (const char*)wr[s] + (ROWS * K + k0) * es;
+                for (int64_t b = 0; b < kc * es; b += 64) _mm_prefetch(nx + b, _MM_HINT_T1);
+            }
             const float* xa = xf + m * K + k0;
             const float* xb = xa + K;
             float* pa = part + m * ROWS * PART + 8 * s;
@@ -102,10 +109,13 @@ static inline __attribute__((always_inline)) float part_total(const float* p, co
  * decode and costs a little at many rows. */
 #define PF_NEXT_M 8
 
-/* mr rows of x (a constant after inlining) by ROWS weight rows, 16 lanes: acc[m][j] += x[m] . w[j] over [k0, k0 + kv). */
-static inline __attribute__((always_inline)) void tile16(const void* const* w, int dt, const float* x, int64_t K,
-                                                        int mr, int64_t k0, int64_t kv, float* o, int pf) {
-    /* pf: 1 prefetch each weight row PFW bytes ahead, 2 also the next block's rows */
+/* mr rows of x (a constant after inlining) by ROWS weight rows, 16 lanes: acc[m][j] += x[m] . w[j] over [k0, k0 + kv).
+ * pf (a constant in each copy of the loop): 1 prefetch each weight row PFW bytes ahead, 2 also the next block's
+ * rows, 4 the next block's rows j0, j0 + js, ... (the later tiles of a many-row block share them out, so the
+ * next block streams in from DRAM while this one computes from L1). */
+static inline __attribute__((always_inline)) void tile16_pf(const void* const* w, int dt, const float* x, int64_t K,
+                                                           int mr, int64_t k0, int64_t kv, float* o, const int pf,
+                                                           int j0, int js) {
     const int64_t es = dt == F32 ? 4 : dt == I8 ? 1 : 2;
     __m512 a[MR16][ROWS];
 #pragma GCC unroll 8
@@ -122,6 +132,8 @@ static inline __attribute__((always_inline)) void tile16(const void* const* w, i
         if (pf & 2) /* the next block's rows into L2 (their first PFW bytes are nobody's PFW ahead) */
 #pragma GCC unroll 8
             for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (ROWS * K + k0 + k) * es, _MM_HINT_T1);
+        if (pf & 4)
+            for (int j = j0; j < ROWS; j += js) _mm_prefetch((const char*)w[j] + (ROWS * K + k0 + k) * es, _MM_HINT_T1);
 #pragma GCC unroll 8
         for (int j = 0; j < ROWS; j++) {
             const __m512 v = load16(w[j], dt, k0 + k);
@@ -138,14 +150,30 @@ static inline __attribute__((always_inline)) void tile16(const void* const* w, i
         }
 }
 
-/* acc[m][j] += sum over k in [k0, k0 + kc) of x[m][k] w[j][k] for the ROWS weight rows w[j], on 16 lanes. */
+static inline __attribute__((always_inline)) void tile16(const void* const* w, int dt, const float* x, int64_t K,
+                                                        int mr, int64_t k0, int64_t kv, float* o, int pf, int j0,
+                                                        int js) {
+    if (pf == 1) tile16_pf(w, dt, x, K, mr, k0, kv, o, 1, 0, 1);
+    else if (pf == 3) tile16_pf(w, dt, x, K, mr, k0, kv, o, 3, 0, 1);
+    else if (pf == 4) tile16_pf(w, dt, x, K, mr, k0, kv, o, 4, j0, js);
+    else tile16_pf(w, dt, x, K, mr, k0, kv, o, 0, 0, 1);
+}
+
+/* acc[m][j] += sum over k in [k0, k0 + kc) of x[m][k] w[j][k] for the ROWS weight rows w[j], on 16 lanes.
+ * next: whether a next block follows (its rows are prefetched, by the first tile up to PF_NEXT_M rows of x,
+ * else by the others, a share of its rows each). */
 static inline __attribute__((always_inline)) void chunk16(const void* const* w, int dt, const float* xf, int64_t M,
-                                                         int64_t K, int64_t k0, int64_t kc, float* acc) {
+                                                         int64_t K, int64_t k0, int64_t kc, float* acc, int next) {
     const int64_t kv = kc & ~(int64_t)15;
-    int64_t m = 0;
-    const int pf = 1 | (M <= PF_NEXT_M ? 2 : 0); /* what the first tile prefetches */
-    for (; m + MR16 <= M; m += MR16) tile16(w, dt, xf + m * K, K, MR16, k0, kv, acc + m * ROWS, m ? 0 : pf);
-    for (; m < M; m++) tile16(w, dt, xf + m * K, K, 1, k0, kv, acc + m * ROWS, m ? 0 : pf);
+    const int64_t tiles = M / MR16 + M % MR16, later = tiles - 1;
+    int64_t m = 0, t = 0;
+    const int pf = 1 | (M <= PF_NEXT_M && next ? 2 : 0), spread = M > PF_NEXT_M && next && later > 0;
+#define PF_OF(t) ((t) ? (spread && (t) <= ROWS ? 4 : 0) : pf)
+#define JS (int)(later < ROWS ? later : ROWS)
+    for (; m + MR16 <= M; m += MR16, t++) tile16(w, dt, xf + m * K, K, MR16, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS);
+    for (; m < M; m++, t++) tile16(w, dt, xf + m * K, K, 1, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS);
+#undef PF_OF
+#undef JS
     for (int64_t k = kv; k < kc; k++) /* K not a multiple of 16 */
         for (int j = 0; j < ROWS; j++) {
             const float v = load1(w[j], dt, k0 + k);
@@ -217,12 +245,12 @@ static inline __attribute__((always_inline)) void gemm_block(int64_t b, const fl
 #ifdef __AVX512F__ /* K in equal chunks of a multiple of 16: each chunk ends in a horizontal sum */
         const int64_t parts = (K + KC16 - 1) / KC16, kc = ((K + parts - 1) / parts + 15) & ~(int64_t)15;
         for (int64_t k0 = 0; k0 < K; k0 += kc)
-            chunk16(r, wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, acc);
+            chunk16(r, wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, acc, n + 2 * ROWS <= N);
 #else /* the sums of row_dots, K in equal chunks of a multiple of 32, at most KC */
         float part[MAX_M * ROWS * PART];
         const int64_t parts = (K + KC - 1) / KC, kc = ((K + parts - 1) / parts + 31) & ~(int64_t)31;
         for (int64_t k0 = 0; k0 < K; k0 += kc)
-            chunk(r[0], r[1], r[2], r[3], wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, part, k0 == 0);
+            chunk(r[0], r[1], r[2], r[3], wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, part, k0 == 0, n + 2 * ROWS <= N);
         for (int64_t m = 0; m < M; m++)
             for (int j = 0; j < ROWS; j++)
                 acc[m * ROWS + j] = part_total(part + (m * ROWS + j) * PART, r[j], wdt, xf + m * K, K);
