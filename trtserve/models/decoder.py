@@ -22,6 +22,7 @@ from trtserve.engine.model_config import ModelConfig
 from trtserve.engine.options import EngineOptions, check_requirements
 from trtserve.kernels import decode_layers, dense, int4, native, pointwise
 from trtserve.models import deterministic as det
+from trtserve.models import host_memory
 from trtserve.models.batch import FlatBatch
 from trtserve.models.dtypes import TORCH_DTYPES
 from trtserve.models.features import LORA, SCALED_EMBEDDINGS
@@ -225,7 +226,10 @@ class DecoderModel:
         device: torch.device,
         options: EngineOptions | None = None,
     ) -> DecoderModel:
-        return cls(cfg, load_file(str(path)), max_positions, device, options)
+        weights = load_file(str(path))
+        if device.type == "cpu":  # the decode GEMV streams them: huge pages spare it a TLB miss every 4 KB
+            weights = host_memory.move(weights)
+        return cls(cfg, weights, max_positions, device, options)
 
     def _norm(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         eps, offset = self.cfg.norm_epsilon, self.cfg.norm_weight_offset

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import math
-import mmap
 
 import torch
 
 from trtserve.engine.model_config import ModelConfig
+from trtserve.models import host_memory
 from trtserve.models.quant_formats import KV_CACHE_FORMATS
 
 
@@ -18,7 +18,7 @@ def lazy_zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device)
     nbytes = math.prod(shape) * dtype.itemsize
     if torch.device(device).type != "cpu" or nbytes == 0:
         return torch.zeros(shape, dtype=dtype, device=device)
-    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape)
+    return host_memory.zeros(shape, dtype)
 
 
 class PagedKVCache:
