@@ -1,6 +1,6 @@
 """Side by side: trtserve vs HF transformers (static batches, continuous batching) vs llama.cpp's server.
 
-    .venv/bin/python scripts/compare.py [--model smollm2|tinyllama|shape:FAMILY|HF_DIR|FILE.gguf] [--quick]
+    .venv/bin/python scripts/compare.py [--model smollm2|tinyllama|shape:FAMILY[@N]|HF_DIR|FILE.gguf] [--quick]
         [--peers trtserve,hf-static,hf-continuous,llama.cpp] [--workloads decode,mixed,prefix,sweep]
 
 The same requests (token ids; fixed output lengths via ignore_eos; greedy), the same weights, the same
@@ -10,6 +10,10 @@ thread count and OpenMP wait policy, one run. Workloads (issue 6):
   mixed    prompts 32-512, outputs 16-256 tokens, all sent at once, at most 32 in flight
   sweep    the mixed workload again at a few Poisson request rates (for the latency-throughput chart)
   prefix   K shared prefixes x M short questions, trtserve with prefix caching on vs off
+shape:FAMILY is a random checkpoint shaped like the family's smallest real model (peers/shapes.py);
+shape:FAMILY@N keeps only its first N layers (widths, vocabulary and per-layer pattern as the real model's),
+so a 3-8 GB family runs in minutes, e.g. `--model shape:smollm3@4 --peers trtserve,llama.cpp --workloads
+decode --quick --no-build-llama`; the report names the real model and "N of M layers".
 Writes table.txt, compare.json and compare.png to --out (default bench-results/compare-MODEL-TIME/).
 llama.cpp is built from the llama-cpp-python sdist into --cache on first use (several minutes) and
 skipped with a message when it cannot be built; nothing of it is committed.
@@ -48,8 +52,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument(
         "--model",
         default="smollm2",
-        help="smollm2 | tinyllama | shape:FAMILY (random, shaped like the family's smallest real model: "
-        "peers/shapes.py) | an HF checkpoint dir | a GGUF file [smollm2]",
+        help="smollm2 | tinyllama | shape:FAMILY[@N] (random, shaped like the family's smallest real model: "
+        "peers/shapes.py; @N: only its first N layers) | an HF checkpoint dir | a GGUF file [smollm2]",
     )
     ap.add_argument("--hf-dir", type=Path, help="TinyLlama-shaped HF dir [/tmp/tl-src, else made in --cache]")
     ap.add_argument(
@@ -277,7 +281,9 @@ def run_hf(args, spec, dtype, work, say, points: list[dict], checkpoint) -> None
         checkpoint()
 
 
-def run_llamacpp(args, spec, dtype, work, log_dir, say) -> tuple[list[dict], str | None]:
+def run_llamacpp(args, spec, dtype, work, log_dir, say) -> tuple[list[dict], str | None, list[str]]:
+    """llama.cpp's points, the name of its peer at trtserve's precision, and why any type did not run (for the
+    report: a family its converter or llama-server cannot take is said so, not fatal)."""
     from peers import llamacpp
     from peers.models import GGUF_TYPE, hf_dir_for_conversion
 
@@ -292,12 +298,12 @@ def run_llamacpp(args, spec, dtype, work, log_dir, say) -> tuple[list[dict], str
         why = "not built (--no-build-llama)"
     if binary is None:
         say(f"llama.cpp skipped: {why}")
-        return [], None
+        return [], None, [f"llama.cpp skipped: {why}"]
     match = "gguf" if spec.llama_gguf else GGUF_TYPE[dtype]  # a user's GGUF: that very file
     types = [match] + [t for t in args.llama_types.split(",") if t and t != match]
     hf_dir = None if spec.llama_gguf and len(types) == 1 else hf_dir_for_conversion(spec, args.cache)
     runs = [dict(name=k, **v) for k, v in work.items() if k != "prefix"]
-    points = []
+    points, failures = [], []
     ctx = max(r.prompt_len + r.output_len for v in work.values() for r in v["requests"]) + 16
     for t in types:
         say(f"llama.cpp {t}: converting, then {', '.join(r['name'] for r in runs)}")
@@ -322,9 +328,10 @@ def run_llamacpp(args, spec, dtype, work, log_dir, say) -> tuple[list[dict], str
             )
         except RuntimeError as err:
             say(f"llama.cpp {t} failed: {err}")
+            failures.append(f"llama.cpp {t} failed: {err}")
             continue
         points += [point(f"llama.cpp-{t}", name, t, run) for name, run in got.items()]
-    return points, f"llama.cpp-{match}"
+    return points, f"llama.cpp-{match}", failures
 
 
 def add_floor(engine: Path, requests, conditions: dict, points: list[dict]) -> None:
@@ -383,6 +390,7 @@ def main(argv=None) -> int:
     work = workloads(args, pretrained["vocab_size"])
     conditions.update(
         model=spec.name,
+        model_note=spec.note,
         dtype=dtype,
         moe=moe,
         cpu=cpu_model(),
@@ -417,8 +425,10 @@ def main(argv=None) -> int:
         )
     llama_peer = None
     if "llama.cpp" in args.peers:
-        got, llama_peer = run_llamacpp(args, spec, dtype, work, out, say)
+        got, llama_peer, failures = run_llamacpp(args, spec, dtype, work, out, say)
         points += got
+        if failures:
+            conditions["not_measured"] = failures
         llama_peer = llama_peer if any(p["peer"] == llama_peer for p in got) else None
     if "roofline" in conditions:
         for p in points:
@@ -434,16 +444,22 @@ def main(argv=None) -> int:
     conditions["load_after"] = os.getloadavg()
     target_rows = report.targets(points, llama_peer, bars)
     title = f"{spec.name} {dtype}, {conditions['threads']} threads, OMP_WAIT_POLICY={conditions['omp_wait_policy']}"
+    title += f"\n{spec.note}" if spec.note else ""
     table = report.render_table(points, title)
     console.print(table)
     console.print(report.render_targets(target_rows, bars))
+    for why in conditions.get("not_measured", []):
+        console.print(f"not measured: {why}")
     if "roofline" in conditions:
         console.print(f"roofline: {conditions['roofline']}")
     if "floor" in conditions:
         fractions = {p["peer"]: p["extra"].get("fraction_of_floor") for p in points if p["workload"] == "mixed"}
         console.print(conditions["floor"]["line"] + "; " + ", ".join(f"{k} {v:.2f}" for k, v in fractions.items() if v))
     with open(out / "table.txt", "w") as f:
-        Console(file=f, width=200).print(table, report.render_targets(target_rows, bars), f"conditions: {conditions}")
+        lines = [f"not measured: {why}" for why in conditions.get("not_measured", [])]
+        Console(file=f, width=200).print(
+            table, report.render_targets(target_rows, bars), *lines, f"conditions: {conditions}"
+        )
     report.save_json(out / "compare.json", conditions, points, target_rows)
     charted = report.save_chart(out / "compare.png", points, title)
     say(

@@ -9,6 +9,7 @@ for llama.cpp's other quantized types (q4_0, q4_k_m, ...) quantizes its f32 GGUF
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import shutil
 import subprocess
@@ -16,7 +17,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-from peers.server import drive, free_port, running, warm_up
+from peers.server import drive, free_port, last_error, running, warm_up
 
 SDIST = "llama-cpp-python==0.3.36"
 CMAKE_FLAGS = [
@@ -32,6 +33,8 @@ CMAKE_FLAGS = [
 ]
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # convert_hf_to_gguf.py --outtype values we use
 TARGETS = ("llama-server", "llama-quantize")
+# what the converter says of a tokenizer it cannot take: a pre-tokenizer it does not know, no SentencePiece model
+UNKNOWN_TOKENIZER = ("pre-tokenizer was not recognized", "tokenizer.model")
 
 
 def source_dir(cache: Path) -> Path | None:
@@ -51,11 +54,15 @@ def _built(cache: Path) -> bool:
     return server_binary(cache).exists() and quantize_binary(cache).exists()
 
 
-def _run(cmd: list[str], log: Path, **kw) -> None:
+def _run(cmd: list[str], log: Path, what: str = "", **kw) -> None:
+    """Run `cmd` with its output appended to `log`; on failure raise what failed (`what`, else the program)
+    and the log's error lines (`last_error`)."""
+    start = log.stat().st_size if log.exists() else 0
     with open(log, "ab") as f:
         rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, **kw).returncode
     if rc != 0:
-        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed (exit {rc}); see {log}")
+        why = last_error(log, start)
+        raise RuntimeError(f"{what or Path(cmd[0]).name} failed (exit {rc}){why}; see {log}")
 
 
 def ensure_server(cache: Path, build: bool, log: Path, jobs: int = 2) -> Path | None:
@@ -105,19 +112,34 @@ def convert(cache: Path, hf_dir: Path, outtype: str, out: Path, log: Path) -> Pa
     env = {**os.environ, "PYTHONPATH": str(src / "gguf-py")}  # the converter's own gguf, not the installed one
     script = src / "convert_hf_to_gguf.py"
     argv = [str(script), str(hf_dir), "--outtype", outtype, "--outfile", str(tmp)]
+    start = log.stat().st_size if log.exists() else 0
     try:
-        _run([sys.executable, *argv], log, env=env)
+        _run([sys.executable, *argv], log, "convert_hf_to_gguf.py", env=env)
     except RuntimeError:
-        if "pre-tokenizer was not recognized" not in log.read_text(errors="replace"):
+        said = log.read_bytes()[start:].decode(errors="replace")
+        if not any(m in said for m in UNKNOWN_TOKENIZER):
             raise
-        # A tokenizer the converter does not know (the random TinyLlama's test tokenizer): record the "default"
-        # pre-tokenizer. The benchmark sends token ids, so llama.cpp never tokenizes text and this changes nothing.
-        patch = (
-            f"import runpy, sys; sys.path.insert(0, {str(src)!r}); sys.argv = {argv!r}; "
-            "from conversion.base import TextModel; TextModel.get_vocab_base_pre = lambda self, tok: 'default'; "
-            f"runpy.run_path({str(script)!r}, run_name='__main__')"
-        )
-        _run([sys.executable, "-c", patch], log, env=env)
+        # A tokenizer the converter does not take (the random TinyLlama's and the shapes' byte-level BPE test
+        # tokenizer, which has no SentencePiece tokenizer.model, where Gemma 2 and Phi-3 read one): record the
+        # "default" pre-tokenizer and write the vocabulary as GPT-2-style BPE (padded to the config's vocab_size).
+        # The benchmark sends token ids, so llama.cpp never tokenizes text and this changes nothing measured.
+        # A neutral general.name too: llama-server keys tokenizer fix-ups on it (a name with "phi3" in it wants
+        # Phi-3's special tokens, which the test tokenizer lacks, and the model fails to load).
+        arch = json.loads((hf_dir / "config.json").read_text())["architectures"][0]
+        patch = [
+            "import runpy, sys",
+            f"sys.path.insert(0, {str(src)!r})",
+            f"sys.argv = {[*argv, '--model-name', 'random weights, test tokenizer']!r}",
+            "from conversion.base import TextModel",
+            "TextModel.get_vocab_base_pre = lambda self, tok: 'default'",
+        ]
+        if not (hf_dir / "tokenizer.model").exists():
+            patch += [
+                "from conversion import get_model_class",
+                f"get_model_class({arch!r}).set_vocab = lambda self: self._set_vocab_gpt2()",
+            ]
+        patch.append(f"runpy.run_path({str(script)!r}, run_name='__main__')")
+        _run([sys.executable, "-c", "; ".join(patch)], log, "convert_hf_to_gguf.py (its tokenizer patched)", env=env)
     shutil.move(tmp, out)
     return out
 

