@@ -89,6 +89,7 @@ def profile(engine_dir: str, threads: int, seed: int, n: int) -> dict:
             GenerateRequest(r.prompt, SamplingParams(max_tokens=r.output_len, temperature=0.0, ignore_eos=True))
         )
     kinds = {k: {"steps": 0, "seconds": 0.0, "tokens": 0, **dict.fromkeys(PARTS, 0.0)} for k in ("prefill", "decode")}
+    by_rows: dict = defaultdict(lambda: [0, 0.0])
     out_tokens, decode_rows, start = 0, [], time.perf_counter()
     while core.has_unfinished():
         spent.clear()
@@ -105,6 +106,8 @@ def profile(engine_dir: str, threads: int, seed: int, n: int) -> dict:
         k["tokens"] += new
         if not sched:
             decode_rows.append(new)
+            b = by_rows[min(new, 32) // 8 * 8]
+            b[0], b[1] = b[0] + 1, b[1] + dt
         out_tokens += new
         for p in PARTS:
             k[p] += spent[p]
@@ -140,6 +143,8 @@ def profile(engine_dir: str, threads: int, seed: int, n: int) -> dict:
         "prefill_linear_fraction_of_gemm_rate": round(prompt_tokens * linear / pre["linears"] / gemm, 3)
         if pre["linears"]
         else None,
+        # decode-only steps by rows (0-7, 8-15, ...): how many, and their mean ms
+        "decode_steps_by_rows": {f"{r}+": [n, round(1e3 * s / n, 1)] for r, (n, s) in sorted(by_rows.items())},
         "decode_steps_fraction_of_bound": round(dec_ideal / dec["seconds"], 3) if dec["seconds"] else None,
     }
 
