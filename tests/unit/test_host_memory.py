@@ -1,5 +1,5 @@
-"""Host memory for CPU weights and the KV cache (models/host_memory.py): weights copied into one map on
-huge pages where the kernel grants them, values, dtypes and shapes unchanged; the KV cache in private
+"""Host memory for CPU weights and the KV cache (models/host_memory.py): weights copied into one map,
+collapsed into huge pages where the kernel has them, values, dtypes and shapes unchanged; the KV cache in private
 anonymous memory that costs nothing until written."""
 
 from __future__ import annotations
@@ -48,6 +48,10 @@ def test_move_keeps_every_tensor_and_frees_the_source():
 def test_moved_weights_sit_on_huge_pages():
     out = host_memory.move({"w": torch.randn(4 << 20)})  # 16 MB
     assert out["w"].data_ptr() % host_memory.HUGE == 0
+    if "[madvise]" in THP.read_text():  # (with THP always, the kernel hands huge pages out at fault time)
+        assert int(_smaps_entry(out["w"].data_ptr())["AnonHugePages"].split()[0]) == 0  # not inside the load
+    host_memory.collapse_pending()  # what the engine does after its first step
+    host_memory.collapse_done(timeout=60)
     assert int(_smaps_entry(out["w"].data_ptr())["AnonHugePages"].split()[0]) >= 8 << 10  # kB
 
 

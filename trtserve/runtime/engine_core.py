@@ -22,6 +22,7 @@ from trtserve.engine.messages import GenerateRequest, TokenDelta
 from trtserve.engine.rules import check_request, finish_reason
 from trtserve.engine.run_config import RuntimeConfig
 from trtserve.engine.stats import EngineStats, KVCacheStats, PrefixCacheStats
+from trtserve.models import host_memory
 from trtserve.runtime import weights
 from trtserve.runtime.block_manager import BlockManager
 from trtserve.runtime.features import Features
@@ -77,6 +78,7 @@ class EngineCore:
         self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
         self.steps = self.prompt_tokens = self.generated_tokens = 0
+        self._collapse_started = False  # models/host_memory: the weights go onto huge pages after the first step
 
     # ---- the KV cache ------------------------------------------------------------------------
     def _make_kv_cache(self, num_blocks: int) -> None:
@@ -199,6 +201,9 @@ class EngineCore:
         self.features.tick()
         deltas = self._step()
         self.speculation.step_ended(time.perf_counter() - start)
+        if self.steps and not self._collapse_started:  # after the first step (a server's warm-up), not inside it
+            self._collapse_started = True
+            host_memory.collapse_pending()  # the weights onto huge pages, in the background
         return deltas
 
     def _step(self) -> list[TokenDelta]:
