@@ -89,13 +89,14 @@ def check_source(reader: CheckpointReader, cfg: ModelConfig) -> list[str]:
     if extra:
         raise UserError(
             f"the checkpoint has {len(extra)} tensor(s) a {cfg.architecture} with this config does not use, e.g. {extra[0]}; "
-            "check that config.json matches the weights"
+            f"check that {reader.config_origin} matches the weights"
         )
     for name, shape in expected.items():
         got = reader.shape(name)
         if got != shape:
             raise UserError(
-                f"tensor {name} has shape {list(got)} but config.json implies {list(shape)}; the config and weights do not match"
+                f"tensor {name} has shape {list(got)} but {reader.config_origin} implies {list(shape)}; "
+                "the config and weights do not match"
             )
     return source_uses(reader.family, cfg, expected)
 

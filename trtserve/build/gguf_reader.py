@@ -50,6 +50,7 @@ class GGUFReader:
     def __init__(self, path: Path):
         self.path = path
         self.description = f"GGUF file {path}"
+        self.config_origin = "the GGUF metadata"
         try:
             self._file = GGUFFile(path)
         except (GGUFFormatError, OSError) as err:

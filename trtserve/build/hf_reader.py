@@ -37,6 +37,7 @@ class HFReader:
     def __init__(self, path: Path):
         self.path = path
         self.description = f"HF directory {path}"
+        self.config_origin = "config.json"
         raw = _read_json(path / "config.json", "the model's config")
         # a pooling checkpoint (Qwen3ForSequenceClassification, Qwen3Model) reads as its family's causal LM
         # a vision-language checkpoint (LlavaForConditionalGeneration) reads as its text_config's family

@@ -18,6 +18,7 @@ class CheckpointReader(Protocol):
     hf_config: object  # transformers.PretrainedConfig
     auto_dtype: str  # what `--dtype auto` resolves to: float32 | bfloat16 | float16
     description: str  # for logs and the manifest, e.g. "HF directory /x" or "GGUF file /y"
+    config_origin: str  # where errors say the config came from: "config.json" or "the GGUF metadata"
 
     def names(self) -> list[str]: ...
 
@@ -38,7 +39,7 @@ class RenamedReader:
     def __init__(self, inner: CheckpointReader):
         self.inner = inner
         self.path, self.family, self.hf_config = inner.path, inner.family, inner.hf_config
-        self.auto_dtype, self.description = inner.auto_dtype, inner.description
+        self.auto_dtype, self.description, self.config_origin = inner.auto_dtype, inner.description, inner.config_origin
         self._source: dict[str, str] = {}
 
     def names(self) -> list[str]:
