@@ -78,7 +78,6 @@ class EngineCore:
         self.groups: dict[RequestId, list[Request]] = {}  # the sequences of each unfinished request
         self._arrival = itertools.count()
         self.steps = self.prompt_tokens = self.generated_tokens = 0
-        self._collapse_started = False  # models/host_memory: the weights go onto huge pages after the first step
 
     # ---- the KV cache ------------------------------------------------------------------------
     def _make_kv_cache(self, num_blocks: int) -> None:
@@ -201,8 +200,7 @@ class EngineCore:
         self.features.tick()
         deltas = self._step()
         self.speculation.step_ended(time.perf_counter() - start)
-        if self.steps and not self._collapse_started:  # after the first step (a server's warm-up), not inside it
-            self._collapse_started = True
+        if self.steps == 1:  # after the first step (a server's warm-up), not inside it; a no-op once started
             host_memory.collapse_pending()  # the weights onto huge pages, in the background
         return deltas
 
