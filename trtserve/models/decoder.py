@@ -227,7 +227,10 @@ class DecoderModel:
         options: EngineOptions | None = None,
     ) -> DecoderModel:
         weights = load_file(str(path))
-        if device.type == "cpu":  # the decode GEMV streams them: huge pages spare it a TLB miss every 4 KB
+        # the decode GEMV streams them: huge pages spare it a TLB miss every 4 KB. Only where the model keeps
+        # the tensors as loaded: quantized linears repack theirs and experts concatenate fc and gate, and the
+        # one shared map would then hold a dead copy of those (+90% of an int4 engine's weight bytes)
+        if device.type == "cpu" and cfg.quantization.quant_algo is None and cfg.moe is None:
             weights = host_memory.move(weights)
         return cls(cfg, weights, max_positions, device, options)
 
