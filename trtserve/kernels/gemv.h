@@ -26,7 +26,7 @@
 static inline __attribute__((always_inline)) void chunk(const void* w0, const void* w1, const void* w2,
                                                        const void* w3, int dt, const float* xf, int64_t M,
                                                        int64_t K, int64_t k0, int64_t kc, float* part, int first,
-                                                       int next) {
+                                                       int64_t next) {
     const int64_t k32 = kc & ~(int64_t)31, k8 = kc & ~(int64_t)7;
     const int64_t es = dt == F32 ? 4 : dt == I8 ? 1 : 2;
     const void* const wr[ROWS] = {w0, w1, w2, w3};
@@ -34,7 +34,7 @@ static inline __attribute__((always_inline)) void chunk(const void* w0, const vo
     for (; m + 1 < M; m += 2) /* two rows of x share each weight load: 8 independent sums */
         for (int s = 0; s < 4; s++) {
             if (next && m == 2) { /* the next block's row s into L2 while this block computes from L1 */
-                const char* nx = (const char*)wr[s] + (ROWS * K + k0) * es;
+                const char* nx = (const char*)wr[s] + (next + k0) * es;
                 for (int64_t b = 0; b < kc * es; b += 64) _mm_prefetch(nx + b, _MM_HINT_T1);
             }
             const float* xa = xf + m * K + k0;
@@ -112,10 +112,11 @@ static inline __attribute__((always_inline)) float part_total(const float* p, co
 /* mr rows of x (a constant after inlining) by ROWS weight rows, 16 lanes: acc[m][j] += x[m] . w[j] over [k0, k0 + kv).
  * pf (a constant in each copy of the loop): 1 prefetch each weight row PFW bytes ahead, 2 also the next block's
  * rows, 4 the next block's rows j0, j0 + js, ... (the later tiles of a many-row block share them out, so the
- * next block streams in from DRAM while this one computes from L1). */
+ * next block streams in from DRAM while this one computes from L1); the next block's row j is nx elements past
+ * w[j]. */
 static inline __attribute__((always_inline)) void tile16_pf(const void* const* w, int dt, const float* x, int64_t K,
                                                            int mr, int64_t k0, int64_t kv, float* o, const int pf,
-                                                           int j0, int js) {
+                                                           int j0, int js, int64_t nx) {
     const int64_t es = dt == F32 ? 4 : dt == I8 ? 1 : 2;
     __m512 a[MR16][ROWS];
 #pragma GCC unroll 8
@@ -131,9 +132,9 @@ static inline __attribute__((always_inline)) void tile16_pf(const void* const* w
             for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (k0 + k) * es + PFW, _MM_HINT_T0);
         if (pf & 2) /* the next block's rows into L2 (their first PFW bytes are nobody's PFW ahead) */
 #pragma GCC unroll 8
-            for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (ROWS * K + k0 + k) * es, _MM_HINT_T1);
+            for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (nx + k0 + k) * es, _MM_HINT_T1);
         if (pf & 4)
-            for (int j = j0; j < ROWS; j += js) _mm_prefetch((const char*)w[j] + (ROWS * K + k0 + k) * es, _MM_HINT_T1);
+            for (int j = j0; j < ROWS; j += js) _mm_prefetch((const char*)w[j] + (nx + k0 + k) * es, _MM_HINT_T1);
 #pragma GCC unroll 8
         for (int j = 0; j < ROWS; j++) {
             const __m512 v = load16(w[j], dt, k0 + k);
@@ -152,26 +153,26 @@ static inline __attribute__((always_inline)) void tile16_pf(const void* const* w
 
 static inline __attribute__((always_inline)) void tile16(const void* const* w, int dt, const float* x, int64_t K,
                                                         int mr, int64_t k0, int64_t kv, float* o, int pf, int j0,
-                                                        int js) {
-    if (pf == 1) tile16_pf(w, dt, x, K, mr, k0, kv, o, 1, 0, 1);
-    else if (pf == 3) tile16_pf(w, dt, x, K, mr, k0, kv, o, 3, 0, 1);
-    else if (pf == 4) tile16_pf(w, dt, x, K, mr, k0, kv, o, 4, j0, js);
-    else tile16_pf(w, dt, x, K, mr, k0, kv, o, 0, 0, 1);
+                                                        int js, int64_t nx) {
+    if (pf == 1) tile16_pf(w, dt, x, K, mr, k0, kv, o, 1, 0, 1, nx);
+    else if (pf == 3) tile16_pf(w, dt, x, K, mr, k0, kv, o, 3, 0, 1, nx);
+    else if (pf == 4) tile16_pf(w, dt, x, K, mr, k0, kv, o, 4, j0, js, nx);
+    else tile16_pf(w, dt, x, K, mr, k0, kv, o, 0, 0, 1, nx);
 }
 
 /* acc[m][j] += sum over k in [k0, k0 + kc) of x[m][k] w[j][k] for the ROWS weight rows w[j], on 16 lanes.
- * next: whether a next block follows (its rows are prefetched, by the first tile up to PF_NEXT_M rows of x,
- * else by the others, a share of its rows each). */
+ * next: elements from each row to the next block's, 0 where none follows (its rows are prefetched, by the first
+ * tile up to PF_NEXT_M rows of x, else by the others, a share of its rows each). */
 static inline __attribute__((always_inline)) void chunk16(const void* const* w, int dt, const float* xf, int64_t M,
-                                                         int64_t K, int64_t k0, int64_t kc, float* acc, int next) {
+                                                         int64_t K, int64_t k0, int64_t kc, float* acc, int64_t next) {
     const int64_t kv = kc & ~(int64_t)15;
     const int64_t tiles = M / MR16 + M % MR16, later = tiles - 1;
     int64_t m = 0, t = 0;
     const int pf = 1 | (M <= PF_NEXT_M && next ? 2 : 0), spread = M > PF_NEXT_M && next && later > 0;
 #define PF_OF(t) ((t) ? (spread && (t) <= ROWS ? 4 : 0) : pf)
 #define JS (int)(later < ROWS ? later : ROWS)
-    for (; m + MR16 <= M; m += MR16, t++) tile16(w, dt, xf + m * K, K, MR16, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS);
-    for (; m < M; m++, t++) tile16(w, dt, xf + m * K, K, 1, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS);
+    for (; m + MR16 <= M; m += MR16, t++) tile16(w, dt, xf + m * K, K, MR16, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next);
+    for (; m < M; m++, t++) tile16(w, dt, xf + m * K, K, 1, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next);
 #undef PF_OF
 #undef JS
     for (int64_t k = kv; k < kc; k++) /* K not a multiple of 16 */
@@ -183,9 +184,9 @@ static inline __attribute__((always_inline)) void chunk16(const void* const* w, 
 #endif
 
 /* out[m * stride] = sum over k of x[m][k] wr[k] for m < M (M <= SEQ_M): one weight row, front to back, dotted
- * with each pair of x rows in turn (the row stays in L1 after the first pair). A thread's blocks are
- * contiguous, so it reads its weights as one sequential stream; four rows read side by side (chunk)
- * make four short streams, which halve the bandwidth of batch-1 GEMVs over narrow rows. Sums: four
+ * with each pair of x rows in turn (the row stays in L1 after the first pair). Chosen on an AVX2 EPYC when a
+ * block's four rows were adjacent: read side by side (chunk) they made four short streams, which halved the
+ * bandwidth of batch-1 GEMVs over narrow rows (blocks now read four long streams: gemm_block). Sums: four
  * 8-lane accumulators over k mod 32, added pairwise, then hsum; K mod 8 is added after. */
 static inline __attribute__((always_inline)) void row_dots(const void* wr, int dt, const float* xf, int64_t M,
                                                           int64_t K, float* out, int64_t stride) {
@@ -227,40 +228,53 @@ static inline __attribute__((always_inline)) void row_dots(const void* wr, int d
     }
 }
 
-/* Outputs [b * ROWS, b * ROWS + ROWS) of y = (x w^T) * scale for all M rows (one work item), stored
- * in ydt after rounding to rdt. */
+static inline int64_t gemm_blocks(int64_t N) { return (N + ROWS - 1) / ROWS; }
+
+/* Up to this many rows of x, block b takes outputs b, b + q, b + 2 q and b + 3 q (q = gemm_blocks(N)): a block's
+ * next block continues each of its rows' read streams, so a thread's run of blocks reads four long streams, as a
+ * STREAM read does (four adjacent rows make four short streams; docs/performance.md has the figures). From 24
+ * rows, where the GEMM is compute-bound, far-apart rows lost to adjacent ones. */
+#define STREAMS_M 16
+
+/* Outputs of block b (above; past STREAMS_M rows of x, b * ROWS to b * ROWS + ROWS), those below N, of
+ * y = (x w^T) * scale for all M rows (one work item), stored in ydt after rounding to rdt. */
 static inline __attribute__((always_inline)) void gemm_block(int64_t b, const float* xf, int64_t M, int64_t K,
                                                             const void* w, int64_t N, int wdt, const float* scale,
                                                             int ydt, void* y, int rdt) {
     const size_t es = wdt == F32 ? 4 : wdt == I8 ? 1 : 2;
-    const int64_t n = b * ROWS;
+    const int64_t q = gemm_blocks(N), step = M <= STREAMS_M ? 1 : ROWS; /* step: to this row in the next block */
+    int64_t n[ROWS];
+    int rows = 0;
+    for (int j = 0; j < ROWS; j++) {
+        const int64_t at = step == 1 ? b + j * q : b * ROWS + j;
+        n[j] = at < N || !j ? at : n[j - 1]; /* past N: repeat the last row, its sums are dropped */
+        rows += at < N;
+    }
     const void* r[ROWS];
-    for (int j = 0; j < ROWS; j++) /* past N: repeat the last row, its sums are dropped */
-        r[j] = (const char*)w + (size_t)((n + j < N ? n + j : N - 1) * K) * es;
+    for (int j = 0; j < ROWS; j++) r[j] = (const char*)w + (size_t)(n[j] * K) * es;
+    const int64_t next = b + 1 < q ? step * K : 0; /* to the next block's rows (a prefetch past N never faults) */
     float acc[MAX_M * ROWS];
     if (M <= SEQ_M) {
-        for (int j = 0; j < ROWS && n + j < N; j++) row_dots(r[j], wdt, xf, M, K, acc + j, ROWS);
+        for (int j = 0; j < rows; j++) row_dots(r[j], wdt, xf, M, K, acc + j, ROWS);
     } else {
         memset(acc, 0, sizeof(float) * (size_t)(M * ROWS));
 #ifdef __AVX512F__ /* K in equal chunks of a multiple of 16: each chunk ends in a horizontal sum */
         const int64_t parts = (K + KC16 - 1) / KC16, kc = ((K + parts - 1) / parts + 15) & ~(int64_t)15;
         for (int64_t k0 = 0; k0 < K; k0 += kc)
-            chunk16(r, wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, acc, n + 2 * ROWS <= N);
+            chunk16(r, wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, acc, next);
 #else /* the sums of row_dots, K in equal chunks of a multiple of 32, at most KC */
         float part[MAX_M * ROWS * PART];
         const int64_t parts = (K + KC - 1) / KC, kc = ((K + parts - 1) / parts + 31) & ~(int64_t)31;
         for (int64_t k0 = 0; k0 < K; k0 += kc)
-            chunk(r[0], r[1], r[2], r[3], wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, part, k0 == 0, n + 2 * ROWS <= N);
+            chunk(r[0], r[1], r[2], r[3], wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, part, k0 == 0, next);
         for (int64_t m = 0; m < M; m++)
             for (int j = 0; j < ROWS; j++)
                 acc[m * ROWS + j] = part_total(part + (m * ROWS + j) * PART, r[j], wdt, xf + m * K, K);
 #endif
     }
     for (int64_t m = 0; m < M; m++)
-        for (int j = 0; j < ROWS && n + j < N; j++)
-            store1(y, ydt, m * N + n + j, rnd(scale ? acc[m * ROWS + j] * scale[n + j] : acc[m * ROWS + j], rdt));
+        for (int j = 0; j < rows; j++)
+            store1(y, ydt, m * N + n[j], rnd(scale ? acc[m * ROWS + j] * scale[n[j]] : acc[m * ROWS + j], rdt));
 }
-
-static inline int64_t gemm_blocks(int64_t N) { return (N + ROWS - 1) / ROWS; }
 
 #endif
