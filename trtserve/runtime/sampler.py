@@ -109,8 +109,24 @@ def logprobs_of(logprobs: torch.Tensor, token: int, top_n: int) -> TokenLogprob:
     return TokenLogprob(token, lp, rank, top)
 
 
+def _untouched(r: SampleRow) -> bool:
+    """Whether `processed` leaves r's row as it is: no penalty, bias, mask or forced token applies."""
+    p = r.params
+    return not (
+        p.needs_penalties
+        or p.logit_bias
+        or p.bad_words_ids
+        or r.guided is not None
+        or r.forced is not None
+        or (len(r.output_ids) < p.min_tokens and r.banned_until_min)
+    )
+
+
 def processed(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
-    """A copy of logits (B, vocab) with each row's penalties, bias and masks applied (before temperature)."""
+    """logits (B, vocab) with each row's penalties, bias and masks applied (before temperature): a copy, or
+    logits itself where no row has any (a 262k-word vocabulary's copy cost more than the greedy pick)."""
+    if all(_untouched(r) for r in rows):
+        return logits
     logits = logits.clone()
     apply_penalties(logits, rows)
     apply_min_tokens(logits, rows)
@@ -124,7 +140,9 @@ def processed(logits: torch.Tensor, rows: Sequence[SampleRow]) -> torch.Tensor:
 def sample(logits: torch.Tensor, rows: Sequence[SampleRow]) -> tuple[list[int], list[TokenLogprob | None]]:
     """logits: (B, vocab) float32, one row per SampleRow. Returns token ids and their logprobs."""
     logits = processed(logits, rows)
-    tokens = logits.argmax(dim=-1).tolist()  # greedy for every row; sampled rows overwrite below
+    # greedy for every row (sampled rows overwrite below); max's indices are argmax's (the first of ties),
+    # 2-3x as fast on CPU
+    tokens = logits.max(dim=-1).indices.tolist()
     sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
     if sampled:
         for i, tok in zip(sampled, _draw(logits[sampled], [rows[i] for i in sampled]), strict=True):

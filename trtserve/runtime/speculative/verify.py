@@ -49,7 +49,7 @@ def verify(logits: torch.Tensor, draft: list[int], row_at: Callable[[list[int]],
 def _pick(scores: torch.Tensor, row: SampleRow, proposal: int | None) -> int:
     """The token kept at one position: the proposal, or the target's own."""
     if row.params.greedy:
-        return int(scores[0].argmax())
+        return int(scores[0].max(dim=-1).indices)  # argmax's index, faster (sampler.sample)
     p = distribution(scores, [row])[0]  # (vocab,) not normalised
     p = p / p.sum()
     if proposal is not None:
