@@ -184,10 +184,11 @@ static inline __attribute__((always_inline)) void chunk16(const void* const* w, 
 #endif
 
 /* out[m * stride] = sum over k of x[m][k] wr[k] for m < M (M <= SEQ_M): one weight row, front to back, dotted
- * with each pair of x rows in turn (the row stays in L1 after the first pair). Chosen on an AVX2 EPYC when a
- * block's four rows were adjacent: read side by side (chunk) they made four short streams, which halved the
- * bandwidth of batch-1 GEMVs over narrow rows (blocks now read four long streams: gemm_block). Sums: four
- * 8-lane accumulators over k mod 32, added pairwise, then hsum; K mod 8 is added after. */
+ * with each pair of x rows in turn (the row stays in L1 after the first pair). A thread's blocks are then
+ * adjacent rows, which it reads as one sequential stream. Chosen on an AVX2 EPYC when chunk's four adjacent
+ * rows side by side made four short streams and halved the bandwidth of batch-1 GEMVs over narrow rows (its
+ * blocks now read four long streams: gemm_block). Sums: four 8-lane accumulators over k mod 32, added
+ * pairwise, then hsum; K mod 8 is added after. */
 static inline __attribute__((always_inline)) void row_dots(const void* wr, int dt, const float* xf, int64_t M,
                                                           int64_t K, float* out, int64_t stride) {
     const int64_t k32 = K & ~(int64_t)31, k8 = K & ~(int64_t)7;
@@ -230,19 +231,20 @@ static inline __attribute__((always_inline)) void row_dots(const void* wr, int d
 
 static inline int64_t gemm_blocks(int64_t N) { return (N + ROWS - 1) / ROWS; }
 
-/* Up to this many rows of x, block b takes outputs b, b + q, b + 2 q and b + 3 q (q = gemm_blocks(N)): a block's
- * next block continues each of its rows' read streams, so a thread's run of blocks reads four long streams, as a
- * STREAM read does (four adjacent rows make four short streams; docs/performance.md has the figures). From 24
- * rows, where the GEMM is compute-bound, far-apart rows lost to adjacent ones. */
+/* Past SEQ_M and up to this many rows of x, block b takes outputs b, b + q, b + 2 q and b + 3 q (q =
+ * gemm_blocks(N)): a block's next block continues each of its rows' read streams, so a thread's run of blocks
+ * reads four long streams, as a STREAM read does (four adjacent rows side by side make four short streams;
+ * docs/performance.md has the figures). From 24 rows, where the GEMM is compute-bound, far-apart rows lost to
+ * adjacent ones; row_dots reads adjacent rows as one stream, and far-apart ones lost there too (AVX2 build). */
 #define STREAMS_M 16
 
-/* Outputs of block b (above; past STREAMS_M rows of x, b * ROWS to b * ROWS + ROWS), those below N, of
+/* Outputs of block b (above; else b * ROWS to b * ROWS + ROWS), those below N, of
  * y = (x w^T) * scale for all M rows (one work item), stored in ydt after rounding to rdt. */
 static inline __attribute__((always_inline)) void gemm_block(int64_t b, const float* xf, int64_t M, int64_t K,
                                                             const void* w, int64_t N, int wdt, const float* scale,
                                                             int ydt, void* y, int rdt) {
     const size_t es = wdt == F32 ? 4 : wdt == I8 ? 1 : 2;
-    const int64_t q = gemm_blocks(N), step = M <= STREAMS_M ? 1 : ROWS; /* step: to this row in the next block */
+    const int64_t q = gemm_blocks(N), step = M > SEQ_M && M <= STREAMS_M ? 1 : ROWS; /* to this row in the next block */
     int64_t n[ROWS];
     int rows = 0;
     for (int j = 0; j < ROWS; j++) {
