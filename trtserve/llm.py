@@ -51,6 +51,8 @@ class LLM:
         self.fit_to_requests = cfg.kv_cache_memory is None
         # One block until the first generate() says how many its requests need.
         self.core = EngineCore(self.engine, cfg, num_blocks=1 if self.fit_to_requests else None)
+        while self.core.idle(32 << 20):  # the weights onto huge pages now, not beside the steps
+            pass
         # close() at the latest when the interpreter exits: the second KV tier's prefixes outlive the process
         self._close = weakref.finalize(self, self.core.close)
 

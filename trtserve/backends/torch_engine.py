@@ -288,8 +288,9 @@ class TorchEngine:
                     self._stats = self.core.stats()  # before delivery: a caller who saw the step sees its stats
                     self._deliver(deltas)
                 else:
-                    self._wake.wait(0.05)
-                    self._wake.clear()
+                    if not self.core.idle():  # its work done, the loop waits for requests
+                        self._wake.wait(0.05)
+                        self._wake.clear()
                     self.core.features.tick()  # expires held KV nobody pulled, writes the second tier's index
                     self._stats = self.core.stats()
                 self._beat = time.monotonic()
