@@ -4,6 +4,7 @@ anonymous memory that costs nothing until written."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from trtserve.models import host_memory
 
 THP = Path("/sys/kernel/mm/transparent_hugepage/enabled")
+COLLAPSE = tuple(int(x) for x in os.uname().release.split(".")[:2] if x.isdigit()) >= (6, 1)  # MADV_COLLAPSE
 
 
 def _smaps_entry(address: int) -> dict[str, str]:
@@ -45,6 +47,7 @@ def test_move_keeps_every_tensor_and_frees_the_source():
 
 
 @pytest.mark.skipif(not THP.exists() or "[never]" in THP.read_text(), reason="transparent huge pages are off")
+@pytest.mark.skipif(not COLLAPSE, reason="MADV_COLLAPSE needs Linux 6.1")
 def test_moved_weights_sit_on_huge_pages():
     while host_memory.collapse_next():  # what other tests' engines left
         pass

@@ -124,3 +124,16 @@ def test_a_vanishing_repetition_penalty_keeps_the_distribution_finite():
         p = SamplingParams(repetition_penalty=penalty, temperature=0.5, seed=2, logprobs=2)
         tokens, lps = sample(logits, [SampleRow(p, seen, [], torch.Generator().manual_seed(2))])
         assert tokens[0] in seen and lps[0].logprob == lps[0].logprob  # a seen token, a finite logprob
+
+
+def test_greedy_takes_the_first_of_tied_maxima_and_never_writes_the_logits():
+    """As torch's argmax and HF's greedy search: the lowest id among equal maxima. The caller's logits stay as
+    they were, whether a row's penalties need a copy or no row has any."""
+    logits = torch.tensor([[0.0, 3.0, 1.0, 3.0], [5.0, 5.0, -1.0, 5.0]])
+    before = logits.clone()
+    plain = SampleRow(SamplingParams(max_tokens=4, temperature=0.0), [2], [], None)
+    assert sample(logits, [plain, plain])[0] == [1, 0]
+    assert torch.equal(logits, before)
+    penalized = SampleRow(SamplingParams(max_tokens=4, temperature=0.0, repetition_penalty=2.0), [0], [], None)
+    assert sample(logits, [plain, penalized])[0] == [1, 1]  # token 0's 5.0 halved: the next of the tie wins
+    assert torch.equal(logits, before)
