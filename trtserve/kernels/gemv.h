@@ -103,7 +103,7 @@ static inline __attribute__((always_inline)) float part_total(const float* p, co
 
 #ifdef __AVX512F__ /* built so where the CPU has AVX-512 F/DQ/BW/VL (native.py) */
 #define KC16 1024 /* the AVX-512 chunk's k: 4 rows of float32 weights (16 KB) stay in L1 */
-#define MR16 4    /* rows of x a tile: 16 sums, 8 loads for 16 FMAs (beats 3 or 2 by 8 weight rows) */
+#define MR16 6    /* rows of x a tile: 24 sums, 10 loads for 24 FMAs (4 rows, or 3 or 2 by 8 weight rows, ran slower) */
 #define PFW 1024  /* bytes ahead in each weight row that the first tile prefetches */
 /* Up to this many rows of x the first tile prefetches the next block's rows too: it helps few-row
  * decode and costs a little at many rows. */
@@ -166,13 +166,23 @@ static inline __attribute__((always_inline)) void tile16(const void* const* w, i
 static inline __attribute__((always_inline)) void chunk16(const void* const* w, int dt, const float* xf, int64_t M,
                                                          int64_t K, int64_t k0, int64_t kc, float* acc, int64_t next) {
     const int64_t kv = kc & ~(int64_t)15;
-    const int64_t tiles = M / MR16 + M % MR16, later = tiles - 1;
+    const int64_t tiles = (M + MR16 - 1) / MR16, later = tiles - 1; /* the last M mod MR16 rows are one tile */
     int64_t m = 0, t = 0;
     const int pf = 1 | (M <= PF_NEXT_M && next ? 2 : 0), spread = M > PF_NEXT_M && next && later > 0;
 #define PF_OF(t) ((t) ? (spread && (t) <= ROWS ? 4 : 0) : pf)
 #define JS (int)(later < ROWS ? later : ROWS)
     for (; m + MR16 <= M; m += MR16, t++) tile16(w, dt, xf + m * K, K, MR16, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next);
-    for (; m < M; m++, t++) tile16(w, dt, xf + m * K, K, 1, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next);
+    if (m < M) {
+#define REST(r) tile16(w, dt, xf + m * K, K, r, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next)
+        switch (M - m) { /* a constant tile height for each */
+        case 5: REST(5); break;
+        case 4: REST(4); break;
+        case 3: REST(3); break;
+        case 2: REST(2); break;
+        default: REST(1);
+        }
+#undef REST
+    }
 #undef PF_OF
 #undef JS
     for (int64_t k = kv; k < kc; k++) /* K not a multiple of 16 */
