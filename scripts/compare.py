@@ -97,6 +97,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--no-build-llama", action="store_true", help="use llama.cpp only if already built")
     ap.add_argument("--kv-cache-memory", default="2GiB")
     ap.add_argument(
+        "--kv-cache-dtype", default="auto", choices=["auto", "float16", "bfloat16"], help="trtserve's KV cache [auto]"
+    )
+    ap.add_argument(
         "--tokens-per-block",
         type=int,
         default=16,
@@ -196,6 +199,7 @@ def run_trtserve(args, spec, dtype, engine, work, log_dir, say) -> list[dict]:
         kv_cache_memory=args.kv_cache_memory,
         log=log_dir / "trtserve.log",
         seed=args.seed,
+        engine_options=_kv_dtype(args),
     )
     for name, run in runs.items():
         points.append(point("trtserve", name, dtype, run))
@@ -208,12 +212,18 @@ def run_trtserve(args, spec, dtype, engine, work, log_dir, say) -> list[dict]:
             kv_cache_memory=args.kv_cache_memory,
             log=log_dir / "trtserve-off.log",
             seed=args.seed,
+            engine_options=_kv_dtype(args),
         )["prefix-off"]
         points.append(point("trtserve", "prefix-off", dtype, off))
         on_texts = [r.text for r in runs["prefix-on"].results]
         same = sum(a == b.text for a, b in zip(on_texts, off.results, strict=True)) / len(on_texts)
         next(p for p in points if p["workload"] == "prefix-on")["extra"]["identical_to_off"] = same
     return points
+
+
+def _kv_dtype(args) -> dict | None:
+    """The kv_cache_dtype engine option where --kv-cache-dtype asks for one."""
+    return None if args.kv_cache_dtype == "auto" else {"kv_cache_dtype": args.kv_cache_dtype}
 
 
 def run_trtserve_quants(args, spec, dtype, work, log_dir, say) -> list[dict]:

@@ -48,7 +48,7 @@ def _timed(owner, name: str, part: str, spent: dict) -> None:
     setattr(owner, name, wrapper)
 
 
-def profile(engine_dir: str, threads: int, seed: int, n: int) -> dict:
+def profile(engine_dir: str, threads: int, seed: int, n: int, kv_dtype: str = "auto") -> dict:
     import torch
 
     torch.set_num_threads(threads)
@@ -64,7 +64,8 @@ def profile(engine_dir: str, threads: int, seed: int, n: int) -> dict:
     from trtserve.models import decoder, paged_attention
     from trtserve.runtime import engine_core, runner, scheduler
 
-    llm = LLM(engine_dir, kv_cache_memory=2 << 30, enable_prefix_caching=False)  # the mixed prompts are all new
+    # the mixed prompts are all new
+    llm = LLM(engine_dir, kv_cache_memory=2 << 30, enable_prefix_caching=False, kv_cache_dtype=kv_dtype)
     cfg = llm.engine.config.pretrained_config
     work = random_requests(n, (32, 512), (16, 256), len(llm.tokenizer), seed)
     spent: dict[str, float] = defaultdict(float)
@@ -156,10 +157,11 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="compare.py's --seed")
     ap.add_argument("--requests", type=int, default=32, help="compare.py's --num-requests")
     ap.add_argument("--isa", default="", help="comma-separated TRTSERVE_ISA caps, each in a child process")
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "float16", "bfloat16"])
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child or not args.isa:
-        print(json.dumps(profile(args.engine_dir, args.threads, args.seed, args.requests)))
+        print(json.dumps(profile(args.engine_dir, args.threads, args.seed, args.requests, args.kv_cache_dtype)))
         return
     results = []
     for cap in args.isa.split(","):
@@ -171,7 +173,7 @@ def main() -> None:
             ).stdout.split()  # fmt: skip
             env |= {"TRTSERVE_ISA": cap} | dict(line.split("=", 1) for line in lines)
         child = [sys.executable, __file__, args.engine_dir, "--threads", str(args.threads), "--seed", str(args.seed)]
-        child += ["--requests", str(args.requests), "--child"]
+        child += ["--requests", str(args.requests), "--kv-cache-dtype", args.kv_cache_dtype, "--child"]
         run = subprocess.run(child, env=env, capture_output=True, text=True)
         if run.returncode:
             sys.exit(f"TRTSERVE_ISA={cap}: the profile failed:\n{run.stderr[-2000:]}")

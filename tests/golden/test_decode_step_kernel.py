@@ -46,11 +46,16 @@ def llm_dtype(engine) -> torch.dtype:
         ("llama", torch.bfloat16, "w4a16", INT4),
         ("llama", torch.bfloat16, "w4a16", {**INT4, "int8_activations": True}),  # RuntimeConfig's opt-in
         ("llama", torch.float32, "w4a16", {**INT4, "int8_activations": True}),
+        # a float32 model's 16-bit cache (RuntimeConfig's kv_cache_dtype): written rounded, read widened
+        ("llama", torch.float32, None, {"num_key_value_heads": 2, "kv_cache_dtype": "float16"}),
+        ("qwen2", torch.float32, None, {"kv_cache_dtype": "bfloat16"}),
+        ("llama", torch.float32, "w4a16", {**INT4, "kv_cache_dtype": "float16"}),
     ],
 )
 def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, overrides):
     overrides = dict(overrides)
     int8_act = overrides.pop("int8_activations", False)
+    kv_dtype = overrides.pop("kv_cache_dtype", "auto")
     if int8_act and not int4_kernel.int8_activations_available():
         pytest.skip("int8 activations need the kernels' AVX-512 build with VNNI and VBMI")
     src = make_hf_model(tmp_path / "hf", arch, seed=7, dtype=dtype, **overrides)
@@ -61,7 +66,8 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, 
     build_engine(BuildConfig(model=str(src), tokens_per_block=8, quant=quant, **extra), out, quiet=True)
     assert llm_dtype(out) == dtype
     # CPU kernels; both runs compute every prompt token alike
-    llm = LLM(out, device="cpu", enable_prefix_caching=False, int8_activations=int8_act)
+    llm = LLM(out, device="cpu", enable_prefix_caching=False, int8_activations=int8_act, kv_cache_dtype=kv_dtype)
+    assert llm.core.runner.kv.data.dtype == (dtype if kv_dtype == "auto" else getattr(torch, kv_dtype))
     if int8_act:
         assert all(layer.qkv.int8_activations for layer in llm.engine.model.layers)
     if quant == "w4a16" and not llm.engine.model.layers[0].qkv.ours(dtype, 1):

@@ -36,6 +36,9 @@ def test_an_option_the_backend_lacks_is_refused_naming_it_and_the_fix(backend):
     assert f"engine option int8_activations ({OPTIONS['int8_activations'].summary})" in message
     assert f"not available on the {backend} backend (only torch)" in message
     assert message.endswith("remove `int8_activations` from the run config's engine section")
+    with pytest.raises(UserError, match=f"engine option kv_cache_dtype .* not available on the {backend} backend"):
+        check_backend(EngineOptions(kv_cache_dtype="float16"), backend)
+    assert EngineOptions(kv_cache_dtype="float16").identity() == {"kv_cache_dtype": "float16"}  # a receipt's
 
 
 def test_requirement_checks_run_for_enabled_options_only(monkeypatch):

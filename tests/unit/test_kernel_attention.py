@@ -46,6 +46,33 @@ def test_decode_attention_matches_sdpa(dtype, n_kv, group, hd, bs, n_seqs):
 
 
 @needs_kernel
+@pytest.mark.parametrize("kv_dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize(("n_kv", "group", "hd"), [(3, 3, 64), (2, 1, 8)])  # 16-lane and 8-lane paths
+def test_float32_queries_over_a_16_bit_cache_match_sdpa_on_the_widened_keys(kv_dtype, n_kv, group, hd):
+    """A float32 model's 16-bit cache (the kv_cache_dtype option): the kernel reads the keys and values widened,
+    and its weights and output stay float32, as torch's path computes after widening the gathered blocks."""
+    g = torch.Generator().manual_seed(hd + n_kv)
+    bs, n_blocks, lens = 8, 30, [1, 9, 40, 77]
+    keys = torch.randn(n_blocks * bs, n_kv, hd, generator=g).to(kv_dtype)
+    values = torch.randn(n_blocks * bs, n_kv, hd, generator=g).to(kv_dtype)
+    tables = torch.stack([torch.randperm(n_blocks, generator=g)[:10] for _ in lens])
+    rows = torch.arange(len(lens))
+    q = torch.randn(len(lens), n_kv * group, hd, generator=g)
+    out = torch.full((len(lens), n_kv * group * hd), float("nan"))
+    assert attention.usable(q, keys)
+    assert attention.decode_attention(q, keys, values, tables, torch.tensor(lens), rows, bs, hd**-0.5, out)
+    for i, n in enumerate(lens):
+        pos = torch.arange(n)
+        slots = tables[i, pos // bs] * bs + pos % bs
+        k = keys[slots].float().transpose(0, 1).repeat_interleave(group, 0)
+        v = values[slots].float().transpose(0, 1).repeat_interleave(group, 0)
+        ref = F.scaled_dot_product_attention(q[i][:, None], k, v, scale=hd**-0.5)
+        torch.testing.assert_close(out[i], ref.flatten(), rtol=1e-5, atol=1e-5)  # float32's tolerance
+    # a float16 cache under bfloat16 queries is no pair the kernel takes: torch's path runs instead
+    assert not attention.usable(q.to(torch.bfloat16), keys.to(torch.float16))
+
+
+@needs_kernel
 def test_bad_lengths_are_refused_not_read_past_the_table():
     keys = torch.randn(16, 1, 8)
     q, out = torch.randn(1, 1, 8), torch.zeros(1, 8)

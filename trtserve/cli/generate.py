@@ -6,6 +6,7 @@ from pathlib import Path
 
 import click
 
+from trtserve.cli.kv_offload import kv_cache_dtype_option
 from trtserve.cli.speculative import merged, speculative_options
 
 
@@ -19,12 +20,14 @@ from trtserve.cli.speculative import merged, speculative_options
 @click.option("--seed", type=int)
 @click.option("--chat/--no-chat", default=True, show_default=True, help="Apply the engine's chat template.")
 @click.option("--kv-cache-memory", help="KV-cache budget, e.g. 1GiB [what the prompts need].")
+@kv_cache_dtype_option
 @speculative_options
 def command(
     engine_dir: Path,
     prompts: tuple[str, ...],
     chat: bool,
     kv_cache_memory: str | None,
+    kv_cache_dtype: str | None,
     speculative: str | None,
     speculative_tokens: int | None,
     **params,
@@ -35,7 +38,12 @@ def command(
     from trtserve.llm import LLM
 
     budget = parse_memory(kv_cache_memory, "--kv-cache-memory") if kv_cache_memory else None
-    llm = LLM(engine_dir, kv_cache_memory=budget, speculative=merged(None, speculative, speculative_tokens))
+    llm = LLM(
+        engine_dir,
+        kv_cache_memory=budget,
+        kv_cache_dtype=kv_cache_dtype or "auto",
+        speculative=merged(None, speculative, speculative_tokens),
+    )
     for prompt, out in zip(prompts, llm.generate(list(prompts), SamplingParams(**params), chat=chat), strict=True):
         click.echo(
             f">>> {prompt}\n{out.text.strip()}\n[{len(out.token_ids)} tokens, finish_reason={out.finish_reason}]"

@@ -1,5 +1,5 @@
 """`--kv-offload BYTES` of `trtserve run`: the `kv_offload` engine option's budget (the prefix cache's
-second tier), merged over the run config's."""
+second tier), merged over the run config's; and `--kv-cache-dtype` of `run` and `generate`."""
 
 from __future__ import annotations
 
@@ -29,3 +29,12 @@ def with_kv_offload(cfg, size: str | None):
     except ValidationError:
         raise UserError(f"--kv-offload {size!r} is not a size above 0; give bytes such as 8GiB or 512MiB") from None
     return cfg.model_copy(update={"engine": cfg.engine.model_copy(update={"kv_offload": tier})})
+
+
+def kv_cache_dtype_option(f):
+    return click.option(
+        "--kv-cache-dtype",
+        type=click.Choice(["auto", "float16", "bfloat16"]),
+        help="The KV cache's dtype: float16 or bfloat16 under a float32 engine hold twice the tokens and read half "
+        "the bytes, keys and values rounded to 16 bits (the `kv_cache_dtype` engine option) [auto: the engine's].",
+    )(f)

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from trtserve.cli.image_limits import image_limit_options, pop_image_limits
-from trtserve.cli.kv_offload import kv_offload_option, with_kv_offload
+from trtserve.cli.kv_offload import kv_cache_dtype_option, kv_offload_option, with_kv_offload
 from trtserve.cli.lora import lora_option
 from trtserve.cli.speculative import speculative_options, with_speculative
 
@@ -37,6 +37,7 @@ from trtserve.cli.speculative import speculative_options, with_speculative
 @lora_option("Also serve the PEFT LoRA adapter in DIR as model NAME (the `lora` engine option; repeatable).")
 @speculative_options
 @click.option("--kv-cache-memory", help="KV-cache budget, e.g. 2GiB [CPU: at most 4GiB; CUDA: half of free memory].")
+@kv_cache_dtype_option
 @kv_offload_option
 @click.option("--max-queued-requests", type=int, help="Waiting requests before 429 [256].")
 @click.option("--request-timeout", type=float, help="Default per-request deadline in seconds [600].")
@@ -86,6 +87,7 @@ def command(
     engine_dir: Path,
     config_file: Path | None,
     kv_cache_memory: str | None,
+    kv_cache_dtype: str | None,
     lora: dict[str, str] | None,
     speculative: str | None,
     speculative_tokens: int | None,
@@ -102,8 +104,8 @@ def command(
 
     flags["api_key"] = flags.get("api_key") or os.environ.get("TRTSERVE_API_KEY")
     flags["admin_key"] = flags.get("admin_key") or os.environ.get("TRTSERVE_ADMIN_KEY")
-    if kv_cache_memory:
-        flags["engine"] = {"kv_cache_memory": kv_cache_memory}
+    engine = {"kv_cache_memory": kv_cache_memory, "kv_cache_dtype": kv_cache_dtype}
+    flags["engine"] = {k: v for k, v in engine.items() if v} or None
     flags["image_limits"] = pop_image_limits(flags)
     ray_flags = {k: flags.pop(k) for k in ("use_ray", "replicas", "min_replicas", "max_replicas")}
     cfg = load_serve_config(config_file, flags)

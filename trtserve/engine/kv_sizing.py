@@ -67,7 +67,7 @@ def size_kv_cache(
     """The KV cache for an engine of `model` / `build` under `run`, on `device` ("cpu" or "cuda")
     with `available` bytes free there (GPU memory on CUDA, available RAM on CPU)."""
     bs = build.plugin_config.tokens_per_block
-    per_block = model.kv_bytes_per_token() * bs
+    per_block = model.kv_bytes_per_token(run.kv_cache_dtype) * bs
     per_seq = blocks_for(build.max_seq_len, bs)
     most = max_batch_size * per_seq * per_block  # never useful beyond this
     share = int(available * run.kv_cache_free_memory_fraction)

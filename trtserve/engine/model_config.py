@@ -120,7 +120,9 @@ class ModelConfig(BaseModel):
         return kinds
 
     def kv_bytes_per_token(self, kv_dtype: str | None = None) -> int:
-        """Bytes of K and V cache one token takes across all layers."""
+        """Bytes of K and V cache one token takes across all layers; kv_dtype: the cache's float dtype (None or
+        "auto": the engine's)."""
+        kv_dtype = None if kv_dtype == "auto" else kv_dtype
         per = 1 if kv_dtype is None and self.quantization.kv_cache_quant_algo else DTYPE_BYTES[kv_dtype or self.dtype]
         return 2 * self.num_hidden_layers * self.kv_size * per
 

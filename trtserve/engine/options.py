@@ -9,7 +9,7 @@ KV tiers) are one field and one spec each.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -36,6 +36,9 @@ class EngineOptions(BaseModel):
     speculative: SpeculativeConfig | None = None
     # the prefix cache's second tier (engine/kv_offload.py): evicted full blocks spill there; null: none
     kv_offload: KVOffloadConfig | None = None
+    # the KV cache's dtype: auto is the engine's (its dtype, or the 8-bit format it was built with); float16 or
+    # bfloat16 under a float32 engine halve the cache's bytes and its reads, keys and values rounded to 16 bits
+    kv_cache_dtype: Literal["auto", "float16", "bfloat16"] = "auto"
 
     def enabled(self) -> dict[str, Any]:
         """The options set away from their defaults, by name."""
@@ -87,6 +90,13 @@ OPTIONS: dict[str, OptionSpec] = {
             "speculative decoding: n-gram prompt lookup or a draft model proposes, one pass verifies",
             frozenset({"torch", "trtllm"}),  # TensorRT-LLM: speculative_config, PyTorch backend only
             in_identity=False,
+        ),
+        OptionSpec(
+            "kv_cache_dtype",
+            "a float32 engine's KV cache in float16 or bfloat16: twice the tokens per byte, keys and values rounded",
+            frozenset({"torch"}),  # TensorRT-LLM's KV dtype follows its engine (or its 8-bit kv_cache_quant_algo)
+            in_identity=True,
+            requires="trtserve.models.decoder:check_kv_cache_dtype",
         ),
         # Not in the identity: a restored block is bit-identical to a recompute.
         OptionSpec(

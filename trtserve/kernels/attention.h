@@ -1,6 +1,8 @@
 /* Decode attention of one sequence's query heads that share a KV head, over its keys and values
  * where they lie in the paged KV cache; shared by decode_attention.c and decode_layers.c.
- * q and out in qdt, keys and values in dt (the output rounded to dt); scores, softmax and sums in float32.
+ * q and out in qdt, keys and values in dt; scores, softmax and sums in float32, the weights and the output rounded
+ * to rdt (the model's dtype: the cache's, or float32 over a 16-bit cache of a float32 model, where torch's path
+ * widens the keys and values and computes in float32).
  *
  * Each score is one FMA chain over the head dim and a horizontal sum, each output a sum over keys in
  * key order, whichever way the work is split: grouping query heads or keys changes no bit. Keys run
@@ -191,7 +193,7 @@ static inline int head_run(int64_t h0, int64_t j, int64_t n, int64_t group) {
  * speed. Each score is one 16-lane FMA chain and a horizontal sum, each output a sum over keys in
  * key order, however the heads are grouped. */
 static inline __attribute__((always_inline)) void heads16(const void* q, int qdt, const void* k, const void* v, int dt,
-                                                         int64_t qoff, int64_t h0, int64_t group, int64_t n,
+                                                         int rdt, int64_t qoff, int64_t h0, int64_t group, int64_t n,
                                                          int64_t hd, const int64_t* at, int64_t len, float scale,
                                                          float cap, const float* sinks, void* out, float* scores,
                                                          float* acc) {
@@ -218,7 +220,7 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
         j += hb;
     }
     float inv[n];
-    softmax_heads(scores, n, len, h0, cap, sinks, dt, inv);
+    softmax_heads(scores, n, len, h0, cap, sinks, rdt, inv);
     for (int64_t t0 = 0; t0 < len; t0 += VT) { /* VT keys' values, every query head, while they are in L2 */
         const int64_t t1 = t0 + VT < len ? t0 + VT : len;
         for (int64_t j = 0; j < n;) {
@@ -243,7 +245,7 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
     }
     for (int64_t j = 0; j < n; j++) {
         const int64_t qo = qoff + (h0 + j) * hd;
-        for (int64_t i = 0; i < hd; i++) store1(out, qdt, qo + i, rnd(acc[j * hd + i] * inv[j], dt));
+        for (int64_t i = 0; i < hd; i++) store1(out, qdt, qo + i, rnd(acc[j * hd + i] * inv[j], rdt));
     }
 }
 #endif
@@ -253,7 +255,7 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
  * where cap > 0, each head's sink logit (sinks [heads], or NULL) in its softmax. buf: head_scratch(nr, len, hd)
  * floats. */
 static inline __attribute__((always_inline)) void heads(const void* q, int qdt, const void* k, const void* v, int dt,
-                                                       int64_t qoff, int64_t n_kv, int64_t h0, int64_t group,
+                                                       int rdt, int64_t qoff, int64_t n_kv, int64_t h0, int64_t group,
                                                        int64_t nr, int64_t hd, const int64_t* table, int64_t first,
                                                        int64_t len, int64_t bs, float scale, float cap,
                                                        const float* sinks, void* out, float* buf) {
@@ -268,7 +270,7 @@ static inline __attribute__((always_inline)) void heads(const void* q, int qdt, 
     }
 #ifdef __AVX512F__
     if (hd % 16 == 0) {
-        heads16(q, qdt, k, v, dt, qoff, h0, group, n, hd, at, len, scale, cap, sinks, out, scores, acc);
+        heads16(q, qdt, k, v, dt, rdt, qoff, h0, group, n, hd, at, len, scale, cap, sinks, out, scores, acc);
         return;
     }
 #endif
@@ -298,7 +300,7 @@ static inline __attribute__((always_inline)) void heads(const void* q, int qdt, 
         }
     }
     float inv[n];
-    softmax_heads(scores, n, len, h0, cap, sinks, dt, inv);
+    softmax_heads(scores, n, len, h0, cap, sinks, rdt, inv);
     for (int64_t t0 = 0; t0 < len; t0 += VT) { /* VT keys' values, every query head, while they are in L2 */
         const int64_t t1 = t0 + VT < len ? t0 + VT : len;
         for (int64_t j = 0; j < n; j++) {
@@ -313,7 +315,7 @@ static inline __attribute__((always_inline)) void heads(const void* q, int qdt, 
     }
     for (int64_t j = 0; j < n; j++) {
         const int64_t qo = QOFF(j);
-        for (int64_t i = 0; i < hd; i++) store1(out, qdt, qo + i, rnd(acc[j * hd + i] * inv[j], dt));
+        for (int64_t i = 0; i < hd; i++) store1(out, qdt, qo + i, rnd(acc[j * hd + i] * inv[j], rdt));
     }
 #undef QOFF
 #undef KVOFF

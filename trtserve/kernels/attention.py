@@ -19,17 +19,17 @@ DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 @cache
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
-    # q, k, v, dt, G, n_kv, group, hd, tables, n_blk, kv_lens, rows, bs, scale, window, cap, sinks, out, threads
-    return native.function(SOURCE, "trtserve_decode_attention", "pppillllplpplflfppi")
+    # q, k, v, dt, kdt, G, n_kv, group, hd, tables, n_blk, kv_lens, rows, bs, scale, window, cap, sinks, out, threads
+    return native.function(SOURCE, "trtserve_decode_attention", "pppiillllplpplflfppi")
 
 
 def usable(q: torch.Tensor, keys: torch.Tensor) -> bool:
-    """q (T, heads, head_dim) and one layer's keys (slots, kv_heads, head_dim), both in the
-    cache's float dtype, on CPU."""
+    """q (T, heads, head_dim) and one layer's keys (slots, kv_heads, head_dim) as the cache stores them, on
+    CPU: in q's float dtype, or 16-bit under a float32 q (read widened, as the torch path widens them)."""
     return (
         q.device.type == "cpu"
         and q.dtype in DTYPES
-        and keys.dtype == q.dtype
+        and (keys.dtype == q.dtype or (q.dtype == torch.float32 and keys.dtype in (torch.bfloat16, torch.float16)))
         and q.shape[-1] % 8 == 0
         and keys.is_contiguous()
         and load() is not None
@@ -58,7 +58,7 @@ def decode_attention(
     tables, lens, rows = (t.contiguous() for t in (block_tables, kv_lens, rows))
     n_kv, hd = keys.shape[1], keys.shape[2]
     rc = load()(
-        q.data_ptr(), keys.data_ptr(), values.data_ptr(), DTYPES[q.dtype], tables.shape[0], n_kv,
+        q.data_ptr(), keys.data_ptr(), values.data_ptr(), DTYPES[q.dtype], DTYPES[keys.dtype], tables.shape[0], n_kv,
         q.shape[1] // n_kv, hd, tables.data_ptr(), tables.shape[1], lens.data_ptr(), rows.data_ptr(),
         tokens_per_block, scale, window or 0, softcap or 0.0, None if sinks is None else sinks.data_ptr(),
         out.data_ptr(), torch.get_num_threads(),

@@ -8,8 +8,8 @@
  *
  * Layouts: q and out [T][n_kv * group][hd] (row `rows[g]` is sequence g's token); k and v
  * [slots][n_kv][hd] with slot = tables[g][t / bs] * bs + t % bs for key t < kv_lens[g] (the last `window`
- * of them where window > 0); all in one dtype (0 float32, 1 bfloat16, 2 float16); scores, softmax and sums in
- * float32; scores soft-capped where cap > 0, sinks [n_kv * group] float32 logits or NULL (attention.h).
+ * of them where window > 0); q and out in dt, k and v in kdt (0 float32, 1 bfloat16, 2 float16): dt, or a
+ * 16-bit kdt under a float32 dt (a float32 model's narrower cache); scores, softmax and sums in float32; scores soft-capped where cap > 0, sinks [n_kv * group] float32 logits or NULL (attention.h).
  * Built and loaded by trtserve/kernels/attention.py; it shares torch's OpenMP runtime.
  */
 #include <stdlib.h>
@@ -18,11 +18,11 @@
 
 /* Returns 0; -1 when hd is not a multiple of 8, a length is out of range or memory runs out (the
  * caller runs torch's path). tables: [G][n_blk] int64; kv_lens, rows: [G] int64. */
-int trtserve_decode_attention(const void* q, const void* k, const void* v, int dt, int64_t G, int64_t n_kv,
+int trtserve_decode_attention(const void* q, const void* k, const void* v, int dt, int kdt, int64_t G, int64_t n_kv,
                               int64_t group, int64_t hd, const int64_t* tables, int64_t n_blk,
                               const int64_t* kv_lens, const int64_t* rows, int64_t bs, float scale, int64_t window,
                               float cap, const float* sinks, void* out, int threads) {
-    if (hd % 8 || dt < F32 || dt > F16) return -1;
+    if (hd % 8 || dt < F32 || dt > F16 || (kdt != dt && (dt != F32 || kdt < BF16 || kdt > F16))) return -1;
     int64_t longest = 0;
     for (int64_t g = 0; g < G; g++) {
         if (kv_lens[g] < 1 || kv_lens[g] > n_blk * bs) return -1;
@@ -42,11 +42,15 @@ int trtserve_decode_attention(const void* q, const void* k, const void* v, int d
             if (!buf) continue;
             const int64_t g = w / sp.per_seq, h0 = w % sp.per_seq * sp.nr, qoff = rows[g] * n_kv * group * hd;
             const int64_t first = window_start(kv_lens[g], window);
-            switch (dt) { /* one specialised copy per dtype */
-            case F32: heads(q, F32, k, v, F32, qoff, n_kv, h0, group, sp.nr, hd, tables + g * n_blk, first, kv_lens[g], bs, scale, cap, sinks, out, buf); break;
-            case BF16: heads(q, BF16, k, v, BF16, qoff, n_kv, h0, group, sp.nr, hd, tables + g * n_blk, first, kv_lens[g], bs, scale, cap, sinks, out, buf); break;
-            default: heads(q, F16, k, v, F16, qoff, n_kv, h0, group, sp.nr, hd, tables + g * n_blk, first, kv_lens[g], bs, scale, cap, sinks, out, buf);
+#define HEADS(qdt, cdt) heads(q, qdt, k, v, cdt, qdt, qoff, n_kv, h0, group, sp.nr, hd, tables + g * n_blk, first, kv_lens[g], bs, scale, cap, sinks, out, buf)
+            switch (dt * 4 + kdt) { /* one specialised copy per pair of dtypes */
+            case F32 * 4 + F32: HEADS(F32, F32); break;
+            case F32 * 4 + BF16: HEADS(F32, BF16); break;
+            case F32 * 4 + F16: HEADS(F32, F16); break;
+            case BF16 * 4 + BF16: HEADS(BF16, BF16); break;
+            default: HEADS(F16, F16);
             }
+#undef HEADS
         }
         free(buf);
     }

@@ -13,7 +13,8 @@
  * Numerics are the per-op kernels' (and so HF transformers'): every stage's output is rounded to
  * the model dtype; the scratch buffers hold those rounded values in float32.
  *
- * Layouts (dtype dt for h, norms, cache and tables: 0 float32, 1 bfloat16, 2 float16):
+ * Layouts (dtype dt for h, norms and tables: 0 float32, 1 bfloat16, 2 float16; the cache's kdt is dt, or
+ * bfloat16 or float16 under a float32 dt: keys and values rounded to it as stored, widened as read):
  *   h [M][H], the residual stream, updated in place; row m is sequence m's token at pos[m],
  *   written to cache slot slots[m], attending keys 0..pos[m] through tables[m][n_blk]
  *   layers[l]: weights (out, in) in dt, or in int8 (wdt 3, W8A16) with float32 scales per output,
@@ -73,6 +74,22 @@ typedef struct {
     void* moe_tmp;   /* scratch: the largest experts_scratch of the layers with experts */
 } step_t;
 
+/* Work-shared y = (x w^T) * scale, y float32 holding dt-rounded values, w dense in wdt. One copy per weight
+ * dtype, not one per call site and model dtype: the GEMM's tiles are most of this file's compile time. */
+static __attribute__((noinline)) void dense_blocks(const float* x, int64_t M, int64_t K, const void* w, int wdt,
+                                                   const float* scale, int64_t N, float* y, int dt) {
+#define BLOCKS(wt)                                                                                  \
+    _Pragma("omp for schedule(static)") for (int64_t b = 0; b < gemm_blocks(N); b++)                \
+        gemm_block(b, x, M, K, w, N, wt, scale, F32, y, dt);
+    switch (wdt) {
+    case F32: BLOCKS(F32) break;
+    case BF16: BLOCKS(BF16) break;
+    case F16: BLOCKS(F16) break;
+    default: BLOCKS(I8)
+    }
+#undef BLOCKS
+}
+
 /* Work-shared y = (x w^T) * scale (+ bias) into float32 y holding dt-rounded values; w in wdt. int4 (sz, gs,
  * bn, q8; xsum: [M][K] floats of scratch) as int4_gemm.c computes it: the group sums (or, q8, x rounded to
  * int8 with its sums and scales), then a unit of outputs a work item. */
@@ -91,8 +108,7 @@ static inline __attribute__((always_inline)) void linear(const float* x, int64_t
         for (int64_t u = 0; u < int4_units(N, bn); u++)
             int4_unit(u, x, xsum, M, K, w, N, bn, sz, dt, gs, y, F32, dt, q8 ? xq : NULL, xqs, xsum);
     } else {
-#pragma omp for schedule(static)
-        for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, x, M, K, w, N, wdt, scale, F32, y, dt);
+        dense_blocks(x, M, K, w, wdt, scale, N, y, dt);
     }
     if (bias) {
 #pragma omp for schedule(static)
@@ -159,18 +175,41 @@ static inline __attribute__((always_inline)) void block_out(const step_t* s, con
     }
 }
 
+/* Work-shared attention of every row's query heads (q, float32 rows) over layer w's cache (kdt), into att (float32
+ * holding dt-rounded values). One copy per pair of dtypes. */
+static __attribute__((noinline)) void attend(const step_t* s, const layer_t* w, const float* q, const void* k_cache,
+                                             const void* v_cache, float* att, float* buf, int dt, int kdt) {
+    const int64_t n_h = s->n_h, n_kv = s->n_kv, hd = s->hd, group = n_h / n_kv;
+#define ATTEND(cdt, rdt)                                                                                            \
+    _Pragma("omp for schedule(dynamic)") for (int64_t j = 0; j < s->M * s->split.per_seq; j++) {                     \
+        const int64_t m = j / s->split.per_seq, h0 = j % s->split.per_seq * s->split.nr;                            \
+        heads(q, F32, k_cache, v_cache, cdt, rdt, m * n_h * hd, n_kv, h0, group, s->split.nr, hd,                   \
+              s->tables + m * s->n_blk, window_start(s->pos[m] + 1, w->window), s->pos[m] + 1, s->bs, s->scale,     \
+              s->cap, w->sinks, att, buf);                                                                          \
+    }
+    /* dynamic: sequences' lengths differ, and a static split left one thread waiting */
+    switch (dt * 4 + kdt) {
+    case F32 * 4 + F32: ATTEND(F32, F32) break;
+    case F32 * 4 + BF16: ATTEND(BF16, F32) break;
+    case F32 * 4 + F16: ATTEND(F16, F32) break;
+    case BF16 * 4 + BF16: ATTEND(BF16, BF16) break;
+    default: ATTEND(F16, F16)
+    }
+#undef ATTEND
+}
+
 static inline __attribute__((always_inline)) void layers(const layer_t* L, int64_t n_layers, const step_t* s,
                                                         void* h, void* kv, float* scratch, float* att_buf, int dt,
-                                                        int wdt) {
+                                                        int wdt, int kdt) {
     const int64_t M = s->M, H = s->H, n_h = s->n_h, n_kv = s->n_kv, hd = s->hd, I = s->I;
-    const int64_t width = (n_h + 2 * n_kv) * hd, group = n_h / n_kv, layer_kv = 2 * s->n_slots * n_kv * hd;
+    const int64_t width = (n_h + 2 * n_kv) * hd, layer_kv = 2 * s->n_slots * n_kv * hd;
     const int64_t silu_chunks = (I + 63) / 64;
     float *x = scratch, *qkv = x + M * H, *q = qkv + M * width, *att = q + M * n_h * hd;
     float *d = att + M * n_h * hd, *fg = d + M * H, *a = fg + M * 2 * I, *xsum = a + M * I;
     for (int64_t l = 0; l < n_layers; l++) {
         const layer_t* w = L + l;
-        char* k_cache = (char*)kv + (size_t)(l * layer_kv) * (dt == F32 ? 4 : 2);
-        char* v_cache = k_cache + (size_t)(layer_kv / 2) * (dt == F32 ? 4 : 2);
+        char* k_cache = (char*)kv + (size_t)(l * layer_kv) * (kdt == F32 ? 4 : 2);
+        char* v_cache = k_cache + (size_t)(layer_kv / 2) * (kdt == F32 ? 4 : 2);
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) /* the last layer's MLP output joins the residual first */
             norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, s->offset, x, F32);
@@ -191,17 +230,11 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
                 rope_head(qkv, F32, src, q, F32, (m * n_h + head) * hd, w->cos, w->sin, tab, hd, rot, dt);
             } else {
                 const int64_t dst = (s->slots[m] * n_kv + head - n_h) * hd;
-                rope_head(qkv, F32, src, k_cache, dt, dst, w->cos, w->sin, tab, hd, rot, dt);
-                for (int64_t i = 0; i < hd; i++) store1(v_cache, dt, dst + i, qkv[src + n_kv * hd + i]);
+                rope_head(qkv, F32, src, k_cache, kdt, dst, w->cos, w->sin, tab, hd, rot, dt);
+                for (int64_t i = 0; i < hd; i++) store1(v_cache, kdt, dst + i, qkv[src + n_kv * hd + i]);
             }
         }
-#pragma omp for schedule(dynamic) /* sequences' lengths differ: a static split left one thread waiting */
-        for (int64_t j = 0; j < M * s->split.per_seq; j++) {
-            const int64_t m = j / s->split.per_seq, h0 = j % s->split.per_seq * s->split.nr;
-            heads(q, F32, k_cache, v_cache, dt, m * n_h * hd, n_kv, h0, group, s->split.nr, hd,
-                  s->tables + m * s->n_blk, window_start(s->pos[m] + 1, w->window), s->pos[m] + 1, s->bs, s->scale,
-                  s->cap, w->sinks, att, att_buf);
-        }
+        attend(s, w, q, k_cache, v_cache, att, att_buf, dt, kdt);
         linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, w->q8, xsum, w->dense_b, H, d,
                dt);
         lora_update(s, l, 1, att, n_h * hd, d, H, dt);
@@ -240,14 +273,16 @@ static int int4_shapes_ok(const layer_t* L, int64_t n_layers, int64_t H, int64_t
 }
 
 /* Returns 0; -1 (having changed nothing) when a size or dtype is out of range or memory runs out. */
-int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, void* h, void* kv, int64_t M, int64_t H,
+int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, int kdt, void* h, void* kv, int64_t M,
+                           int64_t H,
                            int64_t n_h, int64_t n_kv, int64_t hd, int64_t I, int64_t n_slots, float eps, float scale,
                            float offset, float resid, float cap, int act, int64_t rot, const int64_t* rows,
                            const int64_t* pos, const int64_t* slots,
                            const int64_t* tables, int64_t n_blk, int64_t bs, const lora_t* lora,
                            const int64_t* spans, int64_t lora_width, int threads) {
     if (dt < F32 || dt > F16 || (wdt != dt && wdt != I8 && wdt != I4) || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 ||
-        n_h % n_kv || n_layers < 1 || act < SILU || act > GELU_TANH || rot < 0 || rot > hd || rot % 2)
+        n_h % n_kv || n_layers < 1 || act < SILU || act > GELU_TANH || rot < 0 || rot > hd || rot % 2 ||
+        (kdt != dt && (dt != F32 || kdt < BF16 || kdt > F16)))
         return -1;
     if (wdt == I4 && (dt == F16 || !int4_shapes_ok(L, n_layers, H, n_h, hd, I, (n_h + 2 * n_kv) * hd))) return -1;
     int64_t moe_bytes = 0; /* experts: the widest scratch any layer's needs */
@@ -287,16 +322,18 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     {
         float* buf = att_bufs + (size_t)(omp_get_thread_num() * att_scratch);
         /* one specialised copy per dtype, weights in it, in int8 or in int4 (never with float16) */
+#define LAYERS(d, w) layers(L, n_layers, &s, h, kv, scratch, buf, d, w, kdt)
         switch (dt * 4 + (wdt == I8) + 2 * (wdt == I4)) {
-        case F32 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, F32, F32); break;
-        case F32 * 4 + 1: layers(L, n_layers, &s, h, kv, scratch, buf, F32, I8); break;
-        case F32 * 4 + 2: layers(L, n_layers, &s, h, kv, scratch, buf, F32, I4); break;
-        case BF16 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, BF16, BF16); break;
-        case BF16 * 4 + 1: layers(L, n_layers, &s, h, kv, scratch, buf, BF16, I8); break;
-        case BF16 * 4 + 2: layers(L, n_layers, &s, h, kv, scratch, buf, BF16, I4); break;
-        case F16 * 4: layers(L, n_layers, &s, h, kv, scratch, buf, F16, F16); break;
-        default: layers(L, n_layers, &s, h, kv, scratch, buf, F16, I8);
+        case F32 * 4: LAYERS(F32, F32); break;
+        case F32 * 4 + 1: LAYERS(F32, I8); break;
+        case F32 * 4 + 2: LAYERS(F32, I4); break;
+        case BF16 * 4: LAYERS(BF16, BF16); break;
+        case BF16 * 4 + 1: LAYERS(BF16, I8); break;
+        case BF16 * 4 + 2: LAYERS(BF16, I4); break;
+        case F16 * 4: LAYERS(F16, F16); break;
+        default: LAYERS(F16, I8);
         }
+#undef LAYERS
     }
     free(scratch);
     free(att_bufs);

@@ -132,9 +132,9 @@ class Packed:
 @cache
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
-    # layers, n_layers, dt, wdt, h, kv, M, H, n_h, n_kv, hd, I, n_slots, eps, scale, offset, resid, cap, act, rot,
+    # layers, n_layers, dt, wdt, kdt, h, kv, M, H, n_h, n_kv, hd, I, n_slots, eps, scale, offset, resid, cap, act, rot,
     # rows, pos, slots, tables, n_blk, bs, lora, spans, lora_width, threads
-    return native.function(SOURCE, "trtserve_decode_layers", "pliipplllllllfffffilppppllppli")
+    return native.function(SOURCE, "trtserve_decode_layers", "pliiipplllllllfffffilppppllppli")
 
 
 def _cpu(t: object, dtype: torch.dtype) -> bool:
@@ -262,7 +262,7 @@ def _pack_attention(table: ctypes.Array, layers: list, dtype: torch.dtype, hidde
 def run(
     packed: Packed,
     h: torch.Tensor,  # (M, H) residual stream in the model dtype, updated in place
-    kv_data: torch.Tensor,  # (layers, 2, slots, n_kv, hd)
+    kv_data: torch.Tensor,  # (layers, 2, slots, n_kv, hd) in h's dtype, or 16-bit under a float32 h
     n_heads: int,
     intermediate: int,
     eps: float,
@@ -289,7 +289,7 @@ def run(
     _, _, n_slots, n_kv, hd = kv_data.shape
     step = packed.step
     rc = fn(
-        packed.table, len(packed.table), DTYPES[h.dtype], packed.wdt, h.data_ptr(), kv_data.data_ptr(), h.shape[0], h.shape[1], n_heads, n_kv,
+        packed.table, len(packed.table), DTYPES[h.dtype], packed.wdt, DTYPES[kv_data.dtype], h.data_ptr(), kv_data.data_ptr(), h.shape[0], h.shape[1], n_heads, n_kv,
         hd, intermediate, n_slots, eps, scale, step.offset, step.resid, step.softcap or 0.0, ACTS[step.act],
         step.rotary_dim, rows.data_ptr(), positions.data_ptr(),
         slots.data_ptr(), tables.data_ptr(), tables.shape[1], tokens_per_block,

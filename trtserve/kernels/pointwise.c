@@ -28,14 +28,15 @@ int trtserve_rms_norm(void* h, const void* delta, int dt, int64_t T, int64_t H, 
 }
 
 /* Rotates the first rot dims of the q and k heads of each token at its table row (cos NULL: none); q goes to
- * q_out, k and v to the cache slot. q_norm and k_norm (or NULL): RMSNorm weights (offset as norm_row's) applied
+ * q_out, k and v to the cache slot (in kdt: dt, or 16-bit under a float32 dt). q_norm and k_norm (or NULL): RMSNorm weights (offset as norm_row's) applied
  * first, in place in qkv, over each qn (kn) values of q (k): a head (hd) or all of them (qk_norm_wide). */
-int trtserve_rope_kv(void* qkv, int dt, int64_t T, int64_t n_h, int64_t n_kv, int64_t hd, const void* cos,
+int trtserve_rope_kv(void* qkv, int dt, int kdt, int64_t T, int64_t n_h, int64_t n_kv, int64_t hd, const void* cos,
                      const void* sin, const int64_t* pos, void* q_out, void* k_cache, void* v_cache,
                      const int64_t* slots, const void* q_norm, const void* k_norm, int64_t qn, int64_t kn, float eps,
                      float offset, int64_t rot, int threads) {
     if (!cos) rot = 0;
     if (dt < F32 || dt > F16 || rot % 2 || rot < 0 || rot > hd) return -1;
+    if (kdt != dt && (dt != F32 || kdt < BF16 || kdt > F16)) return -1;
     if ((q_norm || k_norm) && !qk_norm_ok(q_norm, k_norm, qn, kn, n_h, n_kv, hd)) return -1;
     const int64_t width = (n_h + 2 * n_kv) * hd, chunks = q_norm ? n_h * hd / qn + n_kv * hd / kn : 0;
 #pragma omp parallel for num_threads(threads) schedule(static) if (T * width >= PAR_MIN)
@@ -46,8 +47,8 @@ int trtserve_rope_kv(void* qkv, int dt, int64_t T, int64_t n_h, int64_t n_kv, in
             rope_head(qkv, dt, t * width + j * hd, q_out, dt, (t * n_h + j) * hd, cos, sin, pos[t] * rot, hd, rot, dt);
         for (int64_t j = 0; j < n_kv; j++) {
             const int64_t s0 = t * width + (n_h + j) * hd, d0 = (slots[t] * n_kv + j) * hd;
-            rope_head(qkv, dt, s0, k_cache, dt, d0, cos, sin, pos[t] * rot, hd, rot, dt);
-            for (int64_t i = 0; i < hd; i++) store1(v_cache, dt, d0 + i, load1(qkv, dt, s0 + n_kv * hd + i));
+            rope_head(qkv, dt, s0, k_cache, kdt, d0, cos, sin, pos[t] * rot, hd, rot, dt);
+            for (int64_t i = 0; i < hd; i++) store1(v_cache, kdt, d0 + i, load1(qkv, dt, s0 + n_kv * hd + i));
         }
     }
     return 0;

@@ -50,7 +50,7 @@ ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}  # act_mul's activations by HF's hidd
 
 
 # each C function's arguments, by native.function's letters
-ARGS = {"trtserve_rms_norm": "ppillpffpi", "trtserve_rope_kv": "pillllpppppppppllffli", "trtserve_act_mul": "pillipi"}
+ARGS = {"trtserve_rms_norm": "ppillpffpi", "trtserve_rope_kv": "piillllpppppppppllffli", "trtserve_act_mul": "pillipi"}
 
 
 @cache
@@ -92,7 +92,7 @@ def rope_kv(
     cos: torch.Tensor | None,  # (rows, rotary_dim); None: q and k are not rotated (features.NOPE_LAYERS)
     signed_sin: torch.Tensor | None,  # (rows, rotary_dim)
     positions: torch.Tensor,  # (T,) int64: each token's table row
-    k_cache: torch.Tensor,  # (slots, n_kv, hd)
+    k_cache: torch.Tensor,  # (slots, n_kv, hd) in qkv's dtype, or 16-bit under a float32 qkv (rounded to it)
     v_cache: torch.Tensor,
     slots: torch.Tensor,  # (T,) int64
     q_norm: torch.Tensor | None = None,  # (hd,) per head, or (n_h * hd,) over all heads (qk_norm_wide)
@@ -113,7 +113,8 @@ def rope_kv(
     positions, slots = positions.contiguous(), slots.contiguous()
     q = qkv.new_empty(qkv.shape[0], n_h * hd)
     rc = _fn("trtserve_rope_kv")(
-        qkv.data_ptr(), DTYPES[qkv.dtype], qkv.shape[0], n_h, n_kv, hd, None if cos is None else cos.data_ptr(),
+        qkv.data_ptr(), DTYPES[qkv.dtype], DTYPES[k_cache.dtype], qkv.shape[0], n_h, n_kv, hd,
+        None if cos is None else cos.data_ptr(),
         None if cos is None else signed_sin.data_ptr(),
         positions.data_ptr(), q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), slots.data_ptr(),
         q_norm.data_ptr() if normed else None, k_norm.data_ptr() if normed else None,

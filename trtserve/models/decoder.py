@@ -243,7 +243,9 @@ class DecoderModel:
     def new_kv_cache(self, num_blocks: int, tokens_per_block: int) -> PagedKVCache:
         kv_algo = self.cfg.quantization.kv_cache_quant_algo
         scales = torch.stack([layer.kv_scale for layer in self.layers]).float() if kv_algo else None  # (layers, 2)
-        return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device, kv_algo, scales)
+        name = self.options.kv_cache_dtype
+        kv_dtype = None if name == "auto" else getattr(torch, name)
+        return PagedKVCache(self.cfg, num_blocks, tokens_per_block, self.dtype, self.device, kv_algo, scales, kv_dtype)
 
     def decode_step_rows(self) -> int | None:
         """The most rows a decode step (with proposals to verify) runs as the one-call C step; None: no
@@ -379,8 +381,8 @@ class DecoderModel:
         tokens' rows of the layer's RoPE tables; rope: those rows' (cos, signed sin)."""
         n_h, n_kv, hd = self.cfg.num_attention_heads, self.cfg.num_key_value_heads, self.cfg.head_size
         w, r = self.layers[layer], self.layer_ropes[layer]
-        if kv.kv_quant is None and self._fused(qkv):
-            keys, values = kv.layer_keys(layer), kv.layer_values(layer)
+        keys, values = kv.stored_keys(layer), kv.stored_values(layer)  # None for an 8-bit cache
+        if keys is not None and self._fused(qkv):
             cos, sin = (None, None) if r is None else (r.cos, r.signed_sin)
             q = pointwise.rope_kv(
                 qkv, n_h, n_kv, cos, sin, rows, keys, values, batch.slot_mapping, w.q_norm, w.k_norm,
@@ -415,6 +417,23 @@ class DecoderModel:
         if self.cfg.hidden_act == "gelu_pytorch_tanh":
             return F.gelu(fc, approximate="tanh") * gate
         return F.silu(fc) * gate
+
+
+def check_kv_cache_dtype(model: DecoderModel, value: str) -> None:
+    """OPTIONS["kv_cache_dtype"]' requirement: a 16-bit cache under a float32 engine (or the engine's own dtype),
+    and no 8-bit cache format built in."""
+    algo = model.cfg.quantization.kv_cache_quant_algo
+    if algo:
+        raise UserError(
+            f"kv_cache_dtype={value}: this engine was built with an 8-bit KV cache ({algo}), which sets its cache "
+            "dtype; remove kv_cache_dtype, or rebuild the engine without --kv-cache-quant"
+        )
+    dtype = str(model.dtype).removeprefix("torch.")
+    if value != dtype and model.dtype != torch.float32:
+        raise UserError(
+            f"kv_cache_dtype={value} applies to float32 engines; this engine is {dtype}, and its KV cache is "
+            f"{dtype} already: remove kv_cache_dtype (or set it to auto)"
+        )
 
 
 def check_int8_activations(model: DecoderModel, value: bool) -> None:

@@ -27,6 +27,9 @@ class PagedKVCache:
     With `kv_quant` (a kv_cache_quant_algo of models/quant_formats.py: "INT8", "FP8") the slots hold
     8-bit values x / scale (per layer, one for K and one for V: the checkpoint's k_ and
     v_cache_scaling_factor), stored as the format's storage dtype; reads return `dtype` again.
+    With `kv_dtype` (the kv_cache_dtype engine option: a 16-bit float under a float32 model) the slots
+    hold keys and values rounded to it, and reads widen them to `dtype` again; the kernels read them
+    where they lie (`stored_keys`).
     """
 
     def __init__(
@@ -38,6 +41,7 @@ class PagedKVCache:
         device: torch.device,
         kv_quant: str | None = None,
         scales: torch.Tensor | None = None,  # (layers, 2 [K, V]) float32
+        kv_dtype: torch.dtype | None = None,  # the slots' float dtype, where not `dtype`
     ):
         self.num_blocks = num_blocks
         self.tokens_per_block = tokens_per_block
@@ -49,7 +53,9 @@ class PagedKVCache:
             spec = KV_CACHE_FORMATS[kv_quant]
             self._format = (getattr(torch, spec.value_dtype), spec.limit, getattr(torch, spec.storage_dtype))
         slots = num_blocks * tokens_per_block
-        storage = self._format[2] if self._format else dtype
+        if kv_quant and kv_dtype not in (None, dtype):
+            raise ValueError(f"an 8-bit KV cache ({kv_quant}) has no other float dtype ({kv_dtype})")
+        storage = self._format[2] if self._format else kv_dtype or dtype
         # (layers, 2 [K, V], slots, kv_heads, head_dim)
         # Zeroed, not empty: attention reads whole blocks, and masked slots must hold finite
         # values (a masked NaN still poisons softmax(scores) @ V, since 0 * NaN = NaN).
@@ -63,14 +69,14 @@ class PagedKVCache:
 
     def _quantize(self, x: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
         if self._format is None:
-            return x
+            return x.to(self.data.dtype)  # no copy unless the cache is narrower
         value, limit, storage = self._format  # (value dtype, its largest magnitude, storage dtype)
         x = (x.float() / self.scales[layer, kv]).clamp_(-limit, limit)
         return (x if value.is_floating_point else x.round_()).to(value).view(storage)
 
     def _dequantize(self, x: torch.Tensor, layer: int, kv: int) -> torch.Tensor:
         if self._format is None:
-            return x
+            return x.to(self.dtype)
         return (x.view(self._format[0]).float() * self.scales[layer, kv]).to(self.dtype)
 
     def gather_blocks(self, layer: int, block_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -81,11 +87,22 @@ class PagedKVCache:
         return keys, values
 
     def layer_keys(self, layer: int) -> torch.Tensor:
-        """Every slot's K of one layer, (slots, kv_heads, head_dim), in dtype."""
+        """Every slot's K of one layer, (slots, kv_heads, head_dim), in dtype (a copy where the cache is narrower)."""
         return self._dequantize(self.data[layer, 0], layer, 0)
 
     def layer_values(self, layer: int) -> torch.Tensor:
         return self._dequantize(self.data[layer, 1], layer, 1)
+
+    def stored_keys(self, layer: int) -> torch.Tensor | None:
+        """One layer's K of every slot as stored, for kernels that read a float cache in place; None for 8-bit."""
+        return None if self._format else self.data[layer, 0]
+
+    def stored_values(self, layer: int) -> torch.Tensor | None:
+        return None if self._format else self.data[layer, 1]
+
+    def slots_kv(self, layer: int, slots: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """K and V of the given slots, (len(slots), kv_heads, head_dim) each, in dtype."""
+        return tuple(self._dequantize(self.data[layer, i].index_select(0, slots), layer, i) for i in (0, 1))
 
     def blocks(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's K and V as (num_blocks, tokens_per_block, kv_heads, head_dim) views."""

@@ -51,7 +51,8 @@ class LayerAttention:
                 self.sinks,
             )  # fmt: skip
         out = None
-        in_place = kv.kv_quant is None and attention.usable(q, kv.layer_keys(layer))
+        stored = kv.stored_keys(layer), kv.stored_values(layer)  # None for an 8-bit cache
+        in_place = stored[0] is not None and attention.usable(q, stored[0])
         causal_only = kv.kv_quant is None and self.window is None and self.softcap is None and self.sinks is None
         for g in batch.groups:
             if g.fresh and causal_only:
@@ -60,10 +61,9 @@ class LayerAttention:
                 continue
             if g.q_index.shape[1] == 1 and in_place:  # decode rows: keys and values read where they lie
                 out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
-                k_all, v_all = kv.layer_keys(layer), kv.layer_values(layer)  # (slots, n_kv, hd)
                 bs = kv.tokens_per_block
                 if attention.decode_attention(
-                    q, k_all, v_all, g.block_tables, g.kv_lens, g.q_index[:, 0], bs, self.scale, out, self.window,
+                    q, *stored, g.block_tables, g.kv_lens, g.q_index[:, 0], bs, self.scale, out, self.window,
                     self.softcap, self.sinks_f32,
                 ):  # fmt: skip
                     if g.scatter is None:
@@ -84,7 +84,7 @@ class LayerAttention:
         """Sequences with no cached keys, each as one causal call on its own rows (no mask, no padding, no
         whole-block gather: the flash kernel skips the masked half): out[start:start + n]."""
         # every row's key and value in one gather (T, n_kv, hd): the batch's rows are mostly these sequences'
-        keys, values = (t.index_select(0, slots) for t in (kv.layer_keys(layer), kv.layer_values(layer)))
+        keys, values = kv.slots_kv(layer, slots)
         for start, n in spans:
             k, v = (t[start : start + n].transpose(0, 1).unsqueeze(0) for t in (keys, values))
             qs = q[start : start + n].transpose(0, 1).unsqueeze(0)  # (1, heads, n, hd)
