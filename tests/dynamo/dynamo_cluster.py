@@ -5,6 +5,7 @@ cannot start here skips it too. Every HTTP call has a timeout; every process is 
 """
 
 import json
+import time
 import urllib.error
 import urllib.request
 
@@ -44,10 +45,22 @@ class Cluster:
         self.workers[label] = worker
         return worker
 
-    def ready(self):
+    def ready(self, routed=False):
+        """Until every worker registered and the frontend lists the model; routed: and until a request is
+        answered (a disaggregated frontend may list the model before it routes to the prefill worker, and
+        answers 503 till then)."""
         for worker in self.workers.values():
             wait_worker(worker)
         wait_model(self.frontend, MODEL)
+        deadline = time.monotonic() + 60
+        while routed:
+            try:
+                self.complete([1, 2, 3], max_tokens=1)
+                return
+            except urllib.error.HTTPError as err:
+                if err.code != 503 or time.monotonic() > deadline:
+                    raise
+            time.sleep(0.5)
 
     def stop(self):
         for proc in reversed(self.procs):

@@ -30,7 +30,7 @@ def traced(tmp_path_factory, tiny_llama_engine):
         try:
             c.add_worker("prefill", "prefill")
             c.add_worker("decode", "decode")
-            c.ready()
+            c.ready(routed=True)  # a probe without the test's trace context: its spans are another trace's
             yield c, receiver
         finally:
             c.stop()
