@@ -46,6 +46,18 @@ def test_explicit_budget_and_inspect_agree(loaded, tiny_llama_engine):
     assert info["kv_blocks"] == 128 and info["run_flag"] == f"--kv-cache-memory {2**20}"
 
 
+def test_a_16_bit_cache_and_inspect_agree(tiny_llama_engine):
+    """--kv-cache-dtype float16 halves a block: twice the blocks for a budget, in run and in inspect alike."""
+    cfg = RuntimeConfig(kv_cache_memory="1MiB", kv_cache_dtype="float16")
+    core = EngineCore(load_engine(tiny_llama_engine, "cpu", cfg.options), cfg)
+    assert core.blocks.num_blocks == 256 and core.kv_block_bytes == PER_BLOCK // 2
+    info = summarize(tiny_llama_engine, kv_cache_memory=2**20, kv_cache_dtype="float16")
+    assert info["kv_blocks"] == 256 and info["kv_bytes_per_token"] == 256
+    assert info["run_flag"] == f"--kv-cache-memory {2**20} --kv-cache-dtype float16"
+    out = CliRunner().invoke(main, ["inspect", str(tiny_llama_engine), "--kv-cache-dtype", "int8"])
+    assert out.exit_code == 2 and "'int8' is not one of 'auto', 'float16', 'bfloat16'" in out.output
+
+
 def test_a_budget_beyond_available_memory_is_refused(loaded):
     with pytest.raises(UserError, match=r"kv_cache_memory \(102400.00 GiB\) is more than the .* GiB of memory"):
         EngineCore(loaded, RuntimeConfig(kv_cache_memory="100TiB"))

@@ -26,22 +26,25 @@ def parse_memory(text: str, flag: str = "--memory") -> int:
         raise UserError(f"{flag} {text!r} is not a size; write it like 8GiB, 512MiB or 2000000000") from None
 
 
-def kv_capacity(m: ModelConfig, b: EngineBuildConfig, kv_budget: int) -> dict:
+def kv_capacity(m: ModelConfig, b: EngineBuildConfig, kv_budget: int, kv_dtype: str = "auto") -> dict:
     """What `trtserve run --kv-cache-memory kv_budget` allocates: the same rule, the same blocks."""
-    size = size_kv_cache(m, b, RuntimeConfig(kv_cache_memory=kv_budget), device="cpu", available=0, max_batch_size=1)
+    run = RuntimeConfig(kv_cache_memory=kv_budget, kv_cache_dtype=kv_dtype)
+    size = size_kv_cache(m, b, run, device="cpu", available=0, max_batch_size=1)
+    flag = f"--kv-cache-memory {kv_budget}" + (f" --kv-cache-dtype {kv_dtype}" if kv_dtype != "auto" else "")
     return {
         "kv_budget_bytes": kv_budget,
         "kv_blocks": size.num_blocks,
         "tokens_fit": size.num_tokens,
         "full_length_sequences_fit": size.full_length_sequences,
-        "run_flag": f"--kv-cache-memory {kv_budget}",
+        "run_flag": flag,
     }
 
 
-def cpu_default(m: ModelConfig, b: EngineBuildConfig) -> dict:
+def cpu_default(m: ModelConfig, b: EngineBuildConfig, kv_dtype: str = "auto") -> dict:
     """What `trtserve run` takes on this host's CPU without a budget (engine/kv_sizing.py)."""
     available = psutil.virtual_memory().available
-    size = size_kv_cache(m, b, RuntimeConfig(), device="cpu", available=available, max_batch_size=b.max_batch_size)
+    run = RuntimeConfig(kv_cache_dtype=kv_dtype)
+    size = size_kv_cache(m, b, run, device="cpu", available=available, max_batch_size=b.max_batch_size)
     return {"kv_blocks": size.num_blocks, "bytes": size.num_bytes, "tokens": size.num_tokens, "why": size.reason}
 
 
@@ -59,11 +62,11 @@ def source_weight_bytes(source: dict, weight_bytes: int) -> dict:
     return {"gguf_weight_bytes": gguf_bytes, "weight_bytes_per_gguf_byte": round(weight_bytes / max(gguf_bytes, 1), 3)}
 
 
-def kv_by_layer_kind(m: ModelConfig, max_seq_len: int) -> dict:
+def kv_by_layer_kind(m: ModelConfig, max_seq_len: int, kv_dtype: str = "auto") -> dict:
     """Each kind of layer (global, or windowed: "window_W"), with its layer count: the KV bytes one token
     costs those layers, and what a max_seq_len sequence costs them (every layer keeps every block; a
     windowed one needs only its window's: docs/building.md)."""
-    per_layer = m.kv_bytes_per_token() // m.num_hidden_layers
+    per_layer = m.kv_bytes_per_token(kv_dtype) // m.num_hidden_layers
     kinds = {f"{'global' if w is None else f'window_{w}'} x{n}": n * per_layer for w, n in m.kv_layer_kinds().items()}
     return {
         "kv_bytes_per_token_by_layer_kind": kinds,
@@ -71,7 +74,10 @@ def kv_by_layer_kind(m: ModelConfig, max_seq_len: int) -> dict:
     }
 
 
-def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int | None = None) -> dict:
+def summarize(
+    engine_dir: Path, memory: int | None = None, kv_cache_memory: int | None = None, kv_cache_dtype: str = "auto"
+) -> dict:
+    """kv_cache_dtype: as `trtserve run --kv-cache-dtype` (float16 / bfloat16 under a float32 engine)."""
     manifest = verify_engine_dir(engine_dir)
     if (engine_dir / CONFIG_FILE).is_file():  # a tensor model's engine dir: no KV cache, no LLM shape
         return tensor.summarize(engine_dir, manifest)
@@ -79,7 +85,12 @@ def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int 
     m, b = cfg.pretrained_config, cfg.build_config
     is_weights = STRATEGIES[backend_spec(manifest.backend).name].is_weights
     weight_bytes = sum(e.size for rel, e in manifest.files.items() if is_weights(rel))
-    kv_per_token = m.kv_bytes_per_token()
+    if kv_cache_dtype != "auto" and (m.quantization.kv_cache_quant_algo or m.dtype not in ("float32", kv_cache_dtype)):
+        raise UserError(
+            f"--kv-cache-dtype {kv_cache_dtype} applies to float32 engines without an 8-bit KV cache; this one is "
+            f"{m.dtype} (KV: {m.quantization.kv_cache_quant_algo or m.dtype})"
+        )
+    kv_per_token = m.kv_bytes_per_token(kv_cache_dtype)
     bs = b.plugin_config.tokens_per_block
     info = {
         "engine_dir": str(engine_dir),
@@ -106,7 +117,8 @@ def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int 
         "weight_bytes": weight_bytes,  # resident: quantized weights stay quantized in memory
         **source_weight_bytes(manifest.source, weight_bytes),
         "kv_bytes_per_token": kv_per_token,
-    } | kv_by_layer_kind(m, b.max_seq_len)
+        **({"kv_cache_dtype": kv_cache_dtype} if kv_cache_dtype != "auto" else {}),
+    } | kv_by_layer_kind(m, b.max_seq_len, kv_cache_dtype)
     if m.moe is not None:
         from trtserve.models.moe import parameters
         from trtserve.models.registry import family_for_trtllm
@@ -121,7 +133,7 @@ def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int 
         if v.tiles is not None:  # tokens_per_image is a tile's: an image takes up to this many tiles
             info["image_tiles_max"] = v.tiles.max_side**2 + 1
     if manifest.backend == "torch":
-        info["kv_cache_default_cpu"] = cpu_default(m, b)
+        info["kv_cache_default_cpu"] = cpu_default(m, b, kv_cache_dtype)
     if memory is not None and kv_cache_memory is not None:
         raise UserError("give --memory (weights and KV cache) or --kv-cache-memory (KV cache only), not both")
     if memory is not None:
@@ -129,7 +141,7 @@ def summarize(engine_dir: Path, memory: int | None = None, kv_cache_memory: int 
             raise UserError(
                 f"--memory {memory} bytes does not even hold the weights ({weight_bytes} bytes); give a larger budget"
             )
-        info |= {"memory_budget": memory} | kv_capacity(m, b, memory - weight_bytes)
+        info |= {"memory_budget": memory} | kv_capacity(m, b, memory - weight_bytes, kv_cache_dtype)
     elif kv_cache_memory is not None:
-        info |= kv_capacity(m, b, kv_cache_memory)
+        info |= kv_capacity(m, b, kv_cache_memory, kv_cache_dtype)
     return info
