@@ -67,6 +67,27 @@ def test_a_budget_holds_twice_the_blocks_and_every_block_comes_back(engine):
     assert narrow.core.blocks.num_free_blocks == narrow.core.blocks.num_blocks  # none leaked
 
 
+def test_prefix_hits_and_speculation_give_the_tokens_of_a_cold_plain_run(engine):
+    """Attention reads the rounded cache for a prompt's own keys as for cached ones, so a prefix hit (its keys read
+    back from blocks) gives the tokens of a cold run; n-gram speculation's verification rows (the one-call step)
+    give the plain decode's."""
+    shared = random_prompts(1, seed=9, lo=40, hi=41)[0]
+    prompts = [shared + [7, 8, 9, 10], shared + [11, 12], [5, 6, 7, 8, 9] * 6]
+    p = SamplingParams(max_tokens=16, temperature=0.0, ignore_eos=True)
+    cold = LLM(engine, kv_cache_memory=4 << 20, enable_prefix_caching=False, kv_cache_dtype="float16")
+    want = [o.token_ids for o in cold.generate(prompts, p)]
+    warm = LLM(engine, kv_cache_memory=4 << 20, kv_cache_dtype="float16")
+    warm.generate([shared], SamplingParams(max_tokens=1, temperature=0.0))
+    got = warm.generate(prompts, p)
+    assert [o.token_ids for o in got] == want
+    assert got[0].num_cached_tokens >= 32  # whole blocks of the shared prefix came from the cache
+    ngram = {"method": "ngram", "num_speculative_tokens": 4, "max_batch_size": 8}
+    spec = LLM(engine, kv_cache_memory=4 << 20, kv_cache_dtype="float16", speculative=ngram)
+    assert [o.token_ids for o in spec.generate(prompts, p)] == want
+    assert spec.core.stats().spec.accepted_tokens > 0  # proposals were verified and kept: a real test
+    assert spec.core.blocks.stats().used == 0
+
+
 def test_what_cannot_honour_it_is_refused_with_the_fix(tmp_path, engine):
     src = make_hf_model(tmp_path / "hf", "llama", seed=3, dtype=torch.bfloat16)
     bf16 = tmp_path / "bf16"
