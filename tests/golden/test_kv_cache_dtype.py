@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+from click.testing import CliRunner
 from helpers import make_hf_model, random_prompts
 
 from trtserve import LLM, SamplingParams
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
+from trtserve.cli import main
 from trtserve.engine.errors import UserError
 
 GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=1)
@@ -94,6 +96,9 @@ def test_what_cannot_honour_it_is_refused_with_the_fix(tmp_path, engine):
     build_engine(BuildConfig(model=str(src), tokens_per_block=8), bf16, quiet=True)
     with pytest.raises(UserError, match=r"applies to float32 engines; this engine is bfloat16.*remove kv_cache_dtype"):
         LLM(bf16, kv_cache_dtype="float16")
+    # `trtserve run` refuses before it serves (the engine's config says so; no weights are loaded)
+    out = CliRunner().invoke(main, ["run", str(bf16), "--kv-cache-dtype", "float16"])
+    assert out.exit_code != 0 and "applies to float32 engines; this engine is bfloat16" in out.output
     assert _cache(LLM(bf16, kv_cache_dtype="bfloat16")).dtype == torch.bfloat16  # its own dtype: nothing to do
     int8_kv = tmp_path / "int8kv"
     build_engine(

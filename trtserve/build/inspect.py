@@ -11,7 +11,7 @@ from trtserve.build import tensor
 from trtserve.build.strategies import STRATEGIES
 from trtserve.engine.backends import backend_spec
 from trtserve.engine.errors import UserError
-from trtserve.engine.kv_sizing import size_kv_cache
+from trtserve.engine.kv_sizing import check_kv_cache_dtype, size_kv_cache
 from trtserve.engine.layout import EngineBuildConfig, read_engine_config
 from trtserve.engine.manifest import verify_engine_dir
 from trtserve.engine.model_config import ModelConfig
@@ -85,11 +85,7 @@ def summarize(
     m, b = cfg.pretrained_config, cfg.build_config
     is_weights = STRATEGIES[backend_spec(manifest.backend).name].is_weights
     weight_bytes = sum(e.size for rel, e in manifest.files.items() if is_weights(rel))
-    if kv_cache_dtype != "auto" and (m.quantization.kv_cache_quant_algo or m.dtype not in ("float32", kv_cache_dtype)):
-        raise UserError(
-            f"--kv-cache-dtype {kv_cache_dtype} applies to float32 engines without an 8-bit KV cache; this one is "
-            f"{m.dtype} (KV: {m.quantization.kv_cache_quant_algo or m.dtype})"
-        )
+    check_kv_cache_dtype(m, kv_cache_dtype)
     kv_per_token = m.kv_bytes_per_token(kv_cache_dtype)
     bs = b.plugin_config.tokens_per_block
     info = {

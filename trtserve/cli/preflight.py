@@ -14,6 +14,7 @@ import importlib
 import threading
 from pathlib import Path
 
+from trtserve.engine.layout import ENGINE_CONFIG, read_engine_config
 from trtserve.engine.manifest import MANIFEST, read_manifest, verify_engine_dir
 
 
@@ -28,9 +29,10 @@ class Preflight:
             with contextlib.suppress(Exception):  # check() reports what is wrong, in its own words
                 verify_engine_dir(self.engine_dir)
 
-    def check(self) -> None:
+    def check(self, kv_cache_dtype: str = "auto") -> None:
         """Import what opening the engine will (its backend, the tokenizer's library) while the
-        hashing finishes, then run the real check (serve/repository/scan.py: preflight_dir)."""
+        hashing finishes, then run the real check (serve/repository/scan.py: preflight_dir), and the
+        run's kv_cache_dtype against an engine dir's config (a repository's versions check theirs as they load)."""
         from trtserve.serve.repository.scan import is_engine_dir, preflight_dir
         from trtserve.serve.telemetry.startup import verifying
 
@@ -40,6 +42,18 @@ class Preflight:
             self._hashing.join()
             if is_engine_dir(self.engine_dir) or not self.engine_dir.is_dir():
                 preflight_dir(self.engine_dir)
+        if kv_cache_dtype != "auto" and _llm_torch_engine(self.engine_dir):  # other backends refuse it at load
+            from trtserve.engine.kv_sizing import check_kv_cache_dtype
+
+            check_kv_cache_dtype(read_engine_config(self.engine_dir).pretrained_config, kv_cache_dtype)
+
+
+def _llm_torch_engine(engine_dir: Path) -> bool:
+    return (
+        (engine_dir / MANIFEST).is_file()
+        and (engine_dir / ENGINE_CONFIG).is_file()
+        and read_manifest(engine_dir).backend == "torch"
+    )
 
 
 def _import_for(engine_dir: Path) -> None:

@@ -120,7 +120,7 @@ def command(
         raise click.UsageError("give either --replicas N (fixed) or --min-replicas/--max-replicas (autoscaling)")
     # A missing, foreign or damaged engine, or a backend that cannot run here, fails now, before serving.
     # In a repository each version is checked when it loads: a bad one is UNAVAILABLE, the rest serve.
-    check.check()
+    check.check(cfg.engine.kv_cache_dtype)
     if use_ray:
         return _run_ray(engine_dir, cfg, ray_flags)
     serve(engine_dir, cfg)

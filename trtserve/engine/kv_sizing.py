@@ -22,6 +22,24 @@ from trtserve.engine.run_config import RuntimeConfig
 HOW_TO_CHANGE = "set --kv-cache-memory (engine.kv_cache_memory in the run config) to change it"
 
 
+def check_kv_cache_dtype(m: ModelConfig, value: str) -> None:
+    """The kv_cache_dtype engine option against an engine's config: a 16-bit cache under a float32 engine (or the
+    engine's own dtype), and no 8-bit cache format built in. One check for run's start, the model and inspect."""
+    if value == "auto":
+        return
+    algo = m.quantization.kv_cache_quant_algo
+    if algo:
+        raise UserError(
+            f"kv_cache_dtype={value}: this engine was built with an 8-bit KV cache ({algo}), which sets its cache "
+            "dtype; remove kv_cache_dtype, or rebuild the engine without --kv-cache-quant"
+        )
+    if value != m.dtype and m.dtype != "float32":
+        raise UserError(
+            f"kv_cache_dtype={value} applies to float32 engines; this engine is {m.dtype}, and its KV cache is "
+            f"{m.dtype} already: remove kv_cache_dtype (or set it to auto)"
+        )
+
+
 @dataclass(frozen=True)
 class KVCacheSize:
     num_blocks: int

@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 from safetensors.torch import load_file
 
+from trtserve.engine import kv_sizing
 from trtserve.engine.errors import UserError
 from trtserve.engine.model_config import ModelConfig
 from trtserve.engine.options import EngineOptions, check_requirements
@@ -420,20 +421,8 @@ class DecoderModel:
 
 
 def check_kv_cache_dtype(model: DecoderModel, value: str) -> None:
-    """OPTIONS["kv_cache_dtype"]' requirement: a 16-bit cache under a float32 engine (or the engine's own dtype),
-    and no 8-bit cache format built in."""
-    algo = model.cfg.quantization.kv_cache_quant_algo
-    if algo:
-        raise UserError(
-            f"kv_cache_dtype={value}: this engine was built with an 8-bit KV cache ({algo}), which sets its cache "
-            "dtype; remove kv_cache_dtype, or rebuild the engine without --kv-cache-quant"
-        )
-    dtype = str(model.dtype).removeprefix("torch.")
-    if value != dtype and model.dtype != torch.float32:
-        raise UserError(
-            f"kv_cache_dtype={value} applies to float32 engines; this engine is {dtype}, and its KV cache is "
-            f"{dtype} already: remove kv_cache_dtype (or set it to auto)"
-        )
+    """OPTIONS["kv_cache_dtype"]' requirement (engine/kv_sizing.py has the rule)."""
+    kv_sizing.check_kv_cache_dtype(model.cfg, value)
 
 
 def check_int8_activations(model: DecoderModel, value: bool) -> None:
