@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from trtserve.engine.options import KV_CACHE_DTYPES  # no torch: the ISA caps still apply
+
 ROOT = Path(__file__).resolve().parents[1]
 PEERS = ("trtserve", "hf-static", "hf-continuous", "llama.cpp")
 WORKLOADS = ("decode", "mixed", "sweep", "prefix")
@@ -96,9 +98,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     )
     ap.add_argument("--no-build-llama", action="store_true", help="use llama.cpp only if already built")
     ap.add_argument("--kv-cache-memory", default="2GiB")
-    ap.add_argument(
-        "--kv-cache-dtype", default="auto", choices=["auto", "float16", "bfloat16"], help="trtserve's KV cache [auto]"
-    )
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES, help="trtserve's KV cache [auto]")
     ap.add_argument(
         "--tokens-per-block",
         type=int,

@@ -26,6 +26,8 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from trtserve.engine.options import KV_CACHE_DTYPES  # no torch: the ISA caps still apply
+
 PARTS = ("c_step", "linears", "attention", "glue", "lm_head", "layout", "schedule", "sample_emit")
 
 
@@ -157,7 +159,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0, help="compare.py's --seed")
     ap.add_argument("--requests", type=int, default=32, help="compare.py's --num-requests")
     ap.add_argument("--isa", default="", help="comma-separated TRTSERVE_ISA caps, each in a child process")
-    ap.add_argument("--kv-cache-dtype", default="auto", choices=["auto", "float16", "bfloat16"])
+    ap.add_argument("--kv-cache-dtype", default="auto", choices=KV_CACHE_DTYPES)
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child or not args.isa:

@@ -1,5 +1,5 @@
 """`--kv-offload BYTES` of `trtserve run`: the `kv_offload` engine option's budget (the prefix cache's
-second tier), merged over the run config's; and `--kv-cache-dtype` of `run` and `generate`."""
+second tier), merged over the run config's; and `--kv-cache-dtype` of `run`, `generate` and `inspect`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pydantic import ValidationError
 
 from trtserve.engine.errors import UserError
 from trtserve.engine.kv_offload import KVOffloadConfig
+from trtserve.engine.options import KV_CACHE_DTYPES
 
 
 def kv_offload_option(f):
@@ -34,7 +35,7 @@ def with_kv_offload(cfg, size: str | None):
 def kv_cache_dtype_option(f):
     return click.option(
         "--kv-cache-dtype",
-        type=click.Choice(["auto", "float16", "bfloat16"]),
+        type=click.Choice(KV_CACHE_DTYPES),
         help="The KV cache's dtype: float16 or bfloat16 under a float32 engine hold twice the tokens and read half "
         "the bytes, keys and values rounded to 16 bits (the `kv_cache_dtype` engine option) [auto: the engine's].",
     )(f)

@@ -9,7 +9,7 @@ KV tiers) are one field and one spec each.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,6 +18,10 @@ from trtserve.engine.backends import resolve
 from trtserve.engine.errors import UserError
 from trtserve.engine.kv_offload import KVOffloadConfig
 from trtserve.engine.speculative import SpeculativeConfig
+
+# the kv_cache_dtype option's values (auto: the engine's own cache dtype)
+KVCacheDType = Literal["auto", "float16", "bfloat16"]
+KV_CACHE_DTYPES: tuple[str, ...] = get_args(KVCacheDType)
 
 
 class EngineOptions(BaseModel):
@@ -38,7 +42,7 @@ class EngineOptions(BaseModel):
     kv_offload: KVOffloadConfig | None = None
     # the KV cache's dtype: auto is the engine's (its dtype, or the 8-bit format it was built with); float16 or
     # bfloat16 under a float32 engine halve the cache's bytes and its reads, keys and values rounded to 16 bits
-    kv_cache_dtype: Literal["auto", "float16", "bfloat16"] = "auto"
+    kv_cache_dtype: KVCacheDType = "auto"
 
     def enabled(self) -> dict[str, Any]:
         """The options set away from their defaults, by name."""

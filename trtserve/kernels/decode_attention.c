@@ -9,7 +9,8 @@
  * Layouts: q and out [T][n_kv * group][hd] (row `rows[g]` is sequence g's token); k and v
  * [slots][n_kv][hd] with slot = tables[g][t / bs] * bs + t % bs for key t < kv_lens[g] (the last `window`
  * of them where window > 0); q and out in dt, k and v in kdt (0 float32, 1 bfloat16, 2 float16): dt, or a
- * 16-bit kdt under a float32 dt (a float32 model's narrower cache); scores, softmax and sums in float32; scores soft-capped where cap > 0, sinks [n_kv * group] float32 logits or NULL (attention.h).
+ * 16-bit kdt under a float32 dt (a float32 model's narrower cache); scores, softmax and sums in float32; scores
+ * soft-capped where cap > 0, sinks [n_kv * group] float32 logits or NULL (attention.h).
  * Built and loaded by trtserve/kernels/attention.py; it shares torch's OpenMP runtime.
  */
 #include <stdlib.h>
@@ -22,7 +23,7 @@ int trtserve_decode_attention(const void* q, const void* k, const void* v, int d
                               int64_t group, int64_t hd, const int64_t* tables, int64_t n_blk,
                               const int64_t* kv_lens, const int64_t* rows, int64_t bs, float scale, int64_t window,
                               float cap, const float* sinks, void* out, int threads) {
-    if (hd % 8 || dt < F32 || dt > F16 || (kdt != dt && (dt != F32 || kdt < BF16 || kdt > F16))) return -1;
+    if (hd % 8 || dt < F32 || dt > F16 || !cache_dtype_ok(dt, kdt)) return -1;
     int64_t longest = 0;
     for (int64_t g = 0; g < G; g++) {
         if (kv_lens[g] < 1 || kv_lens[g] > n_blk * bs) return -1;

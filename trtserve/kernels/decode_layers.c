@@ -274,15 +274,14 @@ static int int4_shapes_ok(const layer_t* L, int64_t n_layers, int64_t H, int64_t
 
 /* Returns 0; -1 (having changed nothing) when a size or dtype is out of range or memory runs out. */
 int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, int kdt, void* h, void* kv, int64_t M,
-                           int64_t H,
-                           int64_t n_h, int64_t n_kv, int64_t hd, int64_t I, int64_t n_slots, float eps, float scale,
+                           int64_t H, int64_t n_h, int64_t n_kv, int64_t hd, int64_t I, int64_t n_slots, float eps, float scale,
                            float offset, float resid, float cap, int act, int64_t rot, const int64_t* rows,
                            const int64_t* pos, const int64_t* slots,
                            const int64_t* tables, int64_t n_blk, int64_t bs, const lora_t* lora,
                            const int64_t* spans, int64_t lora_width, int threads) {
     if (dt < F32 || dt > F16 || (wdt != dt && wdt != I8 && wdt != I4) || M < 1 || M > MAX_M || hd % 8 || n_kv < 1 ||
         n_h % n_kv || n_layers < 1 || act < SILU || act > GELU_TANH || rot < 0 || rot > hd || rot % 2 ||
-        (kdt != dt && (dt != F32 || kdt < BF16 || kdt > F16)))
+        !cache_dtype_ok(dt, kdt))
         return -1;
     if (wdt == I4 && (dt == F16 || !int4_shapes_ok(L, n_layers, H, n_h, hd, I, (n_h + 2 * n_kv) * hd))) return -1;
     int64_t moe_bytes = 0; /* experts: the widest scratch any layer's needs */

@@ -9,6 +9,10 @@
 
 enum { F32 = 0, BF16 = 1, F16 = 2, I8 = 3 }; /* the dtype codes the Python side passes; I8 for weights only */
 
+/* Whether a KV cache in kdt goes with activations in dt: the same dtype, or a float32 model's 16-bit cache
+ * (the kv_cache_dtype engine option). */
+static inline int cache_dtype_ok(int dt, int kdt) { return kdt == dt || (dt == F32 && (kdt == BF16 || kdt == F16)); }
+
 static inline __attribute__((always_inline)) __m256 load8(const void* p, int dt, int64_t i) {
     if (dt == F32) return _mm256_loadu_ps((const float*)p + i);
     if (dt == I8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)((const int8_t*)p + i))));

@@ -28,15 +28,16 @@ int trtserve_rms_norm(void* h, const void* delta, int dt, int64_t T, int64_t H, 
 }
 
 /* Rotates the first rot dims of the q and k heads of each token at its table row (cos NULL: none); q goes to
- * q_out, k and v to the cache slot (in kdt: dt, or 16-bit under a float32 dt). q_norm and k_norm (or NULL): RMSNorm weights (offset as norm_row's) applied
- * first, in place in qkv, over each qn (kn) values of q (k): a head (hd) or all of them (qk_norm_wide). */
+ * q_out, k and v to the cache slot (in kdt: dt, or 16-bit under a float32 dt). q_norm and k_norm (or NULL):
+ * RMSNorm weights (offset as norm_row's) applied first, in place in qkv, over each qn (kn) values of q (k): a head
+ * (hd) or all of them (qk_norm_wide). */
 int trtserve_rope_kv(void* qkv, int dt, int kdt, int64_t T, int64_t n_h, int64_t n_kv, int64_t hd, const void* cos,
                      const void* sin, const int64_t* pos, void* q_out, void* k_cache, void* v_cache,
                      const int64_t* slots, const void* q_norm, const void* k_norm, int64_t qn, int64_t kn, float eps,
                      float offset, int64_t rot, int threads) {
     if (!cos) rot = 0;
     if (dt < F32 || dt > F16 || rot % 2 || rot < 0 || rot > hd) return -1;
-    if (kdt != dt && (dt != F32 || kdt < BF16 || kdt > F16)) return -1;
+    if (!cache_dtype_ok(dt, kdt)) return -1;
     if ((q_norm || k_norm) && !qk_norm_ok(q_norm, k_norm, qn, kn, n_h, n_kv, hd)) return -1;
     const int64_t width = (n_h + 2 * n_kv) * hd, chunks = q_norm ? n_h * hd / qn + n_kv * hd / kn : 0;
 #pragma omp parallel for num_threads(threads) schedule(static) if (T * width >= PAR_MIN)
