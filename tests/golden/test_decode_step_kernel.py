@@ -14,7 +14,7 @@ from trtserve import LLM, SamplingParams
 from trtserve.build.builder import build_engine
 from trtserve.build.config import BuildConfig
 from trtserve.engine.errors import UserError
-from trtserve.kernels import decode_layers, dense
+from trtserve.kernels import decode_layers, dense, native
 from trtserve.kernels import int4 as int4_kernel
 
 needs_kernel = pytest.mark.skipif(
@@ -75,10 +75,10 @@ def test_step_kernel_equals_op_by_op(tmp_path, monkeypatch, arch, dtype, quant, 
     _assert_step_equals_op_by_op(llm, monkeypatch)
 
 
-def _assert_step_equals_op_by_op(llm: LLM, monkeypatch) -> None:
+def _assert_step_equals_op_by_op(llm: LLM, monkeypatch, batch: int = 5) -> None:
     assert llm.engine.model.step_weights is not None
     # 2-4 in bf16 where torch's native bf16 GEMM takes over; int4 in bf16 2 against torch's AVX-512 kernel
-    batch = min(5, dense.max_rows(llm.engine.model.dtype), llm.engine.model.step_weights.max_rows)
+    batch = min(batch, dense.max_rows(llm.engine.model.dtype), llm.engine.model.step_weights.max_rows)
     for prompts in (random_prompts(1, seed=3), random_prompts(batch, seed=4, lo=1, hi=40)):  # alone, batched
         fused, ran = step_outputs(llm, prompts, PARAMS, True, monkeypatch)
         op_by_op, ran_off = step_outputs(llm, prompts, PARAMS, False, monkeypatch)
@@ -87,6 +87,19 @@ def _assert_step_equals_op_by_op(llm: LLM, monkeypatch) -> None:
 
 
 QK = dict(head_dim=32, num_key_value_heads=1)  # q_size 128 != hidden 64
+
+
+@needs_kernel
+@pytest.mark.skipif(not native.amx_bf16(), reason="AMX's bf16 GEMM (amx.h) is built only where the CPU has AMX")
+@pytest.mark.parametrize("batch", [9, 20, 40])  # one, two and three 16-row tiles of x
+def test_bf16_steps_of_many_rows_run_amx_in_the_step_as_op_by_op(tmp_path, monkeypatch, batch):
+    """From amx.h's fewest rows, a bf16 step's GEMMs are AMX tile multiplies, in the one-call step and in the
+    per-op linears alike: the two give the same bits."""
+    src = make_hf_model(tmp_path / "hf", "llama", seed=7, dtype=torch.bfloat16)
+    build_engine(BuildConfig(model=str(src), tokens_per_block=8), tmp_path / "engine", quiet=True)
+    llm = LLM(tmp_path / "engine", device="cpu", enable_prefix_caching=False, kv_cache_memory=32 << 20)
+    assert dense.max_rows(torch.bfloat16) >= batch > dense.same_bits_rows(torch.bfloat16)
+    _assert_step_equals_op_by_op(llm, monkeypatch, batch)
 
 
 @needs_kernel
@@ -146,11 +159,11 @@ def test_verification_rows_run_in_the_step_and_equal_plain_decode_bit_for_bit(tm
     plain decode step computes at its position, so greedy tokens and logprobs are the plain engine's bits,
     on every kernel path (run it under each TRTSERVE_ISA cap: scripts/isa_lanes.sh). Bit-exact because
     the dense GEMM sums a row in one order whatever the rows (gemv.h: the AVX2 build's chunk sums as its
-    row_dots; the AVX-512 build's tiles are per row), and because a step stays within dense.max_rows,
-    where the lm_head runs that kernel: past it torch's GEMM runs, whose bits differ. That limit is 2-4
-    rows in bf16 where the CPU has bf16 matmul (AMD's AVX-512 path 2, AMX 4), so a verification there
-    is of max_rows - 1 proposals."""
-    limit = dense.max_rows(dtype)
+    row_dots; the AVX-512 build's tiles are per row), and because a step stays within dense.same_bits_rows,
+    where the lm_head runs that kernel: past max_rows torch's GEMM runs, and on AMX bf16 from 8 rows
+    amx.h's tiles, whose bits differ. That limit is 2-7 rows in bf16 where the CPU has bf16 matmul (AMD's
+    AVX-512 path 2, AMX 7), so a verification there is of at most limit - 1 proposals."""
+    limit = dense.same_bits_rows(dtype)
     proposals = min(3, limit - 1)  # a verification is proposals + 1 rows
     src = make_hf_model(tmp_path / "hf", "llama", seed=11, dtype=dtype)
     build_engine(BuildConfig(model=str(src), tokens_per_block=8), tmp_path / "e", quiet=True)

@@ -50,6 +50,26 @@ def test_linear_runs_the_kernel_only_for_decode_batches_in_the_weights_dtype(mon
     assert calls == [1, top]
 
 
+@needs_kernel
+@pytest.mark.parametrize(("n", "k"), [(37, 70), (960, 576), (50, 2100)])  # tails of 16 outputs and 32 inputs
+def test_bf16_rows_keep_their_bits_in_any_batch_within_a_kernel_path(n, k):
+    """A row's bits do not depend on the batch up to dense.same_bits_rows; past it (AMX's tile multiplies,
+    amx.h) they do not depend on the batch either, among the batches of that path."""
+    g = torch.Generator().manual_seed(n + k)
+    w = torch.randn(n, k, generator=g).bfloat16()
+    x = torch.randn(dense.MAX_ROWS, k, generator=g).bfloat16()
+    same = dense.same_bits_rows(torch.bfloat16)
+    alone = torch.cat([dense.gemm(x[i : i + 1], w) for i in range(same)])
+    for rows in sorted({2, 3, same}):
+        assert torch.equal(dense.gemm(x[:rows], w), alone[:rows]), rows
+    top = dense.max_rows(torch.bfloat16)
+    if top > same:  # the first batch size of the other path: each row repeated to fill it
+        first = same + 1
+        own = torch.cat([dense.gemm(x[i : i + 1].expand(first, k).contiguous(), w)[:1] for i in range(top)])
+        for rows in sorted({first, 13, 16, 17, 33, top}):
+            assert torch.equal(dense.gemm(x[:rows], w), own[:rows]), rows
+
+
 def test_linear_without_the_kernel_is_torchs(monkeypatch):
     monkeypatch.setattr(dense, "load", lambda: None)
     x, w, b = torch.randn(2, 64), torch.randn(32, 64), torch.randn(32)
@@ -82,6 +102,7 @@ AVX512 = ("avx512f", "avx512dq", "avx512bw", "avx512vl")
         ("AuthenticAMD", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),  # Zen 3: torch emulates bf16
         ("AuthenticAMD", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, 2),  # Zen 4: MKL runs AVX2
         ("GenuineIntel", {"avx2", "fma", *AVX512, "avx512_bf16", "amx_bf16"}, dense.MAX_ROWS, 4),  # the 16-lane build
+        ("GenuineIntel", {"avx2", "fma", *AVX512, "amx_tile", "amx_bf16"}, dense.MAX_ROWS, dense.MAX_ROWS),  # amx.h
         ("GenuineIntel", {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}, 8, 2),  # no DQ/BW/VL: AVX2 build
         ("GenuineIntel", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),
     ],

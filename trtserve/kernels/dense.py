@@ -26,9 +26,10 @@ def max_rows(dtype: torch.dtype) -> int:
     """Rows up to which the kernel beats torch (the crossovers measured are in docs/performance.md).
     On AMD CPUs MKL runs its AVX2 code even where AVX-512 is present, so the kernel wins float32 at
     every size it takes; where the CPU has native bf16 matmul, torch's bf16 GEMM overtakes after a few
-    rows. On Intel CPUs with AVX-512, only the kernel's AVX-512 build keeps up with MKL beyond 8 rows."""
+    rows, unless the kernel has AMX too (amx.h). On Intel CPUs with AVX-512, only the kernel's AVX-512 build
+    keeps up with MKL beyond 8 rows."""
     if dtype == torch.bfloat16 and native_matmul(dtype):
-        return 4 if native.avx512_build() else 2
+        return MAX_ROWS if native.amx_bf16() else 4 if native.avx512_build() else 2
     if native.cpu_flags() & WIDE and native.cpu_vendor() == "GenuineIntel":
         return MAX_ROWS if dtype == torch.float32 and native.avx512_build() else 8
     return MAX_ROWS
@@ -38,6 +39,15 @@ def max_rows(dtype: torch.dtype) -> int:
 def load():
     """The kernel's C function, or None where this machine cannot build or run it."""
     return native.function(SOURCE, "trtserve_dense_gemm", "pillpilppi")  # x, xdt, M, K, w, wdt, N, scale, y, threads
+
+
+@cache
+def same_bits_rows(dtype: torch.dtype) -> int:
+    """Rows up to which the kernel gives a row the same bits in a batch of any size up to this: max_rows,
+    but on AMX bf16 GEMMs run as tile multiplies from a few rows (amx.h), which sum in another order."""
+    amx = native.function(SOURCE, "trtserve_amx_min_rows", "")
+    first = amx() if amx is not None and dtype == torch.bfloat16 else 0
+    return min(max_rows(dtype), first - 1) if first else max_rows(dtype)
 
 
 def usable(x: torch.Tensor, weight: torch.Tensor) -> bool:

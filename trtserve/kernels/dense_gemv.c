@@ -12,6 +12,7 @@
  */
 #include <stdlib.h>
 
+#include "amx.h"
 #include "gemv.h"
 
 static inline __attribute__((always_inline)) void gemm(const float* xf, int64_t M, int64_t K, const void* w,
@@ -27,6 +28,22 @@ static inline __attribute__((always_inline)) void gemm(const float* xf, int64_t 
 int trtserve_dense_gemm(const void* x, int xdt, int64_t M, int64_t K, const void* w, int wdt, int64_t N,
                         const float* scale, void* y, int threads) {
     if (M < 1 || M > MAX_M || xdt < F32 || xdt > F16 || wdt < F32 || wdt > I8) return -1;
+#if AMX
+    if (xdt == BF16 && wdt == BF16 && M >= AMX_MIN_M && amx_permitted()) {
+        uint16_t* xv = malloc(sizeof(uint16_t) * (size_t)amx_pack_size(M, K));
+        if (!xv) return -1;
+        for (int64_t m = 0; m < amx_mtiles(M) * AMX_N; m++) amx_pack_row(x, xdt, M, K, m, xv);
+#pragma omp parallel num_threads(threads)
+        {
+            amx_begin();
+#pragma omp for schedule(static)
+            for (int64_t i = 0; i < amx_items(M, N); i++) amx_item(i, xv, M, K, w, N, xdt, y, xdt);
+            amx_end();
+        }
+        free(xv);
+        return 0;
+    }
+#endif
     const float* xf = x;
     float* buf = NULL;
     if (xdt != F32) { /* activations to float32 once, not once per weight block */
@@ -41,4 +58,13 @@ int trtserve_dense_gemm(const void* x, int xdt, int64_t M, int64_t K, const void
     else gemm(xf, M, K, w, N, I8, scale, xdt, y, threads);
     free(buf);
     return 0;
+}
+
+/* The fewest rows that run on AMX (amx.h), 0 in a build without it: from there a row's sums take another order. */
+int trtserve_amx_min_rows(void) {
+#if AMX
+    return AMX_MIN_M;
+#else
+    return 0;
+#endif
 }

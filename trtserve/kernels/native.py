@@ -31,6 +31,7 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-
 AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl")  # the 16-lane GEMM, attention and int4 code
 # int4.h's int8-activation path (vpdpbusd, vpermt2b), in the AVX-512 build where the CPU has them
 AVX512_INT8 = {"avx512_vnni": "-mavx512vnni", "avx512vbmi": "-mavx512vbmi"}
+AMX_BF16 = {"amx_tile": "-mamx-tile", "amx_bf16": "-mamx-bf16"}  # amx.h's bf16 decode GEMM, in the AVX-512 build
 
 
 @cache
@@ -97,11 +98,17 @@ def avx512_int8() -> bool:
     return avx512_build() and set(AVX512_INT8) <= cpu_flags()
 
 
+def amx_bf16() -> bool:
+    """Whether the AVX-512 build has AMX's bf16 tiles (amx.h)."""
+    return avx512_build() and set(AMX_BF16) <= cpu_flags()
+
+
 def flags() -> tuple[str, ...]:
     """The compiler flags for this CPU."""
     if not avx512_build():
         return FLAGS
-    return FLAGS + AVX512 + (tuple(AVX512_INT8.values()) if avx512_int8() else ())
+    extra = (AVX512_INT8 if avx512_int8() else {}) | (AMX_BF16 if amx_bf16() else {})
+    return FLAGS + AVX512 + tuple(extra.values())
 
 
 def cache_dir() -> Path:
