@@ -133,7 +133,7 @@ def test_offset_norm_matches_gemmas(dtype):
 
 @needs_kernel
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("rot", [0, 16])  # no RoPE (a NoPE layer), a partial rotary of 16 of 32 dims
+@pytest.mark.parametrize("rot", [0, 12, 16])  # no RoPE (a NoPE layer), partial rotaries of 12 and 16 of 32 dims
 def test_rope_kv_rotates_the_first_rotary_dims_only(dtype, rot):
     n_h, n_kv, hd, t = 4, 2, 32, 3
     g = torch.Generator().manual_seed(2)

@@ -61,6 +61,24 @@ static inline __attribute__((always_inline)) __m256 rnd8(__m256 v, int dt) {
     return _mm256_castsi256_ps(_mm256_and_si256(r, _mm256_set1_epi32((int)0xffff0000u)));
 }
 
+/* 8 float32 lanes stored as dt at p + i, each as store1 stores it (bf16 to nearest even, NaN as 0x7fc0). */
+static inline __attribute__((always_inline)) void store8(void* p, int dt, int64_t i, __m256 v) {
+    if (dt == F32) {
+        _mm256_storeu_ps((float*)p + i, v);
+        return;
+    }
+    __m128i h;
+    if (dt == F16) {
+        h = _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT);
+    } else {
+        const __m256i nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+        __m256i b = _mm256_srli_epi32(_mm256_castps_si256(rnd8(v, BF16)), 16);
+        b = _mm256_blendv_epi8(b, _mm256_set1_epi32(0x7fc0), nan);
+        h = _mm_packus_epi32(_mm256_castsi256_si128(b), _mm256_extracti128_si256(b, 1));
+    }
+    _mm_storeu_si128((__m128i*)((uint16_t*)p + i), h);
+}
+
 /* exp(x) on 8 lanes: x = n ln2 + r (Cody-Waite, |r| <= ln2 / 2), exp(r) by a degree-6 polynomial (Cephes'
  * expf coefficients), times 2^n built in the exponent bits (as two factors, so n may reach 128); inf above
  * 88.72, 0 below -87.34 (where expf's result is subnormal or 0). Every float in [-87, 88] checked against

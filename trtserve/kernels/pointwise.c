@@ -18,13 +18,46 @@
 
 #define PAR_MIN 16384 /* elements below which a call stays on one thread (a parallel region costs more) */
 
+/* Each entry point runs a copy of its loop per dtype: with dt a constant, the per-element loads and stores
+ * lose their dtype branches and the elementwise loops vectorise. */
+#define BY_DTYPE(dt, call)                   \
+    switch (dt) {                            \
+    case F32: call(F32); break;              \
+    case BF16: call(BF16); break;            \
+    default: call(F16);                      \
+    }
+
 /* h = h + delta (rounded to dt) when delta is given, then out = RMSNorm(h) * w (or * (offset + w)). */
 int trtserve_rms_norm(void* h, const void* delta, int dt, int64_t T, int64_t H, const void* w, float eps, float offset,
                       void* out, int threads) {
     if (dt < F32 || dt > F16) return -1;
-#pragma omp parallel for num_threads(threads) schedule(static) if (T * H >= PAR_MIN)
-    for (int64_t t = 0; t < T; t++) norm_row(h, dt, delta, dt, t * H, H, w, dt, eps, offset, out, dt);
+#define NORM(d)                                                                                  \
+    _Pragma("omp parallel for num_threads(threads) schedule(static) if (T * H >= PAR_MIN)")    \
+    for (int64_t t = 0; t < T; t++) norm_row(h, d, delta, d, t * H, H, w, d, eps, offset, out, d)
+    BY_DTYPE(dt, NORM)
+#undef NORM
     return 0;
+}
+
+/* One token's q/k norms, rotations and cache writes (trtserve_rope_kv), in dt with the cache in kdt. */
+static inline __attribute__((always_inline)) void rope_token(void* qkv, int dt, int kdt, int64_t t, int64_t n_h,
+                                                            int64_t n_kv, int64_t hd, const void* cos, const void* sin,
+                                                            const int64_t* pos, void* q_out, void* k_cache,
+                                                            void* v_cache, const int64_t* slots, const void* q_norm,
+                                                            const void* k_norm, int64_t qn, int64_t kn, float eps,
+                                                            float offset, int64_t rot, int64_t chunks) {
+    const int64_t width = (n_h + 2 * n_kv) * hd;
+    for (int64_t c = 0; c < chunks; c++)
+        qk_norm_chunk(qkv, dt, t * width, c, n_h, hd, q_norm, k_norm, qn, kn, dt, eps, offset);
+    for (int64_t j = 0; j < n_h; j++)
+        rope_head(qkv, dt, t * width + j * hd, q_out, dt, (t * n_h + j) * hd, cos, sin, pos[t] * rot, hd, rot, dt);
+    for (int64_t j = 0; j < n_kv; j++) {
+        const int64_t s0 = t * width + (n_h + j) * hd, d0 = (slots[t] * n_kv + j) * hd;
+        rope_head(qkv, dt, s0, k_cache, kdt, d0, cos, sin, pos[t] * rot, hd, rot, dt);
+        int64_t i = 0;
+        for (; i + 8 <= hd; i += 8) store8(v_cache, kdt, d0 + i, load8(qkv, dt, s0 + n_kv * hd + i));
+        for (; i < hd; i++) store1(v_cache, kdt, d0 + i, load1(qkv, dt, s0 + n_kv * hd + i));
+    }
 }
 
 /* Rotates the first rot dims of the q and k heads of each token at its table row (cos NULL: none); q goes to
@@ -40,25 +73,29 @@ int trtserve_rope_kv(void* qkv, int dt, int kdt, int64_t T, int64_t n_h, int64_t
     if (!cache_dtype_ok(dt, kdt)) return -1;
     if ((q_norm || k_norm) && !qk_norm_ok(q_norm, k_norm, qn, kn, n_h, n_kv, hd)) return -1;
     const int64_t width = (n_h + 2 * n_kv) * hd, chunks = q_norm ? n_h * hd / qn + n_kv * hd / kn : 0;
-#pragma omp parallel for num_threads(threads) schedule(static) if (T * width >= PAR_MIN)
-    for (int64_t t = 0; t < T; t++) {
-        for (int64_t c = 0; c < chunks; c++)
-            qk_norm_chunk(qkv, dt, t * width, c, n_h, hd, q_norm, k_norm, qn, kn, dt, eps, offset);
-        for (int64_t j = 0; j < n_h; j++)
-            rope_head(qkv, dt, t * width + j * hd, q_out, dt, (t * n_h + j) * hd, cos, sin, pos[t] * rot, hd, rot, dt);
-        for (int64_t j = 0; j < n_kv; j++) {
-            const int64_t s0 = t * width + (n_h + j) * hd, d0 = (slots[t] * n_kv + j) * hd;
-            rope_head(qkv, dt, s0, k_cache, kdt, d0, cos, sin, pos[t] * rot, hd, rot, dt);
-            for (int64_t i = 0; i < hd; i++) store1(v_cache, kdt, d0 + i, load1(qkv, dt, s0 + n_kv * hd + i));
-        }
+#define ROPE(d, kd)                                                                                           \
+    _Pragma("omp parallel for num_threads(threads) schedule(static) if (T * width >= PAR_MIN)")             \
+    for (int64_t t = 0; t < T; t++)                                                                           \
+        rope_token(qkv, d, kd, t, n_h, n_kv, hd, cos, sin, pos, q_out, k_cache, v_cache, slots, q_norm, k_norm, \
+                   qn, kn, eps, offset, rot, chunks)
+    switch (dt * 4 + kdt) { /* the pairs cache_dtype_ok allows */
+    case F32 * 4 + F32: ROPE(F32, F32); break;
+    case F32 * 4 + BF16: ROPE(F32, BF16); break;
+    case F32 * 4 + F16: ROPE(F32, F16); break;
+    case BF16 * 4 + BF16: ROPE(BF16, BF16); break;
+    default: ROPE(F16, F16);
     }
+#undef ROPE
     return 0;
 }
 
 /* out = act(fc) * gate (pointwise.h's SILU or GELU_TANH). */
 int trtserve_act_mul(const void* fg, int dt, int64_t T, int64_t I, int act, void* out, int threads) {
     if (dt < F32 || dt > F16 || act < SILU || act > GELU_TANH) return -1;
-#pragma omp parallel for num_threads(threads) schedule(static) if (T * I >= PAR_MIN)
-    for (int64_t t = 0; t < T; t++) act_mul_row(fg, dt, t * 2 * I, t * 2 * I + I, out, dt, t * I, I, act, dt);
+#define ACT(d)                                                                                  \
+    _Pragma("omp parallel for num_threads(threads) schedule(static) if (T * I >= PAR_MIN)")   \
+    for (int64_t t = 0; t < T; t++) act_mul_row(fg, d, t * 2 * I, t * 2 * I + I, out, d, t * I, I, act, d)
+    BY_DTYPE(dt, ACT)
+#undef ACT
     return 0;
 }

@@ -59,12 +59,21 @@ static inline __attribute__((always_inline)) void rope_head(const void* src, int
                                                            int64_t d0, const void* cos, const void* sin,
                                                            int64_t tab, int64_t hd, int64_t rot, int dt) {
     const int64_t half = rot / 2;
-    for (int64_t i = 0; i < rot; i++) {
+    int64_t i = 0;
+    if (half % 8 == 0) /* 8 lanes within each half, so the rolled values are 8 adjacent ones too */
+        for (; i < rot; i += 8) {
+            const int64_t r = i < half ? i + half : i - half;
+            const __m256 a = rnd8(_mm256_mul_ps(load8(src, sdt, s0 + i), load8(cos, dt, tab + i)), dt);
+            const __m256 b = rnd8(_mm256_mul_ps(load8(src, sdt, s0 + r), load8(sin, dt, tab + i)), dt);
+            store8(dst, ddt, d0 + i, rnd8(_mm256_add_ps(a, b), dt));
+        }
+    for (; i < rot; i++) {
         const float x = load1(src, sdt, s0 + i), rolled = load1(src, sdt, s0 + (i + half) % rot);
         const float a = rnd(x * load1(cos, dt, tab + i), dt), b = rnd(rolled * load1(sin, dt, tab + i), dt);
         store1(dst, ddt, d0 + i, rnd(a + b, dt));
     }
-    for (int64_t i = rot; i < hd; i++) store1(dst, ddt, d0 + i, load1(src, sdt, s0 + i));
+    for (i = rot; i + 8 <= hd; i += 8) store8(dst, ddt, d0 + i, load8(src, sdt, s0 + i));
+    for (; i < hd; i++) store1(dst, ddt, d0 + i, load1(src, sdt, s0 + i));
 }
 
 /* silu(fc) * gate on 8 lanes, silu = fc / (1 + exp(-fc)) rounded to dt before the product (as F.silu(fc) *
@@ -103,8 +112,8 @@ static inline __attribute__((always_inline)) void act_mul_row(const void* fg, in
             f = _mm256_loadu_ps(a), g = _mm256_loadu_ps(b);
         }
         const __m256 y = act == GELU_TANH ? gelu_tanh_mul8(f, g, dt) : silu_mul8(f, g, dt);
-        if (odt == F32 && k == 8) {
-            _mm256_storeu_ps((float*)out + o0 + i, y);
+        if (k == 8) {
+            store8(out, odt, o0 + i, y);
         } else {
             _mm256_storeu_ps(v, y);
             for (int64_t j = 0; j < k; j++) store1(out, odt, o0 + i + j, v[j]);
