@@ -60,7 +60,7 @@ def test_bf16_rows_keep_their_bits_in_any_batch_within_a_kernel_path(n, k):
     x = torch.randn(dense.MAX_ROWS, k, generator=g).bfloat16()
     same = dense.same_bits_rows(torch.bfloat16)
     alone = torch.cat([dense.gemm(x[i : i + 1], w) for i in range(same)])
-    for rows in sorted({2, 3, same}):
+    for rows in sorted({min(2, same), min(3, same), same}):
         assert torch.equal(dense.gemm(x[:rows], w), alone[:rows]), rows
     top = dense.max_rows(torch.bfloat16)
     if top > same:  # the first batch size of the other path: each row repeated to fill it
