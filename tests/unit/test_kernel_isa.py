@@ -50,6 +50,18 @@ def test_the_cap_reaches_native_and_clamps_above_the_cpu(monkeypatch, caplog):
         native.isa_cap()
 
 
+def test_amx_joins_the_avx512_build_where_cpu_and_compiler_have_it(monkeypatch):
+    takes = native._compiler_takes.__wrapped__  # uncached
+    monkeypatch.setattr(native, "cpu_vendor", lambda: "GenuineIntel")
+    for flags, compiler, amx in ((SPR, True, True), (SPR, False, False), (ZEN4, True, False)):
+        monkeypatch.setattr(native, "cpu_flags", lambda flags=flags: flags)
+        monkeypatch.setattr(native, "_compiler_takes", lambda extra, ok=compiler: ok)
+        assert native.amx_bf16() == amx
+        assert ("-mamx-bf16" in native.flags()) == amx and "-mavx512f" in native.flags()
+    if shutil.which("cc") or shutil.which("gcc"):
+        assert not takes(("-mno-such-flag",)) and takes(("-O2",))  # an older compiler: no amx.h, still a build
+
+
 def test_torch_runs_at_the_cap_in_force():
     """In a lane under a cap, torch's vectorised ops keep to it too (its env set before its first op)."""
     want = {"scalar": "DEFAULT", "avx2": "AVX2", "avx512": "AVX512"}.get(native.isa_cap())

@@ -99,8 +99,24 @@ def avx512_int8() -> bool:
 
 
 def amx_bf16() -> bool:
-    """Whether the AVX-512 build has AMX's bf16 tiles (amx.h)."""
-    return avx512_build() and set(AMX_BF16) <= cpu_flags()
+    """Whether the AVX-512 build has AMX's bf16 tiles (amx.h): the CPU has them and the compiler knows them
+    (GCC 11, clang 12), so that an older compiler still builds every kernel, without amx.h."""
+    return avx512_build() and set(AMX_BF16) <= cpu_flags() and _compiler_takes(tuple(AMX_BF16.values()))
+
+
+@cache
+def _compiler_takes(extra: tuple[str, ...]) -> bool:
+    """Whether the system C compiler accepts these flags (compiling an empty unit)."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if cc is None:
+        return False
+    try:
+        done = subprocess.run(
+            [cc, *extra, "-x", "c", "-c", "-o", os.devnull, "-"], input="", capture_output=True, text=True, timeout=60
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return done.returncode == 0
 
 
 def flags() -> tuple[str, ...]:
