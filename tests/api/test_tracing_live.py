@@ -288,7 +288,12 @@ def chunked_server(tiny_llama_engine, tmp_path_factory, collector):
     """A traced server that prefills in chunks of 16 tokens and speculates by prompt lookup."""
     tmp = tmp_path_factory.mktemp("chunked")
     config = tmp / "run.yaml"
-    config.write_text("engine:\n  max_num_tokens: 16\n")
+    # a fixed batch limit and no acceptance floor: every step with proposals verifies them, whatever the measured
+    # switch would decide on a loaded machine (it skipped the second request's verifications once)
+    config.write_text(
+        "engine:\n  max_num_tokens: 16\n  speculative:\n    method: ngram\n    max_batch_size: 8\n"
+        "    min_acceptance: 0.0\n"
+    )
     env = {"OTEL_SERVICE_NAME": "trtserve-under-test", "OTEL_BSP_SCHEDULE_DELAY": "50"}
     s = Server(
         tiny_llama_engine,
@@ -296,8 +301,6 @@ def chunked_server(tiny_llama_engine, tmp_path_factory, collector):
         str(config),
         "--kv-cache-memory",
         "64MiB",
-        "--speculative",
-        "ngram",
         "--otlp-traces-endpoint",
         f"http://127.0.0.1:{collector.port}",
         env=env,
