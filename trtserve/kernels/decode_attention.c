@@ -44,13 +44,7 @@ int trtserve_decode_attention(const void* q, const void* k, const void* v, int d
             const int64_t g = w / sp.per_seq, h0 = w % sp.per_seq * sp.nr, qoff = rows[g] * n_kv * group * hd;
             const int64_t first = window_start(kv_lens[g], window);
 #define HEADS(qdt, cdt) heads(q, qdt, k, v, cdt, qdt, qoff, n_kv, h0, group, sp.nr, hd, tables + g * n_blk, first, kv_lens[g], bs, scale, cap, sinks, out, buf)
-            switch (dt * 4 + kdt) { /* one specialised copy per pair of dtypes */
-            case F32 * 4 + F32: HEADS(F32, F32); break;
-            case F32 * 4 + BF16: HEADS(F32, BF16); break;
-            case F32 * 4 + F16: HEADS(F32, F16); break;
-            case BF16 * 4 + BF16: HEADS(BF16, BF16); break;
-            default: HEADS(F16, F16);
-            }
+            CACHE_PAIRS(dt, kdt, HEADS)
 #undef HEADS
         }
         free(buf);

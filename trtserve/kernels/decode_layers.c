@@ -195,7 +195,7 @@ static inline __attribute__((always_inline)) void block_out(const step_t* s, con
 static __attribute__((noinline)) void attend(const step_t* s, const layer_t* w, const float* q, const void* k_cache,
                                              const void* v_cache, float* att, float* buf, int dt, int kdt) {
     const int64_t n_h = s->n_h, n_kv = s->n_kv, hd = s->hd, group = n_h / n_kv;
-#define ATTEND(cdt, rdt)                                                                                            \
+#define ATTEND(rdt, cdt)                                                                                            \
     _Pragma("omp for schedule(dynamic)") for (int64_t j = 0; j < s->M * s->split.per_seq; j++) {                     \
         const int64_t m = j / s->split.per_seq, h0 = j % s->split.per_seq * s->split.nr;                            \
         heads(q, F32, k_cache, v_cache, cdt, rdt, m * n_h * hd, n_kv, h0, group, s->split.nr, hd,                   \
@@ -203,13 +203,7 @@ static __attribute__((noinline)) void attend(const step_t* s, const layer_t* w, 
               s->cap, w->sinks, att, buf);                                                                          \
     }
     /* dynamic: sequences' lengths differ, and a static split left one thread waiting */
-    switch (dt * 4 + kdt) {
-    case F32 * 4 + F32: ATTEND(F32, F32) break;
-    case F32 * 4 + BF16: ATTEND(BF16, F32) break;
-    case F32 * 4 + F16: ATTEND(F16, F32) break;
-    case BF16 * 4 + BF16: ATTEND(BF16, BF16) break;
-    default: ATTEND(F16, F16)
-    }
+    CACHE_PAIRS(dt, kdt, ATTEND)
 #undef ATTEND
 }
 

@@ -13,6 +13,16 @@ enum { F32 = 0, BF16 = 1, F16 = 2, I8 = 3 }; /* the dtype codes the Python side 
  * (the kv_cache_dtype engine option). */
 static inline int cache_dtype_ok(int dt, int kdt) { return kdt == dt || (dt == F32 && (kdt == BF16 || kdt == F16)); }
 
+/* call(d, kd) for the pair (dt, kdt) that cache_dtype_ok allows, both constants: one specialised copy a pair. */
+#define CACHE_PAIRS(dt, kdt, call)                      \
+    switch ((dt) * 4 + (kdt)) {                         \
+    case F32 * 4 + F32: call(F32, F32); break;          \
+    case F32 * 4 + BF16: call(F32, BF16); break;        \
+    case F32 * 4 + F16: call(F32, F16); break;          \
+    case BF16 * 4 + BF16: call(BF16, BF16); break;      \
+    default: call(F16, F16);                            \
+    }
+
 static inline __attribute__((always_inline)) __m256 load8(const void* p, int dt, int64_t i) {
     if (dt == F32) return _mm256_loadu_ps((const float*)p + i);
     if (dt == I8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)((const int8_t*)p + i))));

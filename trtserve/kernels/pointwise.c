@@ -78,13 +78,7 @@ int trtserve_rope_kv(void* qkv, int dt, int kdt, int64_t T, int64_t n_h, int64_t
     for (int64_t t = 0; t < T; t++)                                                                           \
         rope_token(qkv, d, kd, t, n_h, n_kv, hd, cos, sin, pos, q_out, k_cache, v_cache, slots, q_norm, k_norm, \
                    qn, kn, eps, offset, rot, chunks)
-    switch (dt * 4 + kdt) { /* the pairs cache_dtype_ok allows */
-    case F32 * 4 + F32: ROPE(F32, F32); break;
-    case F32 * 4 + BF16: ROPE(F32, BF16); break;
-    case F32 * 4 + F16: ROPE(F32, F16); break;
-    case BF16 * 4 + BF16: ROPE(BF16, BF16); break;
-    default: ROPE(F16, F16);
-    }
+    CACHE_PAIRS(dt, kdt, ROPE)
 #undef ROPE
     return 0;
 }
