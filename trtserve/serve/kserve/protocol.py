@@ -157,7 +157,7 @@ def parse_infer(body: bytes, header_length: str | None) -> tuple[InferRequest, d
     return req, tensors
 
 
-def _scalar(v):
+def scalar(v):
     """Triton sends scalars as 1-element tensors or lists; take the value."""
     while isinstance(v, list | tuple) and len(v) == 1:
         v = v[0]
@@ -270,7 +270,7 @@ class GenerateInputs(RequestOptionFields):
 
 
 def generate_inputs(values: dict[str, Any]) -> GenerateInputs:
-    clean = {k: v if k in ("stop_words", "bad_words") else _scalar(v) for k, v in values.items()}
+    clean = {k: v if k in ("stop_words", "bad_words") else scalar(v) for k, v in values.items()}
     try:
         return GenerateInputs.model_validate(clean)
     except ValidationError as err:

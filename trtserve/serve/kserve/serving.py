@@ -20,7 +20,7 @@ from trtserve.serve.generation import GenerationRun, GenerationService
 from trtserve.serve.group import admit_all, collect_all
 from trtserve.serve.images import ImageSource, load_images, prompt_with_images, vision_of
 from trtserve.serve.kserve.infer import IMAGE_INPUTS, OPTIONAL_INPUTS, OUTPUTS, InferCall, infer_call
-from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer
+from trtserve.serve.kserve.protocol import HEADER, GenerateInputs, encode_bytes, generate_inputs, parse_infer, scalar
 from trtserve.serve.sse import event
 from trtserve.serve.telemetry.timings import metrics_field
 from trtserve.text.outputs import RequestOutput
@@ -189,7 +189,9 @@ class KServeServing:
         client_id = body.pop("id", None)
         if client_id is not None and (not isinstance(client_id, str) or len(client_id) > MAX_CLIENT_ID):
             raise APIError(400, f"id must be a string of at most {MAX_CLIENT_ID} characters")
-        return text, client_id, generate_inputs({**params, **body})
+        # a top-level input wins over the same parameter, but a null one ([null] too) is not given: it keeps it
+        given = {k: v for k, v in body.items() if k not in params or scalar(v) is not None}
+        return text, client_id, generate_inputs({**params, **given})
 
     @staticmethod
     def _image_sources(body) -> list[ImageSource]:
