@@ -127,7 +127,8 @@ static inline __attribute__((always_inline)) void amx_item(int64_t i, const uint
     for (int64_t kb = 0; kb < kb_n; kb++) {
         const uint16_t* b = xv + kb * AMX_N * AMX_K; /* rows 0-15's B tile; 16 t.. at b + t bt */
         if (kb + AMX_PF < kb_n)
-            for (int64_t r = 0; r < rows_all; r++) _mm_prefetch(wi + (r * K + (kb + AMX_PF) * AMX_K) * 2, _MM_HINT_T0);
+            for (int64_t r = 0; r < rows_all; r++)
+                _mm_prefetch(wi + (r * K + (kb + AMX_PF) * AMX_K) * 2, _MM_HINT_T0);
         if (mt == 1) { /* up to 3 units, one B tile */
             _tile_loadd(7, b, 64);
             A(4, u0);
@@ -181,6 +182,19 @@ static inline __attribute__((always_inline)) void amx_item(int64_t i, const uint
                 for (int64_t r = 0; r < rows; r++) store1(y, ydt, (m0 + i) * N + n0 + r, rnd(c[r * AMX_N + i], rdt));
         }
     }
+}
+
+/* y = x w^T for M rows of x (xdt, bf16-exact values) and bf16 w [N][K], into y in ydt rounded to rdt; xv: scratch of
+ * amx_pack_size(M, K). Work-shared: every thread of the enclosing parallel region calls it. */
+static inline __attribute__((always_inline)) void amx_gemm(const void* x, int xdt, int64_t M, int64_t K,
+                                                          const uint16_t* w, int64_t N, uint16_t* xv, int ydt,
+                                                          void* y, int rdt) {
+#pragma omp for schedule(static)
+    for (int64_t m = 0; m < amx_mtiles(M) * AMX_N; m++) amx_pack_row(x, xdt, M, K, m, xv);
+    amx_begin();
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < amx_items(M, N); i++) amx_item(i, xv, M, K, w, N, ydt, y, rdt);
+    amx_end();
 }
 #else
 #define AMX 0

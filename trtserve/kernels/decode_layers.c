@@ -89,12 +89,7 @@ static __attribute__((noinline)) void dense_blocks(const float* x, int64_t M, in
     case BF16:
 #if AMX
         if (xv) {
-#pragma omp for schedule(static)
-            for (int64_t m = 0; m < amx_mtiles(M) * AMX_N; m++) amx_pack_row(x, F32, M, K, m, xv);
-            amx_begin();
-#pragma omp for schedule(static)
-            for (int64_t i = 0; i < amx_items(M, N); i++) amx_item(i, xv, M, K, w, N, F32, y, dt);
-            amx_end();
+            amx_gemm(x, F32, M, K, w, N, xv, F32, y, dt);
             break;
         }
 #endif

@@ -32,14 +32,8 @@ int trtserve_dense_gemm(const void* x, int xdt, int64_t M, int64_t K, const void
     if (xdt == BF16 && wdt == BF16 && M >= AMX_MIN_M && amx_permitted()) {
         uint16_t* xv = malloc(sizeof(uint16_t) * (size_t)amx_pack_size(M, K));
         if (!xv) return -1;
-        for (int64_t m = 0; m < amx_mtiles(M) * AMX_N; m++) amx_pack_row(x, xdt, M, K, m, xv);
 #pragma omp parallel num_threads(threads)
-        {
-            amx_begin();
-#pragma omp for schedule(static)
-            for (int64_t i = 0; i < amx_items(M, N); i++) amx_item(i, xv, M, K, w, N, xdt, y, xdt);
-            amx_end();
-        }
+        amx_gemm(x, xdt, M, K, w, N, xv, xdt, y, xdt);
         free(xv);
         return 0;
     }
