@@ -236,7 +236,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
             } else {
                 const int64_t dst = (s->slots[m] * n_kv + head - n_h) * hd;
                 rope_head(qkv, F32, src, k_cache, kdt, dst, w->cos, w->sin, tab, hd, rot, dt);
-                for (int64_t i = 0; i < hd; i++) store1(v_cache, kdt, dst + i, qkv[src + n_kv * hd + i]);
+                copy_row(qkv, F32, src + n_kv * hd, v_cache, kdt, dst, hd);
             }
         }
         attend(s, w, q, k_cache, v_cache, att, att_buf, dt, kdt);

@@ -54,9 +54,7 @@ static inline __attribute__((always_inline)) void rope_token(void* qkv, int dt, 
     for (int64_t j = 0; j < n_kv; j++) {
         const int64_t s0 = t * width + (n_h + j) * hd, d0 = (slots[t] * n_kv + j) * hd;
         rope_head(qkv, dt, s0, k_cache, kdt, d0, cos, sin, pos[t] * rot, hd, rot, dt);
-        int64_t i = 0;
-        for (; i + 8 <= hd; i += 8) store8(v_cache, kdt, d0 + i, load8(qkv, dt, s0 + n_kv * hd + i));
-        for (; i < hd; i++) store1(v_cache, kdt, d0 + i, load1(qkv, dt, s0 + n_kv * hd + i));
+        copy_row(qkv, dt, s0 + n_kv * hd, v_cache, kdt, d0, hd);
     }
 }
 

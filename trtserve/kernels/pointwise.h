@@ -52,6 +52,14 @@ static inline __attribute__((always_inline)) void qk_norm_chunk(void* qkv, int s
         norm_row(qkv, sdt, NULL, sdt, row0 + n_h * hd + (c - nq) * kn, kn, k_norm, dt, eps, offset, qkv, sdt);
 }
 
+/* dst[d0, d0 + n) (ddt) = src[s0, s0 + n) (sdt), each value as store1 stores it. */
+static inline __attribute__((always_inline)) void copy_row(const void* src, int sdt, int64_t s0, void* dst, int ddt,
+                                                          int64_t d0, int64_t n) {
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8) store8(dst, ddt, d0 + i, load8(src, sdt, s0 + i));
+    for (; i < n; i++) store1(dst, ddt, d0 + i, load1(src, sdt, s0 + i));
+}
+
 /* One head of hd values at src (sdt) written at dst (ddt), its first rot rotated NeoX-style at table row
  * `tab` (cos and signed sin [rot] in dt: x * cos + roll(x, rot/2) * signed_sin), the rest as they are (HF's
  * partial rotary; rot 0: a layer without RoPE). */
@@ -72,8 +80,7 @@ static inline __attribute__((always_inline)) void rope_head(const void* src, int
         const float a = rnd(x * load1(cos, dt, tab + i), dt), b = rnd(rolled * load1(sin, dt, tab + i), dt);
         store1(dst, ddt, d0 + i, rnd(a + b, dt));
     }
-    for (i = rot; i + 8 <= hd; i += 8) store8(dst, ddt, d0 + i, load8(src, sdt, s0 + i));
-    for (; i < hd; i++) store1(dst, ddt, d0 + i, load1(src, sdt, s0 + i));
+    copy_row(src, sdt, s0 + rot, dst, ddt, d0 + rot, hd - rot);
 }
 
 /* silu(fc) * gate on 8 lanes, silu = fc / (1 + exp(-fc)) rounded to dt before the product (as F.silu(fc) *
