@@ -158,8 +158,8 @@ def test_verification_rows_run_in_the_step_and_equal_plain_decode_bit_for_bit(tm
     """A sequence verifying proposals runs a row per token in the one-call step; each row computes what a
     plain decode step computes at its position, so greedy tokens and logprobs are the plain engine's bits,
     on every kernel path (run it under each TRTSERVE_ISA cap: scripts/isa_lanes.sh). Bit-exact because
-    the dense GEMM sums a row in one order whatever the rows (gemv.h: the AVX2 build's chunk sums as its
-    row_dots; the AVX-512 build's tiles are per row), and because a step stays within dense.same_bits_rows,
+    the dense GEMM sums a row in one order whatever the rows (gemv.h's tiles are per row, in both builds),
+    and because a step stays within dense.same_bits_rows,
     where the lm_head runs that kernel: past max_rows torch's GEMM runs, and on AMX bf16 from 8 rows
     amx.h's tiles, whose bits differ. That limit is 2-7 rows in bf16 where the CPU has bf16 matmul (AMD's
     AVX-512 path 2, AMX 7), so a verification there is of at most limit - 1 proposals."""

@@ -86,8 +86,8 @@ def _build(tmp_path: Path, monkeypatch, wide: bool):
 @pytest.mark.parametrize("wide", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_a_rows_sums_do_not_depend_on_the_rows_beside_it(tmp_path, monkeypatch, wide, dtype):
-    """Each build gives a row of x the same bits at 1 row as among 2-64 (the AVX2 build's few-row
-    row_dots and many-row chunk sum alike), K past its chunks and not a multiple of 8."""
+    """Each build gives a row of x the same bits at 1 row as among 2-64 (every tile height sums a row in
+    one order), K past its chunks and not a multiple of 8 or 16."""
     if wide and not {"avx512f", "avx512dq", "avx512bw", "avx512vl"} <= native.hardware_flags():
         pytest.skip("the AVX-512 build needs a CPU with AVX-512")
     fn = _build(tmp_path, monkeypatch, wide)

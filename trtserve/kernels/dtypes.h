@@ -23,6 +23,16 @@ static inline int cache_dtype_ok(int dt, int kdt) { return kdt == dt || (dt == F
     default: call(F16, F16);                            \
     }
 
+/* call(d) for the weight dtype dt as a constant: one specialised copy each, where a run-time dt branches on every
+ * load of an inner loop. */
+#define BY_WDTYPE(dt, call)    \
+    switch (dt) {              \
+    case F32: call(F32); break; \
+    case BF16: call(BF16); break; \
+    case F16: call(F16); break; \
+    default: call(I8);         \
+    }
+
 static inline __attribute__((always_inline)) __m256 load8(const void* p, int dt, int64_t i) {
     if (dt == F32) return _mm256_loadu_ps((const float*)p + i);
     if (dt == I8) return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i*)((const int8_t*)p + i))));
@@ -131,6 +141,12 @@ static inline __attribute__((always_inline)) __m256 tanh8(__m256 x) {
     const __m256 big = _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
     const __m256 large = _mm256_or_ps(big, _mm256_and_ps(sign, x));
     return _mm256_blendv_ps(small, large, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_GE_OQ));
+}
+
+/* {sum of a, of b, of c, of d}. */
+static inline __attribute__((always_inline)) __m128 hsum4x8(__m256 a, __m256 b, __m256 c, __m256 d) {
+    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
+    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
 }
 
 #ifdef __AVX512F__ /* built so where the CPU has AVX-512 F/DQ/BW/VL (native.py) */
