@@ -17,16 +17,6 @@
 #define KB 8 /* keys whose score chains run together */
 #define VT 64 /* keys whose values are weighed together (a tile of whole cache rows stays in L2) */
 
-/* Four keys' scores from their 8-lane sums, each added up exactly as hsum does. */
-static inline __attribute__((always_inline)) __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
-    __m128 b0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
-    __m128 b1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
-    __m128 b2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
-    __m128 b3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
-    _MM_TRANSPOSE4_PS(b0, b1, b2, b3); /* bj: lane j of the four keys */
-    return _mm_add_ps(_mm_add_ps(b0, b2), _mm_add_ps(b1, b3));
-}
-
 /* out[0, nv * 8) += sum over keys t in [t0, t1) of p[t] v[t][d0, d0 + nv * 8), in key order (out starts at
  * zero where t0 is 0); nv a constant after inlining. */
 static inline __attribute__((always_inline)) void weigh_values(const void* v, int dt, const int64_t* vp, int64_t d0,
@@ -118,44 +108,46 @@ static inline split_t split_heads(int64_t seqs, int64_t n_kv, int64_t group, int
     return seqs * n_kv >= 4 * threads ? (split_t){group, n_kv} : (split_t){1, n_kv * group};
 }
 
-#ifdef __AVX512F__
-/* hb (a constant after inlining, <= 4) query heads sharing a KV head by 4 keys from t: their scores, each a
- * 16-lane FMA chain over the head dim and hsum4x16; every key row loaded once for the hb heads. */
-static inline __attribute__((always_inline)) void score_tile16(const void* q, int qdt, int64_t qo, const void* k, int dt,
-                                                              int64_t ko, const int64_t* at, int64_t t, int64_t hd,
-                                                              int hb, __m128 sc, float* s, int64_t len) {
-    __m512 a[4][4];
+/* Query heads a tile takes at once: 4 on AVX-512's 32 registers, 3 on AVX2's 16. */
+#define HB (LANES == 16 ? 4 : 3)
+
+/* hb (a constant after inlining, <= HB) query heads sharing a KV head by 4 keys from t: their scores, each a
+ * LANES-lane FMA chain over the head dim and vhsum4; every key row loaded once for the hb heads. */
+static inline __attribute__((always_inline)) void score_tile(const void* q, int qdt, int64_t qo, const void* k, int dt,
+                                                            int64_t ko, const int64_t* at, int64_t t, int64_t hd,
+                                                            int hb, __m128 sc, float* s, int64_t len) {
+    vec a[HB][4];
     for (int j = 0; j < hb; j++)
-        for (int i = 0; i < 4; i++) a[j][i] = _mm512_setzero_ps();
-    for (int64_t d = 0; d < hd; d += 16) {
-        __m512 qv[4];
-        for (int j = 0; j < hb; j++) qv[j] = load16(q, qdt, qo + j * hd + d);
+        for (int i = 0; i < 4; i++) a[j][i] = vzero();
+    for (int64_t d = 0; d < hd; d += LANES) {
+        vec qv[HB];
+        for (int j = 0; j < hb; j++) qv[j] = vloadw(q, qdt, qo + j * hd + d);
         for (int i = 0; i < 4; i++) {
-            const __m512 kv = load16(k, dt, at[t + i] + ko + d);
-            for (int j = 0; j < hb; j++) a[j][i] = _mm512_fmadd_ps(qv[j], kv, a[j][i]);
+            const vec kv = vloadw(k, dt, at[t + i] + ko + d);
+            for (int j = 0; j < hb; j++) a[j][i] = vfma(qv[j], kv, a[j][i]);
         }
     }
-    for (int j = 0; j < hb; j++) _mm_storeu_ps(s + j * len + t, _mm_mul_ps(hsum4x16(a[j][0], a[j][1], a[j][2], a[j][3]), sc));
+    for (int j = 0; j < hb; j++) _mm_storeu_ps(s + j * len + t, _mm_mul_ps(vhsum4(a[j][0], a[j][1], a[j][2], a[j][3]), sc));
 }
 
-/* out[j][0, 16 nv) += sum over keys t in [t0, t1) of p[j][t] v[t][d0, d0 + 16 nv), in key order, for hb heads
+/* out[j][0, LANES nv) += sum over keys t in [t0, t1) of p[j][t] v[t][d0, d0 + LANES nv), in key order, for hb heads
  * sharing a KV head (hb, nv constants after inlining, hb * nv <= 16 accumulators): each value row loaded once. */
-static inline __attribute__((always_inline)) void value_tile16(const void* v, int dt, const int64_t* at, int64_t d0,
-                                                              const float* p, int64_t len, int64_t t0, int64_t t1,
-                                                              int hb, int nv, float* out, int64_t hd) {
-    __m512 a[4][4];
+static inline __attribute__((always_inline)) void value_tile(const void* v, int dt, const int64_t* at, int64_t d0,
+                                                            const float* p, int64_t len, int64_t t0, int64_t t1,
+                                                            int hb, int nv, float* out, int64_t hd) {
+    vec a[HB][4];
     for (int j = 0; j < hb; j++)
-        for (int i = 0; i < nv; i++) a[j][i] = t0 ? _mm512_loadu_ps(out + j * hd + 16 * i) : _mm512_setzero_ps();
+        for (int i = 0; i < nv; i++) a[j][i] = t0 ? vload(out + j * hd + LANES * i) : vzero();
     for (int64_t t = t0; t < t1; t++) {
-        __m512 w[4];
-        for (int j = 0; j < hb; j++) w[j] = _mm512_set1_ps(p[j * len + t]);
+        vec w[HB];
+        for (int j = 0; j < hb; j++) w[j] = vset1(p[j * len + t]);
         for (int i = 0; i < nv; i++) {
-            const __m512 vv = load16(v, dt, at[t] + d0 + 16 * i);
-            for (int j = 0; j < hb; j++) a[j][i] = _mm512_fmadd_ps(w[j], vv, a[j][i]);
+            const vec vv = vloadw(v, dt, at[t] + d0 + LANES * i);
+            for (int j = 0; j < hb; j++) a[j][i] = vfma(w[j], vv, a[j][i]);
         }
     }
     for (int j = 0; j < hb; j++)
-        for (int i = 0; i < nv; i++) _mm512_storeu_ps(out + j * hd + 16 * i, a[j][i]);
+        for (int i = 0; i < nv; i++) vstore(out + j * hd + LANES * i, a[j][i]);
 }
 
 #define PF 32 /* keys ahead whose key and value rows the score loop prefetches */
@@ -172,50 +164,55 @@ static inline __attribute__((always_inline)) void prefetch_rows(const void* base
         }
 }
 
-/* How many of the task's heads j, j + 1, ... (< n) share head h0 + j's KV head, at most 4. */
+/* How many of the task's heads j, j + 1, ... (< n) share head h0 + j's KV head, at most HB. */
 static inline int head_run(int64_t h0, int64_t j, int64_t n, int64_t group) {
     const int64_t end = ((h0 + j) / group + 1) * group - h0, stop = end < n ? end : n;
-    return (int)(stop - j < 4 ? stop - j : 4);
+    return (int)(stop - j < HB ? stop - j : HB);
 }
 
+#if HB > 3
+#define HB4(call) case 4: call(4); break;
+#else
+#define HB4(call)
+#endif
 #define HB_SWITCH(hb, call) \
     switch (hb) {           \
-    case 4: call(4); break; \
+    HB4(call)               \
     case 3: call(3); break; \
     case 2: call(2); break; \
     default: call(1);       \
     }
 
-/* heads (below) on 16 lanes, hd a multiple of 16: query heads that share a KV head go through the keys
- * and values four at a time, so each cache row is loaded once for them and the heads' sums are
+/* heads (below) on LANES lanes, hd a multiple of LANES: query heads that share a KV head go through the keys
+ * and values HB at a time, so each cache row is loaded once for them and the heads' sums are
  * independent FMA chains; the score loop prefetches the key rows PF keys ahead into L1 and the value
  * rows into L2, and each tile of values prefetches the next: KV read from DRAM streams near memory
- * speed. Each score is one 16-lane FMA chain and a horizontal sum, each output a sum over keys in
+ * speed. Each score is one LANES-lane FMA chain and a horizontal sum, each output a sum over keys in
  * key order, however the heads are grouped. */
-static inline __attribute__((always_inline)) void heads16(const void* q, int qdt, const void* k, const void* v, int dt,
-                                                         int rdt, int64_t qoff, int64_t h0, int64_t group, int64_t n,
-                                                         int64_t hd, const int64_t* at, int64_t len, float scale,
-                                                         float cap, const float* sinks, void* out, float* scores,
-                                                         float* acc) {
+static inline __attribute__((always_inline)) void heads_v(const void* q, int qdt, const void* k, const void* v, int dt,
+                                                        int rdt, int64_t qoff, int64_t h0, int64_t group, int64_t n,
+                                                        int64_t hd, const int64_t* at, int64_t len, float scale,
+                                                        float cap, const float* sinks, void* out, float* scores,
+                                                        float* acc) {
     const __m128 sc = _mm_set1_ps(scale);
     const int64_t l4 = len & ~(int64_t)3;
-    for (int64_t j = 0; j < n;) { /* heads j .. j + hb - 1: one KV head's, at most 4 */
+    for (int64_t j = 0; j < n;) { /* heads j .. j + hb - 1: one KV head's, at most HB */
         const int64_t kvh = (h0 + j) / group, qo = qoff + (h0 + j) * hd, ko = kvh * hd;
         const int hb = head_run(h0, j, n, group);
         float* s = scores + j * len;
         for (int64_t t = 0; t < l4; t += 4) {
             prefetch_rows(k, dt, at, t + PF, t + PF + 4 < len ? t + PF + 4 : len, ko, hd, _MM_HINT_T0);
             prefetch_rows(v, dt, at, t + PF, t + PF + 4 < len ? t + PF + 4 : len, ko, hd, _MM_HINT_T1);
-#define SCORE(c) score_tile16(q, qdt, qo, k, dt, ko, at, t, hd, c, sc, s, len)
+#define SCORE(c) score_tile(q, qdt, qo, k, dt, ko, at, t, hd, c, sc, s, len)
             HB_SWITCH(hb, SCORE)
 #undef SCORE
         }
         for (int jj = 0; jj < hb; jj++)
             for (int64_t t = l4; t < len; t++) { /* the last len mod 4 keys one at a time */
-                __m512 a = _mm512_setzero_ps();
-                for (int64_t d = 0; d < hd; d += 16)
-                    a = _mm512_fmadd_ps(load16(q, qdt, qo + jj * hd + d), load16(k, dt, at[t] + ko + d), a);
-                s[jj * len + t] = _mm_cvtss_f32(_mm_mul_ps(hsum4x16(a, a, a, a), sc));
+                vec a = vzero();
+                for (int64_t d = 0; d < hd; d += LANES)
+                    a = vfma(vloadw(q, qdt, qo + jj * hd + d), vloadw(k, dt, at[t] + ko + d), a);
+                s[jj * len + t] = _mm_cvtss_f32(_mm_mul_ps(vhsum4(a, a, a, a), sc));
             }
         j += hb;
     }
@@ -230,13 +227,13 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
             float* a = acc + j * hd;
             int64_t d = 0;
             prefetch_rows(v, dt, at, t1, t1 + VT < len ? t1 + VT : len, kvh * hd, hd, _MM_HINT_T1);
-            for (; d + 64 <= hd; d += 64) {
-#define VALUE(c) value_tile16(v, dt, at, kvh * hd + d, p, len, t0, t1, c, 4, a + d, hd)
+            for (; d + 4 * LANES <= hd; d += 4 * LANES) {
+#define VALUE(c) value_tile(v, dt, at, kvh * hd + d, p, len, t0, t1, c, 4, a + d, hd)
                 HB_SWITCH(hb, VALUE)
 #undef VALUE
             }
-            for (; d < hd; d += 16) {
-#define VALUE(c) value_tile16(v, dt, at, kvh * hd + d, p, len, t0, t1, c, 1, a + d, hd)
+            for (; d < hd; d += LANES) {
+#define VALUE(c) value_tile(v, dt, at, kvh * hd + d, p, len, t0, t1, c, 1, a + d, hd)
                 HB_SWITCH(hb, VALUE)
 #undef VALUE
             }
@@ -248,7 +245,6 @@ static inline __attribute__((always_inline)) void heads16(const void* q, int qdt
         for (int64_t i = 0; i < hd; i++) store1(out, qdt, qo + i, rnd(acc[j * hd + i] * inv[j], rdt));
     }
 }
-#endif
 
 /* One sequence's query heads h0 .. h0 + nr - 1 (query head h at q[qoff + h * hd], qoff the sequence's
  * first; its KV head h / group) over its keys first .. len - 1 (first > 0: a window's), scores soft-capped
@@ -268,12 +264,10 @@ static inline __attribute__((always_inline)) void heads(const void* q, int qdt, 
         at[t] = (table[blk] * bs + off) * n_kv * hd;
         if (++off == bs) off = 0, blk++;
     }
-#ifdef __AVX512F__
-    if (hd % 16 == 0) {
-        heads16(q, qdt, k, v, dt, rdt, qoff, h0, group, n, hd, at, len, scale, cap, sinks, out, scores, acc);
+    if (hd % LANES == 0) {
+        heads_v(q, qdt, k, v, dt, rdt, qoff, h0, group, n, hd, at, len, scale, cap, sinks, out, scores, acc);
         return;
     }
-#endif
 #define QOFF(j) (qoff + (h0 + (j)) * hd)
 #define KVOFF(j) ((h0 + (j)) / group * hd)
     const __m128 sc = _mm_set1_ps(scale);

@@ -143,12 +143,6 @@ static inline __attribute__((always_inline)) __m256 tanh8(__m256 x) {
     return _mm256_blendv_ps(small, large, _mm256_cmp_ps(ax, _mm256_set1_ps(0.625f), _CMP_GE_OQ));
 }
 
-/* {sum of a, of b, of c, of d}. */
-static inline __attribute__((always_inline)) __m128 hsum4x8(__m256 a, __m256 b, __m256 c, __m256 d) {
-    const __m256 s = _mm256_hadd_ps(_mm256_hadd_ps(a, b), _mm256_hadd_ps(c, d));
-    return _mm_add_ps(_mm256_castps256_ps128(s), _mm256_extractf128_ps(s, 1));
-}
-
 #ifdef __AVX512F__ /* built so where the CPU has AVX-512 F/DQ/BW/VL (native.py) */
 /* 16 values of dt as float32, as load8. */
 static inline __attribute__((always_inline)) __m512 load16(const void* p, int dt, int64_t i) {
@@ -175,5 +169,41 @@ static inline float hsum(__m256 v) {
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
+
+
+/* Four sums of 8 lanes {sum of a, of b, of c, of d}, each added up exactly as hsum does. */
+static inline __attribute__((always_inline)) __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
+    __m128 b0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
+    __m128 b1 = _mm_add_ps(_mm256_castps256_ps128(a1), _mm256_extractf128_ps(a1, 1));
+    __m128 b2 = _mm_add_ps(_mm256_castps256_ps128(a2), _mm256_extractf128_ps(a2, 1));
+    __m128 b3 = _mm_add_ps(_mm256_castps256_ps128(a3), _mm256_extractf128_ps(a3, 1));
+    _MM_TRANSPOSE4_PS(b0, b1, b2, b3); /* bj: lane j of the four */
+    return _mm_add_ps(_mm_add_ps(b0, b2), _mm_add_ps(b1, b3));
+}
+
+/* One vector of float32 lanes for the decode GEMM's and attention's tiles: the AVX-512 build's 16 (32
+ * registers) or the AVX2 build's 8 (16 registers). vloadw: LANES values of a dtype as float32; vhsum4: four
+ * vectors' sums. */
+#ifdef __AVX512F__
+#define LANES 16
+typedef __m512 vec;
+#define vzero _mm512_setzero_ps
+#define vset1 _mm512_set1_ps
+#define vload _mm512_loadu_ps
+#define vstore _mm512_storeu_ps
+#define vfma _mm512_fmadd_ps
+#define vloadw load16
+#define vhsum4 hsum4x16
+#else
+#define LANES 8
+typedef __m256 vec;
+#define vzero _mm256_setzero_ps
+#define vset1 _mm256_set1_ps
+#define vload _mm256_loadu_ps
+#define vstore _mm256_storeu_ps
+#define vfma _mm256_fmadd_ps
+#define vloadw load8
+#define vhsum4 hsum4
+#endif
 
 #endif

@@ -14,28 +14,13 @@
  * decode and costs a little at many rows. */
 #define PF_NEXT_M 8
 
-/* One vector of float32 lanes: the AVX-512 build's 16 (32 registers: tiles of 6 rows of x, 24 sums) or the
- * AVX2 build's 8 (16 registers: 3 rows, 12 sums). Each (row of x, weight row) sums in one order whatever M:
- * lane l over k = LANES i + l per chunk, the horizontal sum added to the chunks before, the K mod KSTEP
- * products one by one; so a row of a verification step gives the bits a plain decode row gives. */
-#ifdef __AVX512F__ /* built so where the CPU has AVX-512 F/DQ/BW/VL (native.py) */
-#define LANES 16
+/* Tiles of MR rows of x by ROWS weight rows, on dtypes.h's vectors. Each (row of x, weight row) sums in one order
+ * whatever M: lane l over k = LANES i + l per chunk, the horizontal sum added to the chunks before, the K mod
+ * KSTEP products one by one; so a row of a verification step gives the bits a plain decode row gives. */
+#ifdef __AVX512F__
 #define MR 6 /* rows of x a tile: 24 sums, 10 loads for 24 FMAs (4 rows, or 3 or 2 by 8 weight rows, ran slower) */
-typedef __m512 vec;
-#define vzero _mm512_setzero_ps
-#define vload _mm512_loadu_ps
-#define vfma _mm512_fmadd_ps
-#define vloadw load16
-#define vhsum4 hsum4x16
 #else
-#define LANES 8
 #define MR 3 /* 12 sums, 7 loads for 12 FMAs (2 rows: 8 sums, 6 loads) */
-typedef __m256 vec;
-#define vzero _mm256_setzero_ps
-#define vload _mm256_loadu_ps
-#define vfma _mm256_fmadd_ps
-#define vloadw load8
-#define vhsum4 hsum4x8
 #endif
 
 /* mr rows of x (a constant after inlining) by ROWS weight rows: acc[m][j] += x[m] . w[j] over [k0, k0 + kv).
