@@ -297,7 +297,10 @@ def run_llamacpp(args, spec, dtype, work, log_dir, say) -> tuple[list[dict], str
     from peers import llamacpp
     from peers.models import GGUF_TYPE, hf_dir_for_conversion
 
-    say("llama.cpp: looking for llama-server" + ("" if args.no_build_llama else " (building it when missing)"))
+    say(
+        f"llama.cpp: looking for llama-server in {llamacpp.build_dir(args.cache).name}"
+        + ("" if args.no_build_llama else " (building it when missing)")
+    )
     try:
         binary = llamacpp.ensure_server(
             args.cache, not args.no_build_llama, log_dir / "llama-build.log", jobs=args.threads

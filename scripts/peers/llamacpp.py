@@ -1,7 +1,9 @@
 """llama.cpp's own batched server (`llama-server`, continuous batching over several slots).
 
 Nothing of llama.cpp is committed: `ensure_server` downloads the llama-cpp-python sdist with pip into
-the cache dir and builds only the `llama-server` target of its vendored llama.cpp with cmake.
+the cache dir and builds only the `llama-server` target of its vendored llama.cpp with cmake: for this CPU, or
+under a TRTSERVE_ISA cap for the CPU kind the cap stands for (`ISA_BUILDS`), so that one machine compares each
+kernel path against llama.cpp built as that CPU would build it.
 `convert` turns an HF dir into GGUF at the asked precision with the vendored convert_hf_to_gguf.py, and
 for llama.cpp's other quantized types (q4_0, q4_k_m, ...) quantizes its f32 GGUF with `llama-quantize`.
 """
@@ -29,8 +31,22 @@ CMAKE_FLAGS = [
     "-DLLAMA_USE_PREBUILT_UI=OFF",  # it would fetch the web UI from the network
     "-DLLAMA_OPENSSL=OFF",
     "-DBUILD_SHARED_LIBS=OFF",
-    "-DGGML_NATIVE=ON",
 ]
+_X86 = ("-DGGML_NATIVE=OFF", "-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON")
+# TRTSERVE_ISA cap (none: this CPU) -> llama.cpp's build as GGML_NATIVE builds it on the CPU kind the cap stands for
+ISA_BUILDS = {
+    None: ("llama-build", ("-DGGML_NATIVE=ON",)),
+    "amx": ("llama-build", ("-DGGML_NATIVE=ON",)),
+    "avx512": (  # AMD EPYC Zen 4
+        "llama-build-avx512",
+        (*_X86, "-DGGML_AVX512=ON", "-DGGML_AVX512_VBMI=ON", "-DGGML_AVX512_VNNI=ON", "-DGGML_AVX512_BF16=ON"),
+    ),
+    "avx2": ("llama-build-avx2", _X86),  # AMD EPYC Zen 2/3
+    "scalar": (
+        "llama-build-scalar",
+        ("-DGGML_NATIVE=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF", "-DGGML_BMI2=OFF"),
+    ),
+}
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # convert_hf_to_gguf.py --outtype values we use
 TARGETS = ("llama-server", "llama-quantize")
 # what the converter says of a tokenizer it cannot take: a pre-tokenizer it does not know, no SentencePiece model
@@ -42,12 +58,23 @@ def source_dir(cache: Path) -> Path | None:
     return found[-1] if found else None
 
 
+def isa_build() -> tuple[str, tuple[str, ...]]:
+    """The build dir's name and cmake flags for the TRTSERVE_ISA cap in effect (ISA_BUILDS)."""
+    from trtserve.kernels import native  # no torch
+
+    return ISA_BUILDS[native.isa_cap()]
+
+
+def build_dir(cache: Path) -> Path:
+    return cache / isa_build()[0]
+
+
 def server_binary(cache: Path) -> Path:
-    return cache / "llama-build" / "bin" / "llama-server"
+    return build_dir(cache) / "bin" / "llama-server"
 
 
 def quantize_binary(cache: Path) -> Path:
-    return cache / "llama-build" / "bin" / "llama-quantize"
+    return build_dir(cache) / "bin" / "llama-quantize"
 
 
 def _built(cache: Path) -> bool:
@@ -72,7 +99,7 @@ def ensure_server(cache: Path, build: bool, log: Path, jobs: int = 2) -> Path | 
     if _built(cache) or not build:
         return binary if binary.exists() else None  # without llama-quantize only q4_0 and such are missing
     cache.mkdir(parents=True, exist_ok=True)
-    with open(cache / "llama-build.lock", "w") as lock:
+    with open(build_dir(cache).with_suffix(".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # another comparison building into the same cache: wait for it
         return binary if _built(cache) else _build(cache, log, jobs)
 
@@ -86,8 +113,8 @@ def _build(cache: Path, log: Path, jobs: int) -> Path | None:
         with tarfile.open(next(sdists.glob("llama_cpp_python-*.tar.gz"))) as tar:
             tar.extractall(cache, filter="data")
     src = source_dir(cache)
-    _run(["cmake", "-S", str(src), "-B", str(cache / "llama-build"), *CMAKE_FLAGS], log)
-    _run(["cmake", "--build", str(cache / "llama-build"), "--target", *TARGETS, "-j", str(jobs)], log)
+    _run(["cmake", "-S", str(src), "-B", str(build_dir(cache)), *CMAKE_FLAGS, *isa_build()[1]], log)
+    _run(["cmake", "--build", str(build_dir(cache)), "--target", *TARGETS, "-j", str(jobs)], log)
     return binary if binary.exists() else None
 
 

@@ -168,3 +168,28 @@ def test_request_result_from_token_times():
     assert res.latency == 9.0
     missing = request_result(req, t0=1.0, token_times=[], done=2.0)
     assert not missing.success and missing.error
+
+
+@pytest.mark.parametrize(
+    ("cap", "build", "has", "lacks"),
+    [
+        ("avx2", "llama-build-avx2", "-DGGML_AVX2=ON", "-DGGML_AVX512=ON"),
+        ("avx512", "llama-build-avx512", "-DGGML_AVX512_BF16=ON", "-DGGML_NATIVE=ON"),
+        ("scalar", "llama-build-scalar", "-DGGML_AVX2=OFF", "-DGGML_AVX2=ON"),
+    ],
+)
+def test_llamacpp_is_built_for_the_cpu_kind_an_isa_cap_stands_for(monkeypatch, tmp_path, cap, build, has, lacks):
+    """Under a TRTSERVE_ISA cap llama.cpp's server comes from its own build dir, with the flags that CPU kind's
+    native build would have: trtserve's AVX2 path is compared with an AVX2 llama.cpp, not this CPU's."""
+    from peers import llamacpp
+
+    from trtserve.kernels import isa, native
+
+    monkeypatch.setattr(native, "isa_cap", native.isa_cap.__wrapped__)  # uncached, to read each setting
+    monkeypatch.setattr(native, "hardware_flags", lambda: isa.NEEDS["amx"])  # any cap applies as asked
+    monkeypatch.setenv(isa.VAR, cap)
+    name, flags = llamacpp.isa_build()
+    assert name == build and has in flags and lacks not in flags
+    assert llamacpp.server_binary(tmp_path) == tmp_path / build / "bin" / "llama-server"
+    monkeypatch.delenv(isa.VAR)
+    assert llamacpp.isa_build() == ("llama-build", ("-DGGML_NATIVE=ON",))
