@@ -44,7 +44,14 @@ ISA_BUILDS = {
     "avx2": ("llama-build-avx2", _X86),  # AMD EPYC Zen 2/3
     "scalar": (
         "llama-build-scalar",
-        ("-DGGML_NATIVE=OFF", "-DGGML_AVX=OFF", "-DGGML_AVX2=OFF", "-DGGML_FMA=OFF", "-DGGML_F16C=OFF", "-DGGML_BMI2=OFF"),
+        (
+            "-DGGML_NATIVE=OFF",
+            "-DGGML_AVX=OFF",
+            "-DGGML_AVX2=OFF",
+            "-DGGML_FMA=OFF",
+            "-DGGML_F16C=OFF",
+            "-DGGML_BMI2=OFF",
+        ),
     ),
 }
 GGUF_TYPES = ("f32", "f16", "bf16", "q8_0")  # convert_hf_to_gguf.py --outtype values we use
