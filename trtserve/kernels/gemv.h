@@ -20,7 +20,7 @@
 #ifdef __AVX512F__
 #define MR 6 /* rows of x a tile: 24 sums, 10 loads for 24 FMAs (4 rows, or 3 or 2 by 8 weight rows, ran slower) */
 #else
-#define MR 3 /* 12 sums, 7 loads for 12 FMAs (2 rows: 8 sums, 6 loads) */
+#define MR 3 /* 12 sums, 7 loads for 12 FMAs (4 rows spill registers and ran slower) */
 #endif
 
 /* mr rows of x (a constant after inlining) by ROWS weight rows: acc[m][j] += x[m] . w[j] over [k0, k0 + kv).
