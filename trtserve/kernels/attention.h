@@ -5,9 +5,10 @@
  * widens the keys and values and computes in float32).
  *
  * Each score is one FMA chain over the head dim and a horizontal sum, each output a sum over keys in
- * key order, whichever way the work is split: grouping query heads or keys changes no bit. Keys run
- * KB at a time so their chains overlap (one chain a key leaves the FMA unit waiting on its latency),
- * and the outputs sit in registers while the values stream past. */
+ * key order, whichever way the work is split: grouping query heads or keys changes no bit. heads_v runs
+ * the query heads of a KV head together over 4 keys at a time, on dtypes.h's vectors; a head dim that is not
+ * a multiple of its lanes (8 or 24 on the AVX-512 build) runs one head at a time over KB keys, so that the
+ * chains still overlap (one chain a key leaves the FMA unit waiting on its latency). */
 #ifndef TRTSERVE_ATTENTION_H
 #define TRTSERVE_ATTENTION_H
 #include <math.h>

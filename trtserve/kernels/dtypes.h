@@ -170,7 +170,6 @@ static inline float hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-
 /* Four sums of 8 lanes {sum of a, of b, of c, of d}, each added up exactly as hsum does. */
 static inline __attribute__((always_inline)) __m128 hsum4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
     __m128 b0 = _mm_add_ps(_mm256_castps256_ps128(a0), _mm256_extractf128_ps(a0, 1));
