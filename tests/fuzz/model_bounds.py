@@ -8,7 +8,8 @@ a valid case that broke one would rightly be refused, which is not a schema bug.
 - min_tokens <= max_tokens, best_of == n (relations between two values), and stream_options only
   with stream: true (a rule the schema could state only at a size schemathesis cannot generate from);
 - guides that compile into a grammar (JSON schemas, regexes, EBNF, tool parameters);
-- a tool_choice that names one of the tools;
+- a tool_choice that names one of the tools, and no guide beside a tool_choice that forces a call (it
+  constrains the output itself: both is a documented 400);
 - on /v1/responses the same, in its own shapes (input items, flat tools, text.format), and no
   previous_response_id (one the server never stored is a documented 404);
 - an infer tensor's shape that matches its data, each input given once;
@@ -181,6 +182,7 @@ def _tools(body: dict) -> None:
     choice = body.get("tool_choice")
     if isinstance(choice, dict) and isinstance(choice.get("function"), dict) and tools:
         choice["function"]["name"] = tools[0]["function"]["name"]
+    _one_constraint(body, "response_format")
 
 
 def _responses(body: dict) -> None:
@@ -217,6 +219,19 @@ def _responses(body: dict) -> None:
     fmt = body.get("text", {}).get("format") if isinstance(body.get("text"), dict) else None
     if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
         fmt["schema"] = {"type": "object"}
+    if _one_constraint(body) and isinstance(body.get("text"), dict):
+        body["text"].pop("format", None)
+
+
+def _one_constraint(body: dict, *formats: str) -> bool:
+    """A tool_choice that forces a call (required, or a named tool) with tools constrains the output; a guide
+    beside it is a documented 400, so the guides (and `formats`) go. Whether it forces one."""
+    choice = body.get("tool_choice")
+    forces = bool(body.get("tools")) and (choice == "required" or isinstance(choice, dict))
+    if forces:
+        for key in (*GUIDES, *formats):
+            body.pop(key, None)
+    return forces
 
 
 def _item(item: dict) -> None:
