@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import torch
 from safetensors import SafetensorError
@@ -61,15 +62,16 @@ def engine_parts(family: DecoderFamily) -> dict[str, tuple[str, ...]]:
     return parts
 
 
-def module_names(family: DecoderFamily) -> dict[str, str]:
+def module_names(family: DecoderFamily, mlp: bool = False) -> dict[str, str]:
     """Source role of each targetable linear -> PEFT's short name of its HF module (q_proj ...). In a family
-    with experts (models/moe.py) only modules every layer has: adapters on an MLP are refused."""
+    with experts (models/moe.py) only modules every layer has: adapters on an MLP are refused. mlp: the
+    modules of the MLP and experts instead (none in a dense family)."""
     lay = family.layout
     return {
         s: family.hf.layer[s].rsplit(".", 1)[-1]
         for ps in engine_parts(family).values()
         for s in ps
-        if lay.layer[s].mlp is None
+        if (lay.layer[s].mlp is not None) == mlp
     }
 
 
@@ -94,7 +96,7 @@ def load_lora(
         )
     short = module_names(family)
     base = f" (trained for {peft.base_model})" if peft.base_model else ""
-    _check_targets(ref.name, peft.target_modules, set(short.values()), base)
+    _check_targets(ref.name, peft.target_modules, family, set(short.values()), base)
     try:
         tensors = load_file(str(path / ADAPTER_WEIGHTS))
     except (SafetensorError, OSError) as err:
@@ -109,10 +111,7 @@ def load_lora(
     unknown = sorted(set(tensors) - where.keys())
     mlp = {family.hf.layer[r].split(".")[0] for r, s in family.layout.layer.items() if s.mlp}  # "mlp" ...
     if unknown and any(f".{m}." in unknown[0] for m in mlp):  # a family with experts (models/moe.py)
-        raise UserError(
-            f"LoRA adapter {ref.name} holds {unknown[0]}, but adapters on the MLP and experts of {family.name} "
-            f"models are not supported; train it with target_modules among {', '.join(short.values())}"
-        )
+        _refuse_experts(ref.name, f"holds {unknown[0]}", family, short.values())
     if unknown:
         raise UserError(
             f"LoRA adapter {ref.name}{base} holds {unknown[0]}, which is none of the {', '.join(short.values())} "
@@ -146,10 +145,22 @@ def _language_model_tensors(
     return out
 
 
-def _check_targets(name: str, targets: tuple[str, ...] | str, known: set[str], base: str) -> None:
+def _refuse_experts(name: str, what: str, family: DecoderFamily, known) -> NoReturn:
+    raise UserError(
+        f"LoRA adapter {name} {what}, but adapters on the MLP and experts of {family.name} "
+        f"models are not supported; train it with target_modules among {', '.join(known)}"
+    )
+
+
+def _check_targets(
+    name: str, targets: tuple[str, ...] | str, family: DecoderFamily, known: set[str], base: str
+) -> None:
     if isinstance(targets, str):  # PEFT's regex over full module names: the tensors say what it matched
         return
     other = sorted({t.rsplit(".", 1)[-1] for t in targets} - known)
+    experts = set(module_names(family, mlp=True).values())
+    if other and experts.intersection(other):  # a family with experts (models/moe.py)
+        _refuse_experts(name, f"targets {', '.join(sorted(experts.intersection(other)))}", family, sorted(known))
     if other:
         raise UserError(
             f"LoRA adapter {name}{base} targets {', '.join(other)}; trtserve applies adapters to "
