@@ -39,8 +39,10 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
                     self.spans.put((service, s))
         return trace_service_pb2.ExportTraceServiceResponse()
 
-    def wait(self, match, want: set[str], timeout: float = 20) -> dict[str, list]:
-        """name -> spans for which `match(span)` holds, once every name in `want` has arrived."""
+    def wait(self, match, want: set[str] | dict[str, int], timeout: float = 20) -> dict[str, list]:
+        """name -> spans for which `match(span)` holds, once every name in `want` has arrived (as many spans
+        of it as a dict `want` says: processes export on their own schedules)."""
+        want = want if isinstance(want, dict) else dict.fromkeys(want, 1)
         deadline = time.time() + timeout
         while True:
             while not self.spans.empty():
@@ -49,14 +51,14 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
             for _, s in self.seen:
                 if match(s):
                     found.setdefault(s.name, []).append(s)
-            if want <= found.keys():
+            if all(len(found.get(name, ())) >= n for name, n in want.items()):
                 return found
             if time.time() > deadline:
                 seen = sorted({(s.name, s.trace_id.hex()) for _, s in self.seen})
                 raise AssertionError(f"spans {sorted(found)} arrived, not all of {sorted(want)}; received: {seen}")
             time.sleep(0.05)
 
-    def trace(self, trace_id: str, want: set[str], timeout: float = 20) -> dict[str, list]:
+    def trace(self, trace_id: str, want: set[str] | dict[str, int], timeout: float = 20) -> dict[str, list]:
         return self.wait(lambda s: s.trace_id.hex() == trace_id, want, timeout)
 
 

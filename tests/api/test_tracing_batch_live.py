@@ -51,7 +51,8 @@ def test_batch_job_span_holds_one_span_per_line(tiny_llama_engine, tmp_path):
             job_name = f"batch {batch.id}"
             (job,) = receiver.wait(lambda s: s.name == job_name, {job_name})[job_name]
             lines = {f"batch line line-{i}" for i in range(LINES)}
-            spans = receiver.trace(job.trace_id.hex(), {job_name, *lines, "text_completion " + tiny_llama_engine.name})
+            want = {job_name: 1, **dict.fromkeys(lines, 1), "text_completion " + tiny_llama_engine.name: LINES}
+            spans = receiver.trace(job.trace_id.hex(), want)
         finally:
             server.stop()
     assert job.kind == INTERNAL and not job.parent_span_id  # the root of its own trace

@@ -199,7 +199,8 @@ def test_a_traced_request_continues_the_callers_trace(ray_serve, batch4_engine):
         assert r.status_code == 200, r.text
         assert r.headers["x-trace-id"] == trace_id
         gen = f"text_completion {batch4_engine.name}"
-        spans = receiver.trace(trace_id, {"POST /v1/completions", gen, "prefill", "decode"}, timeout=60)
+        want = {"POST /v1/completions": 2, gen: 1, "prefill": 1, "decode": 1}  # the frontend's and the replica's
+        spans = receiver.trace(trace_id, want, timeout=60)
     by_id = {s.span_id: s for group in spans.values() for s in group}
     frontend, replica = sorted(spans["POST /v1/completions"], key=lambda s: "trtserve.ray.deployment" not in attrs(s))
     assert attrs(frontend)["trtserve.ray.deployment"] == "PrefixFrontend" and frontend.kind == replica.kind == SERVER
