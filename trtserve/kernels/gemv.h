@@ -9,7 +9,11 @@
 #define MAX_M 64 /* the caller routes larger batches to torch */
 #define KC 1024  /* k per chunk: 4 rows of float32 weights (16 KB) stay in L1 while every row of x uses them */
 #define KSTEP 16 /* k per step of a tile: one 64-byte line of float32 weights, one prefetch */
+#ifdef __AVX512F__
 #define PFW 1024 /* bytes ahead in each weight row that the first tile prefetches */
+#else
+#define PFW 2048 /* AMD EPYC (Zen 3) read its weights 1.2-1.4x as fast at batch 1 with 2 KB than with 1 KB */
+#endif
 /* Up to this many rows of x the first tile prefetches the next block's rows too: it helps few-row
  * decode and costs a little at many rows. */
 #define PF_NEXT_M 8
