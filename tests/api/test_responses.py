@@ -290,6 +290,7 @@ def test_idempotency_key_replays_the_response(live, model):
         ({"input": "x", "tool_choice": "required"}, "needs tools"),
         ({"input": "x", "tools": TOOLS, "tool_choice": {"type": "function", "name": "nope"}}, "not among the tools"),
         ({"input": "x", "tools": TOOLS, "tool_choice": "required", "text": {"format": {"type": "json_object"}}}, "text.format"),
+        ({"input": "x", "tools": TOOLS, "tool_choice": "required", "guided_grammar": 'root ::= "a"'}, "leave out guided_grammar"),
         ({"input": "x", "max_output_tokens": 0}, "max_output_tokens"),
         ({"input": "x", "temperature": 3}, "temperature"),
         ({"input": "x", "background": True, "stream": True}, "background"),

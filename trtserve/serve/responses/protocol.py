@@ -324,8 +324,10 @@ class ResponsesRequest(RequestOptionFields):
             raise ValueError("background: true needs store (the result is fetched with GET /v1/responses/{id})")
         plan = self.tool_plan(None)  # "needs tools", "not among the tools"
         fmt = self.text.format if self.text is not None else None
-        if plan.guided() is not None and fmt is not None and fmt.type != "text":
-            raise ValueError(f"tool_choice {plan.mode!r} constrains the output; leave out text.format")
+        guides = ["text.format"] if fmt is not None and fmt.type != "text" else []
+        guides += ["guided_grammar"] if self.guided_grammar is not None else []
+        if plan.guided() is not None and guides:
+            raise ValueError(f"tool_choice {plan.mode!r} constrains the output; leave out {' and '.join(guides)}")
         return self
 
     def chat_tools(self) -> list[Tool] | None:
