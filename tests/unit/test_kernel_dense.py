@@ -100,10 +100,11 @@ AVX512 = ("avx512f", "avx512dq", "avx512bw", "avx512vl")
     ("vendor", "flags", "f32_rows", "bf16_rows"),
     [
         ("AuthenticAMD", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),  # Zen 3: torch emulates bf16
-        ("AuthenticAMD", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, 2),  # Zen 4: MKL runs AVX2
-        ("GenuineIntel", {"avx2", "fma", *AVX512, "avx512_bf16", "amx_bf16"}, dense.MAX_ROWS, 4),  # the 16-lane build
+        ("AuthenticAMD", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, dense.BF16_WIDE_ROWS),  # Zen 4
+        ("GenuineIntel", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, dense.BF16_WIDE_ROWS),
+        ("GenuineIntel", {"avx2", "fma", *AVX512, "avx512_bf16", "amx_bf16"}, dense.MAX_ROWS, 4),  # torch's AMX
         ("GenuineIntel", {"avx2", "fma", *AVX512, "amx_tile", "amx_bf16"}, dense.MAX_ROWS, dense.MAX_ROWS),  # amx.h
-        ("GenuineIntel", {"avx2", "fma", "avx512f", "avx512_bf16", "amx_bf16"}, 8, 2),  # no DQ/BW/VL: AVX2 build
+        ("GenuineIntel", {"avx2", "fma", "avx512f", "avx512_bf16"}, 8, 2),  # no DQ/BW/VL: AVX2 build
         ("GenuineIntel", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),
     ],
 )

@@ -39,6 +39,8 @@ def test_the_cap_reaches_native_and_clamps_above_the_cpu(monkeypatch, caplog):
     monkeypatch.setenv(isa.VAR, "avx2")
     assert native.cpu_flags() == ZEN3 and not native.avx512_build() and native.cpu_has_avx2_fma()
     assert native.cpu_vendor() == "AuthenticAMD"  # the caps below AMX dispatch as on AMD EPYC
+    monkeypatch.setenv(isa.VAR, "avx512")
+    assert native.avx512_build() and not native.amx_bf16()  # Zen 4 takes the AVX-512 build
     monkeypatch.setenv(isa.VAR, "scalar")
     assert not native.cpu_has_avx2_fma()  # no C kernels: torch's ops
     monkeypatch.setenv(isa.VAR, "amx")

@@ -19,17 +19,22 @@ DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int8: 3} 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)  # activation dtypes
 MAX_ROWS = 64  # the most rows the kernel takes (gemv.h's MAX_M)
 WIDE = {"avx512f"}  # on Intel CPUs, torch's (MKL's) GEMM runs AVX-512 code
+BF16_WIDE_ROWS = 16  # native bf16 matmul without AMX (Zen 4): torch's oneDNN GEMM overtakes the AVX-512 build past this
 
 
 @cache
 def max_rows(dtype: torch.dtype) -> int:
     """Rows up to which the kernel beats torch (the crossovers measured are in docs/performance.md).
     On AMD CPUs MKL runs its AVX2 code even where AVX-512 is present, so the kernel wins float32 at
-    every size it takes; where the CPU has native bf16 matmul, torch's bf16 GEMM overtakes after a few
-    rows, unless the kernel has AMX too (amx.h). On Intel CPUs with AVX-512, only the kernel's AVX-512 build
-    keeps up with MKL beyond 8 rows."""
+    every size it takes; where the CPU has native bf16 matmul, torch's bf16 GEMM overtakes after some
+    rows, unless the kernel has AMX too (amx.h). On Intel CPUs with AVX-512, only the kernel's AVX-512
+    build keeps up with MKL beyond 8 rows."""
     if dtype == torch.bfloat16 and native_matmul(dtype):
-        return MAX_ROWS if native.amx_bf16() else 4 if native.avx512_build() else 2
+        if native.amx_bf16():
+            return MAX_ROWS
+        if "amx_bf16" in native.cpu_flags():  # torch's GEMM has AMX, the kernel not (an older compiler)
+            return 4
+        return BF16_WIDE_ROWS if native.avx512_build() else 2
     if native.cpu_flags() & WIDE and native.cpu_vendor() == "GenuineIntel":
         return MAX_ROWS if dtype == torch.float32 and native.avx512_build() else 8
     return MAX_ROWS

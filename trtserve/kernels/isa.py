@@ -3,8 +3,8 @@ code, dispatch as on the lesser CPU of that level that the project ships on, so 
 path (docs/performance.md, "CPU paths"):
 
     amx     Intel Xeon with AVX-512, AVX512-BF16/FP16 and AMX: everything the CPU has (no cap)
-    avx512  AMD EPYC with AVX-512 and AVX512-BF16 (Zen 4): no AMX, no AVX512-FP16, and the kernels'
-            AVX2 build, as AMD CPUs get it (they split 512-bit ops in two; native.avx512_build)
+    avx512  AMD EPYC with AVX-512 and AVX512-BF16 (Zen 4): the kernels' AVX-512 build, no AMX, no
+            AVX512-FP16, MKL at AVX2 (as on AMD CPUs)
     avx2    AMD EPYC with AVX2 only (Zen 2/3): no AVX-512, no AVX-VNNI
     scalar  no C kernels at all: every op is torch's, at its default (non-vector) capability
 
