@@ -100,8 +100,8 @@ AVX512 = ("avx512f", "avx512dq", "avx512bw", "avx512vl")
     ("vendor", "flags", "f32_rows", "bf16_rows"),
     [
         ("AuthenticAMD", {"avx2", "fma"}, dense.MAX_ROWS, dense.MAX_ROWS),  # Zen 3: torch emulates bf16
-        ("AuthenticAMD", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, dense.BF16_WIDE_ROWS),  # Zen 4
-        ("GenuineIntel", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, dense.BF16_WIDE_ROWS),
+        ("AuthenticAMD", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, dense.BF16_DOT_ROWS),  # Zen 4
+        ("GenuineIntel", {"avx2", "fma", *AVX512, "avx512_bf16"}, dense.MAX_ROWS, dense.BF16_DOT_ROWS),
         ("GenuineIntel", {"avx2", "fma", *AVX512, "avx512_bf16", "amx_bf16"}, dense.MAX_ROWS, 4),  # torch's AMX
         ("GenuineIntel", {"avx2", "fma", *AVX512, "amx_tile", "amx_bf16"}, dense.MAX_ROWS, dense.MAX_ROWS),  # amx.h
         ("GenuineIntel", {"avx2", "fma", "avx512f", "avx512_bf16"}, 8, 2),  # no DQ/BW/VL: AVX2 build
@@ -113,9 +113,14 @@ def test_max_rows_by_cpu(monkeypatch, vendor, flags, f32_rows, bf16_rows):
     crossovers in dense.max_rows' docstring)."""
     monkeypatch.setattr(dense.native, "cpu_flags", lambda: frozenset(flags))
     monkeypatch.setattr(dense.native, "cpu_vendor", lambda: vendor)
+    monkeypatch.setattr(dense.native, "_compiler_takes", lambda extra: True)
     dense.max_rows.cache_clear()
     try:
         assert (dense.max_rows(torch.float32), dense.max_rows(torch.bfloat16)) == (f32_rows, bf16_rows)
+        if "avx512_bf16" in flags and "amx_bf16" not in flags and set(AVX512) <= flags:  # an older compiler
+            monkeypatch.setattr(dense.native, "_compiler_takes", lambda extra: False)
+            dense.max_rows.cache_clear()
+            assert dense.max_rows(torch.bfloat16) == dense.BF16_WIDE_ROWS
     finally:
         dense.max_rows.cache_clear()
 
@@ -146,6 +151,8 @@ def test_every_kernel_compiles_with_either_build(monkeypatch, tmp_path, source, 
     """A kernel that fails to compile falls back to torch quietly, and the kernel tests then skip: so
     each source must compile, in the AVX2 build and in the AVX-512 one (native.avx512_build)."""
     monkeypatch.setattr(native, "avx512_build", lambda: wide)
+    bf16_dots = wide and native._compiler_takes(tuple(native.AVX512_BF16.values()))  # whatever this CPU has
+    monkeypatch.setattr(native, "avx512_bf16", lambda: bf16_dots)
     # -O0: what fails to compile fails at any level, in a tenth of the time
     monkeypatch.setattr(native, "FLAGS", tuple("-O0" if f == "-O3" else f for f in native.FLAGS))
     so = tmp_path / "k.so"

@@ -52,14 +52,15 @@ def test_the_cap_reaches_native_and_clamps_above_the_cpu(monkeypatch, caplog):
         native.isa_cap()
 
 
-def test_amx_joins_the_avx512_build_where_cpu_and_compiler_have_it(monkeypatch):
+def test_amx_and_bf16_dots_join_the_avx512_build_where_cpu_and_compiler_have_them(monkeypatch):
     takes = native._compiler_takes.__wrapped__  # uncached
     monkeypatch.setattr(native, "cpu_vendor", lambda: "GenuineIntel")
-    for flags, compiler, amx in ((SPR, True, True), (SPR, False, False), (ZEN4, True, False)):
+    for flags, compiler, amx in ((SPR, True, True), (SPR, False, False), (ZEN4, True, False), (ZEN4, False, False)):
         monkeypatch.setattr(native, "cpu_flags", lambda flags=flags: flags)
         monkeypatch.setattr(native, "_compiler_takes", lambda extra, ok=compiler: ok)
-        assert native.amx_bf16() == amx
+        assert native.amx_bf16() == amx and native.avx512_bf16() == compiler
         assert ("-mamx-bf16" in native.flags()) == amx and "-mavx512f" in native.flags()
+        assert ("-mavx512bf16" in native.flags()) == compiler  # gemv.h's bf16 dot tile
     if shutil.which("cc") or shutil.which("gcc"):
         assert not takes(("-mno-such-flag",)) and takes(("-O2",))  # an older compiler: no amx.h, still a build
 

@@ -19,7 +19,9 @@ DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2, torch.int8: 3} 
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)  # activation dtypes
 MAX_ROWS = 64  # the most rows the kernel takes (gemv.h's MAX_M)
 WIDE = {"avx512f"}  # on Intel CPUs, torch's (MKL's) GEMM runs AVX-512 code
-BF16_WIDE_ROWS = 16  # native bf16 matmul without AMX (Zen 4): torch's oneDNN GEMM overtakes the AVX-512 build past this
+# Native bf16 matmul without AMX (Zen 4): rows past which torch's oneDNN GEMM overtakes the AVX-512 build's
+# bf16 dot tile (vdpbf16ps), or its float32-FMA tile where the compiler lacks AVX512-BF16
+BF16_DOT_ROWS, BF16_WIDE_ROWS = 32, 16
 
 
 @cache
@@ -34,6 +36,8 @@ def max_rows(dtype: torch.dtype) -> int:
             return MAX_ROWS
         if "amx_bf16" in native.cpu_flags():  # torch's GEMM has AMX, the kernel not (an older compiler)
             return 4
+        if native.avx512_bf16():  # gemv.h's bf16 dot tile
+            return BF16_DOT_ROWS
         return BF16_WIDE_ROWS if native.avx512_build() else 2
     if native.cpu_flags() & WIDE and native.cpu_vendor() == "GenuineIntel":
         return MAX_ROWS if dtype == torch.float32 and native.avx512_build() else 8

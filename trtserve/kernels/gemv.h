@@ -72,6 +72,63 @@ static inline __attribute__((always_inline)) void tile_pf(const void* const* w, 
         }
 }
 
+#ifdef __AVX512BF16__ /* built so where the CPU has AVX512-BF16 (native.py) */
+#define DP_BF16 1
+/* tile_pf for bf16 weights and x whose float32 values are bf16 (a bf16 model's): vdpbf16ps adds two products
+ * a lane an instruction, 32 k a step; each (row of x, weight row) still sums in one order whatever M. A last
+ * KSTEP of k (kv not a multiple of 2 KSTEP) runs as tile_pf's. */
+static inline __attribute__((always_inline)) void tile_dp(const void* const* w, const float* x, int64_t K, int mr,
+                                                         int64_t k0, int64_t kv, float* o, const int pf, int j0,
+                                                         int js, int64_t nx) {
+    __m512 a[MR][ROWS];
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < ROWS; j++) a[i][j] = _mm512_setzero_ps();
+    const int64_t kd = kv & ~(int64_t)(2 * KSTEP - 1);
+    for (int64_t k = 0; k < kd; k += 2 * KSTEP) {
+        if (pf & 1)
+#pragma GCC unroll 8
+            for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (k0 + k) * 2 + PFW, _MM_HINT_T0);
+        if (pf & 2)
+#pragma GCC unroll 8
+            for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (nx + k0 + k) * 2, _MM_HINT_T1);
+        if (pf & 4)
+            for (int j = j0; j < ROWS; j += js) _mm_prefetch((const char*)w[j] + (nx + k0 + k) * 2, _MM_HINT_T1);
+        __m512bh u[MR];
+#pragma GCC unroll 8
+        for (int i = 0; i < mr; i++) {
+            const float* xi = x + i * K + k0 + k;
+            u[i] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xi + KSTEP), _mm512_loadu_ps(xi)); /* exact: bf16 values */
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < ROWS; j++) {
+            const __m512bh v = (__m512bh)_mm512_loadu_si512((const uint16_t*)w[j] + k0 + k);
+#pragma GCC unroll 8
+            for (int i = 0; i < mr; i++) a[i][j] = _mm512_dpbf16_ps(a[i][j], v, u[i]);
+        }
+    }
+    if (kd < kv) { /* the last KSTEP */
+#pragma GCC unroll 8
+        for (int j = 0; j < ROWS; j++) {
+            const __m512 v = load16(w[j], BF16, k0 + kd);
+#pragma GCC unroll 8
+            for (int i = 0; i < mr; i++) a[i][j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + i * K + k0 + kd), a[i][j]);
+        }
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < ROWS; j += 4) {
+            float* oo = o + i * ROWS + j;
+            _mm_storeu_ps(oo, _mm_add_ps(_mm_loadu_ps(oo), hsum4x16(a[i][j], a[i][j + 1], a[i][j + 2], a[i][j + 3])));
+        }
+}
+#else
+#define DP_BF16 0
+#endif
+#define BF16_DOT 4 /* the tiles' dtype code for bf16 weights times bf16 x on tile_dp (gemm_block picks it) */
+
 /* tile_pf with pf and the weight dtype as constants: a run-time one branches in the inner loop. */
 static inline __attribute__((always_inline)) void tile(const void* const* w, int dt, const float* x, int64_t K, int mr,
                                                       int64_t k0, int64_t kv, float* o, int pf, int j0, int js,
@@ -80,6 +137,15 @@ static inline __attribute__((always_inline)) void tile(const void* const* w, int
 #define PF3(d) tile_pf(w, d, x, K, mr, k0, kv, o, 3, 0, 1, nx)
 #define PF4(d) tile_pf(w, d, x, K, mr, k0, kv, o, 4, j0, js, nx)
 #define PF0(d) tile_pf(w, d, x, K, mr, k0, kv, o, 0, 0, 1, nx)
+#if DP_BF16
+    if (dt == BF16_DOT) {
+        if (pf == 1) tile_dp(w, x, K, mr, k0, kv, o, 1, 0, 1, nx);
+        else if (pf == 3) tile_dp(w, x, K, mr, k0, kv, o, 3, 0, 1, nx);
+        else if (pf == 4) tile_dp(w, x, K, mr, k0, kv, o, 4, j0, js, nx);
+        else tile_dp(w, x, K, mr, k0, kv, o, 0, 0, 1, nx);
+        return;
+    }
+#endif
     if (pf == 1) { BY_WDTYPE(dt, PF1) }
     else if (pf == 3) { BY_WDTYPE(dt, PF3) }
     else if (pf == 4) { BY_WDTYPE(dt, PF4) }
@@ -119,7 +185,7 @@ static inline __attribute__((always_inline)) void chunk(const void* const* w, in
 #undef JS
     for (int64_t k = kv; k < kc; k++) /* K not a multiple of KSTEP */
         for (int j = 0; j < ROWS; j++) {
-            const float v = load1(w[j], dt, k0 + k);
+            const float v = load1(w[j], dt == BF16_DOT ? BF16 : dt, k0 + k);
             for (int64_t mm = 0; mm < M; mm++) acc[mm * ROWS + j] += xf[mm * K + k0 + k] * v;
         }
 }
@@ -152,7 +218,8 @@ static inline __attribute__((always_inline)) void gemm_block(int64_t b, const fl
     float acc[MAX_M * ROWS];
     memset(acc, 0, sizeof(float) * (size_t)(M * ROWS));
     const int64_t parts = (K + KC - 1) / KC, kc = ((K + parts - 1) / parts + KSTEP - 1) & ~(int64_t)(KSTEP - 1);
-    for (int64_t k0 = 0; k0 < K; k0 += kc) chunk(r, wdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, acc, next);
+    const int tdt = DP_BF16 && wdt == BF16 && rdt == BF16 ? BF16_DOT : wdt; /* x of a bf16 model: bf16 values */
+    for (int64_t k0 = 0; k0 < K; k0 += kc) chunk(r, tdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, acc, next);
     for (int64_t m = 0; m < M; m++)
         for (int j = 0; j < rows; j++)
             store1(y, ydt, m * N + n[j], rnd(scale ? acc[m * ROWS + j] * scale[n[j]] : acc[m * ROWS + j], rdt));

@@ -31,6 +31,7 @@ FLAGS = ("-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-
 AVX512 = ("-mavx512f", "-mavx512dq", "-mavx512bw", "-mavx512vl")  # the 16-lane GEMM, attention and int4 code
 # int4.h's int8-activation path (vpdpbusd, vpermt2b), in the AVX-512 build where the CPU has them
 AVX512_INT8 = {"avx512_vnni": "-mavx512vnni", "avx512vbmi": "-mavx512vbmi"}
+AVX512_BF16 = {"avx512_bf16": "-mavx512bf16"}  # gemv.h's bf16 dot tile (vdpbf16ps), in the AVX-512 build
 AMX_BF16 = {"amx_tile": "-mamx-tile", "amx_bf16": "-mamx-bf16"}  # amx.h's bf16 decode GEMM, in the AVX-512 build
 
 
@@ -97,6 +98,11 @@ def avx512_int8() -> bool:
     return avx512_build() and set(AVX512_INT8) <= cpu_flags()
 
 
+def avx512_bf16() -> bool:
+    """Whether the AVX-512 build has AVX512-BF16 (gemv.h's bf16 dot tile): the CPU and the compiler have it."""
+    return avx512_build() and set(AVX512_BF16) <= cpu_flags() and _compiler_takes(tuple(AVX512_BF16.values()))
+
+
 def amx_bf16() -> bool:
     """Whether the AVX-512 build has AMX's bf16 tiles (amx.h): the CPU has them and the compiler knows them
     (GCC 11, clang 12), so that an older compiler still builds every kernel, without amx.h."""
@@ -122,7 +128,11 @@ def flags() -> tuple[str, ...]:
     """The compiler flags for this CPU."""
     if not avx512_build():
         return FLAGS
-    extra = (AVX512_INT8 if avx512_int8() else {}) | (AMX_BF16 if amx_bf16() else {})
+    extra = (
+        (AVX512_INT8 if avx512_int8() else {})
+        | (AVX512_BF16 if avx512_bf16() else {})
+        | (AMX_BF16 if amx_bf16() else {})
+    )
     return FLAGS + AVX512 + tuple(extra.values())
 
 
