@@ -63,26 +63,38 @@ def gemm_shapes(cfg: ModelConfig) -> list[tuple[int, int, int]]:
 
 
 def measure_gemm_rate(cfg: ModelConfig, dtype: str | None = None, reps: int = 5, device: str | None = None) -> float:
-    """FLOP/s: the best `torch.mm` rate over the model's own projection shapes, in the model's dtype
-    (or `dtype`), with torch's current thread count. Run it in the same process and run as the
-    workload it is compared with. `device` defaults to the one the torch engine picks (CUDA where
-    present: trtserve/runtime/loader.py), each product timed to its end there."""
+    """FLOP/s: the best rate over the model's own projection shapes, in the model's dtype (or `dtype`),
+    with torch's current thread count, of `torch.mm` and, for float32 on CPU, oneDNN's linear (which the
+    engine's prompts run on where MKL runs slower code: kernels/dense.py). Run it in the same process and
+    run as the workload it is compared with. `device` defaults to the one the torch engine picks (CUDA
+    where present: trtserve/runtime/loader.py), each product timed to its end there."""
     import torch
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))  # as runtime/loader.py
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     dt = getattr(torch, dtype or cfg.dtype)  # float32 | bfloat16 | float16 (ModelConfig.dtype's names)
+    onednn = (
+        dev.type == "cpu"
+        and dt == torch.float32
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
     best = 0.0
     for t, k, n in gemm_shapes(cfg):
         a = torch.randn(t, k, dtype=torch.float32).to(dev, dt)  # (tokens, in)
         b = torch.randn(k, n, dtype=torch.float32).to(dev, dt)  # (in, out)
-        torch.mm(a, b)  # warm-up: first-call allocation and dispatch
-        sync()
-        for _ in range(reps):
-            t0 = time.perf_counter()
-            torch.mm(a, b)
+        products = [lambda a=a, b=b: torch.mm(a, b)]
+        if onednn:
+            w = b.t().contiguous()  # (out, in), as the engine stores it
+            products.append(lambda a=a, w=w: torch.ops.mkldnn._linear_pointwise(a, w, None, "none", [], ""))
+        for product in products:
+            product()  # warm-up: first-call allocation and dispatch
             sync()
-            best = max(best, 2.0 * t * k * n / (time.perf_counter() - t0))
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                product()
+                sync()
+                best = max(best, 2.0 * t * k * n / (time.perf_counter() - t0))
     return best
 
 

@@ -114,6 +114,18 @@ def upcast(x: torch.Tensor, weight: torch.Tensor) -> bool:
     )
 
 
+@cache
+def onednn_float32() -> bool:
+    """Whether float32 GEMMs past the kernel's rows run on oneDNN rather than MKL (torch's `linear`): on AMD
+    CPUs with AVX-512, where MKL runs its AVX2 code and oneDNN its AVX-512 code (docs/performance.md)."""
+    return (
+        native.avx512_build()
+        and native.cpu_vendor() == "AuthenticAMD"
+        and torch.backends.mkldnn.is_available()
+        and hasattr(torch.ops.mkldnn, "_linear_pointwise")
+    )
+
+
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """F.linear(x, weight, bias) for 2-D x; weight (out, in)."""
     if upcast(x, weight):
@@ -121,5 +133,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     else:
         y = gemm(x, weight) if usable(x, weight) else None
     if y is None:
+        if x.dtype == weight.dtype == torch.float32 and x.device.type == "cpu" and onednn_float32():
+            return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
         return F.linear(x, weight, bias)
     return y if bias is None else y.add_(bias)
