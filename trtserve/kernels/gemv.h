@@ -27,6 +27,30 @@
 #define MR 3 /* 12 sums, 7 loads for 12 FMAs (4 rows spill registers and ran slower) */
 #endif
 
+/* A tile step's prefetches at k (elements, es bytes each) of each weight row; pf as tile_pf's. */
+static inline __attribute__((always_inline)) void tile_prefetch(const void* const* w, int64_t es, int64_t k,
+                                                               const int pf, int j0, int js, int64_t nx) {
+    if (pf & 1) /* weights from DRAM: keeps each row's stream ahead of the FMAs */
+#pragma GCC unroll 8
+        for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + k * es + PFW, _MM_HINT_T0);
+    if (pf & 2) /* the next block's rows into L2 (their first PFW bytes are nobody's PFW ahead) */
+#pragma GCC unroll 8
+        for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (nx + k) * es, _MM_HINT_T1);
+    if (pf & 4)
+        for (int j = j0; j < ROWS; j += js) _mm_prefetch((const char*)w[j] + (nx + k) * es, _MM_HINT_T1);
+}
+
+/* o[i][j] += the lanes' sum of a[i][j], for mr rows of x by ROWS weight rows. */
+static inline __attribute__((always_inline)) void tile_sums(vec a[MR][ROWS], int mr, float* o) {
+#pragma GCC unroll 8
+    for (int i = 0; i < mr; i++)
+#pragma GCC unroll 8
+        for (int j = 0; j < ROWS; j += 4) {
+            float* oo = o + i * ROWS + j;
+            _mm_storeu_ps(oo, _mm_add_ps(_mm_loadu_ps(oo), vhsum4(a[i][j], a[i][j + 1], a[i][j + 2], a[i][j + 3])));
+        }
+}
+
 /* mr rows of x (a constant after inlining) by ROWS weight rows: acc[m][j] += x[m] . w[j] over [k0, k0 + kv).
  * pf (a constant in each copy of the loop): 1 prefetch each weight row PFW bytes ahead, 2 also the next block's
  * rows, 4 the next block's rows j0, j0 + js, ... (the later tiles of a many-row block share them out, so the
@@ -42,14 +66,7 @@ static inline __attribute__((always_inline)) void tile_pf(const void* const* w, 
 #pragma GCC unroll 8
         for (int j = 0; j < ROWS; j++) a[i][j] = vzero();
     for (int64_t k = 0; k < kv; k += KSTEP) {
-        if (pf & 1) /* weights from DRAM: keeps each row's stream ahead of the FMAs */
-#pragma GCC unroll 8
-            for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (k0 + k) * es + PFW, _MM_HINT_T0);
-        if (pf & 2) /* the next block's rows into L2 (their first PFW bytes are nobody's PFW ahead) */
-#pragma GCC unroll 8
-            for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (nx + k0 + k) * es, _MM_HINT_T1);
-        if (pf & 4)
-            for (int j = j0; j < ROWS; j += js) _mm_prefetch((const char*)w[j] + (nx + k0 + k) * es, _MM_HINT_T1);
+        tile_prefetch(w, es, k0 + k, pf, j0, js, nx);
 #pragma GCC unroll 2
         for (int h = 0; h < KSTEP; h += LANES) {
             vec u[MR];
@@ -63,13 +80,7 @@ static inline __attribute__((always_inline)) void tile_pf(const void* const* w, 
             }
         }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < ROWS; j += 4) {
-            float* oo = o + i * ROWS + j;
-            _mm_storeu_ps(oo, _mm_add_ps(_mm_loadu_ps(oo), vhsum4(a[i][j], a[i][j + 1], a[i][j + 2], a[i][j + 3])));
-        }
+    tile_sums(a, mr, o);
 }
 
 #ifdef __AVX512BF16__ /* built so where the CPU has AVX512-BF16 (native.py) */
@@ -87,14 +98,7 @@ static inline __attribute__((always_inline)) void tile_dp(const void* const* w, 
         for (int j = 0; j < ROWS; j++) a[i][j] = _mm512_setzero_ps();
     const int64_t kd = kv & ~(int64_t)(2 * KSTEP - 1);
     for (int64_t k = 0; k < kd; k += 2 * KSTEP) {
-        if (pf & 1)
-#pragma GCC unroll 8
-            for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (k0 + k) * 2 + PFW, _MM_HINT_T0);
-        if (pf & 2)
-#pragma GCC unroll 8
-            for (int j = 0; j < ROWS; j++) _mm_prefetch((const char*)w[j] + (nx + k0 + k) * 2, _MM_HINT_T1);
-        if (pf & 4)
-            for (int j = j0; j < ROWS; j += js) _mm_prefetch((const char*)w[j] + (nx + k0 + k) * 2, _MM_HINT_T1);
+        tile_prefetch(w, 2, k0 + k, pf, j0, js, nx);
         __m512bh u[MR];
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
@@ -116,13 +120,7 @@ static inline __attribute__((always_inline)) void tile_dp(const void* const* w, 
             for (int i = 0; i < mr; i++) a[i][j] = _mm512_fmadd_ps(v, _mm512_loadu_ps(x + i * K + k0 + kd), a[i][j]);
         }
     }
-#pragma GCC unroll 8
-    for (int i = 0; i < mr; i++)
-#pragma GCC unroll 8
-        for (int j = 0; j < ROWS; j += 4) {
-            float* oo = o + i * ROWS + j;
-            _mm_storeu_ps(oo, _mm_add_ps(_mm_loadu_ps(oo), hsum4x16(a[i][j], a[i][j + 1], a[i][j + 2], a[i][j + 3])));
-        }
+    tile_sums(a, mr, o);
 }
 #else
 #define DP_BF16 0
