@@ -76,6 +76,25 @@ def test_linear_without_the_kernel_is_torchs(monkeypatch):
     torch.testing.assert_close(dense.linear(x, w, b), F.linear(x, w, b))
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+def test_float32_prompts_on_onednn_give_torchs_values(monkeypatch):
+    """Where dense.onednn_float32 holds (AMD CPUs with AVX-512), prompt-sized float32 GEMMs run on oneDNN:
+    the values of torch's `linear`, with and without a bias, for a strided x too; other dtypes stay torch's."""
+    calls = []
+    real = torch.ops.mkldnn._linear_pointwise
+    monkeypatch.setattr(dense, "onednn_float32", lambda: True)
+    monkeypatch.setattr(torch.ops.mkldnn, "_linear_pointwise", lambda *a: calls.append(a[0].shape) or real(*a))
+    g = torch.Generator().manual_seed(3)
+    w, b = torch.randn(96, 200, generator=g), torch.randn(96, generator=g)
+    rows = dense.MAX_ROWS + 7
+    for x in (torch.randn(rows, 200, generator=g), torch.randn(200, rows, generator=g).t()):
+        for bias in (None, b):
+            torch.testing.assert_close(dense.linear(x, w, bias), F.linear(x, w, bias), rtol=1e-5, atol=1e-4)
+    assert calls == [(rows, 200)] * 4
+    dense.linear(torch.randn(rows, 200).bfloat16(), w.bfloat16())
+    assert len(calls) == 4
+
+
 @needs_kernel
 @pytest.mark.parametrize("rows", [1, 3, dense.MAX_ROWS])
 @pytest.mark.parametrize(("n", "k"), [(13, 7), (101, 1030)])
@@ -151,7 +170,9 @@ def test_every_kernel_compiles_with_either_build(monkeypatch, tmp_path, source, 
     """A kernel that fails to compile falls back to torch quietly, and the kernel tests then skip: so
     each source must compile, in the AVX2 build and in the AVX-512 one (native.avx512_build)."""
     monkeypatch.setattr(native, "avx512_build", lambda: wide)
-    bf16_dots = wide and native._compiler_takes(tuple(native.AVX512_BF16.values()))  # whatever this CPU has
+    bf16_dots = wide and native._compiler_takes(
+        tuple(native.AVX512_BF16.values())
+    )  # the compiler's, whatever this CPU has
     monkeypatch.setattr(native, "avx512_bf16", lambda: bf16_dots)
     # -O0: what fails to compile fails at any level, in a tenth of the time
     monkeypatch.setattr(native, "FLAGS", tuple("-O0" if f == "-O3" else f for f in native.FLAGS))
