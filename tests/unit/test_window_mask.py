@@ -20,8 +20,7 @@ def _keys_seen(batch, window, row: int) -> list[int]:
 
 def test_a_local_layer_sees_only_the_keys_in_its_window():
     # 10 tokens cached (a prefix hit or an earlier chunk), 3 new ones at positions 10, 11, 12
-    batch = make_batch([SeqChunk([5, 6, 7], 10, [0, 1, 2, 3])], BS, (4, None))
-    assert sorted(batch.groups[0].attn_masks, key=str) == [4, None]
+    batch = make_batch([SeqChunk([5, 6, 7], 10, [0, 1, 2, 3])], BS)
     for row, pos in enumerate(range(10, 13)):
         assert _keys_seen(batch, 4, row) == list(range(pos - 3, pos + 1))
         assert _keys_seen(batch, None, row) == list(range(pos + 1))
@@ -29,7 +28,7 @@ def test_a_local_layer_sees_only_the_keys_in_its_window():
 
 def test_each_sequence_of_a_batch_keeps_its_own_window():
     seqs = [SeqChunk([1] * 9, 0, [0, 1, 2]), SeqChunk([2], 20, list(range(3, 9)))]  # a prompt, a decode row
-    batch = make_batch(seqs, BS, (3, None))
+    batch = make_batch(seqs, BS)
     for g in batch.groups:
         for s, kv_len in enumerate(g.kv_lens.tolist()):
             q_len = int(g.q_valid[s].sum())
@@ -40,31 +39,28 @@ def test_each_sequence_of_a_batch_keeps_its_own_window():
 
 
 def test_gqa_rows_share_their_query_rows_window():
-    batch = make_batch([SeqChunk([1] * 6, 0, [0, 1])], BS, (2, None), gqa_group=3)
+    batch = make_batch([SeqChunk([1] * 6, 0, [0, 1])], BS, gqa_group=3)
     mask = batch.groups[0].attn_mask(2)[0, 0]  # (3 * 6, keys): query head k's rows after head k-1's
     for r in range(18):
         pos = r % 6
         assert mask[r].nonzero().squeeze(1).tolist() == list(range(max(0, pos - 1), pos + 1))
 
 
-def test_an_int_window_or_none_is_one_mask_for_every_layer():
-    assert list(make_batch([SeqChunk([1, 2], 0, [0])], BS, 5).groups[0].attn_masks) == [5]
-    assert list(make_batch([SeqChunk([1, 2], 1, [0])], BS).groups[0].attn_masks) == [None]
-
-
 def test_sequences_without_cached_keys_group_apart_and_build_no_causal_mask():
     batch = make_batch([SeqChunk([1, 2, 3], 0, [0]), SeqChunk([4, 5], 1, [1]), SeqChunk([6], 0, [2])], BS)
     fresh, cached = batch.groups
     assert fresh.fresh == ((0, 3), (5, 1))  # (flat offset, rows): they attend causally to their own rows only
-    assert fresh.attn_masks == {}  # their layers without a window run unmasked
-    assert cached.fresh == () and list(cached.attn_masks) == [None]
+    assert fresh.attn_masks == cached.attn_masks == {}  # no mask until a layer's torch path asks for one
+    assert cached.fresh == ()
+    assert cached.q_start.tolist() == [3] and cached.q_lens.tolist() == [2]  # what the prompt kernel reads instead
     assert torch.equal(fresh.attn_mask(None)[0, 0, :3, :3], torch.ones(3, 3, dtype=torch.bool).tril())  # on request
 
 
-def test_a_window_the_batch_was_not_given_is_built_on_first_use():
-    batch = make_batch([SeqChunk([5, 6, 7], 10, [0, 1, 2, 3])], BS)  # a caller that named no windows
-    assert list(batch.groups[0].attn_masks) == [None]
+def test_a_windows_mask_is_built_on_first_use():
+    batch = make_batch([SeqChunk([5, 6, 7], 10, [0, 1, 2, 3])], BS)
+    assert batch.groups[0].attn_masks == {}
     assert _keys_seen(batch, 4, 2) == [9, 10, 11, 12]
+    assert list(batch.groups[0].attn_masks) == [4]
     assert batch.groups[0].attn_mask(4) is batch.groups[0].attn_mask(4)  # built once
 
 

@@ -191,6 +191,7 @@ typedef __m512 vec;
 #define vload _mm512_loadu_ps
 #define vstore _mm512_storeu_ps
 #define vfma _mm512_fmadd_ps
+#define vmul _mm512_mul_ps
 #define vloadw load16
 #define vhsum4 hsum4x16
 #else
@@ -201,6 +202,7 @@ typedef __m256 vec;
 #define vload _mm256_loadu_ps
 #define vstore _mm256_storeu_ps
 #define vfma _mm256_fmadd_ps
+#define vmul _mm256_mul_ps
 #define vloadw load8
 #define vhsum4 hsum4
 #endif

@@ -46,6 +46,11 @@ class AttnGroup:
     # (flat offset, rows) of each sequence when none has cached keys: each attends causally to its own new rows
     # only, so attention may run without the mask; a batch masked otherwise (tokens attending both ways) leaves it empty
     fresh: tuple[tuple[int, int], ...] = ()
+    # each sequence's first flat row and its rows (G,) int64, where its rows are consecutive (they are); the
+    # prompt attention kernel reads these instead of a mask
+    q_start: torch.Tensor | None = None
+    q_lens: torch.Tensor | None = None
+    two_way: bool = False  # some rows attend both ways (Gemma 3's images): only the mask says which
 
     def attn_mask(self, window: int | None = None) -> torch.Tensor:
         """The mask of the layers attending within `window` keys (None: every key up to the query)."""
@@ -79,15 +84,13 @@ class FlatBatch:
 def make_batch(
     seqs: Sequence[SeqChunk],
     tokens_per_block: int,
-    windows: int | Sequence[int | None] | None = None,
     device: torch.device | None = None,
     logit_rows: Sequence[Sequence[int]] | None = None,
     gqa_group: int = 1,
 ) -> FlatBatch:
-    """Lay out a step. windows: the model's distinct attention windows (ModelConfig.attention_windows; an
-    int or None: one for every layer), a mask each. logit_rows: per sequence, offsets within its chunk
-    whose logits are wanted (default: its last token). gqa_group: query heads per KV head."""
-    windows = tuple(windows) if isinstance(windows, Sequence) else (windows,)
+    """Lay out a step. logit_rows: per sequence, offsets within its chunk whose logits are wanted (default: its last
+    token). gqa_group: query heads per KV head. Attention masks are built by the layers that ask (AttnGroup.attn_mask),
+    one per window: the CPU kernels read positions instead."""
     n_b = len(seqs)
     # Python lists, one tensor each at the end: per-sequence tensor ops cost ~10 us apiece, which at decode
     # sizes outweighed the step's own work (docs/performance.md, "Laying out a step")
@@ -127,7 +130,7 @@ def make_batch(
     def layout() -> list[AttnGroup]:  # sequences without cached keys apart: their groups run unmasked
         q_lens, starts, kv_lens, offsets = (torch.tensor(x) for x in (q_list, start_list, kv_list, offset_list))
         return [
-            _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, windows, gqa_group, device, spans)
+            _group(idx, q_lens, starts, kv_lens, offsets, tables, tokens_per_block, gqa_group, device, spans)
             for fresh in (True, False)
             for idx in _group_by_length(q_list, kv_list, [b for b in range(n_b) if (start_list[b] == 0) == fresh])
         ]
@@ -167,7 +170,7 @@ def _group_by_length(q_lens: list[int], kv_lens: list[int], among: list[int]) ->
     return groups + [cur]
 
 
-def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_group, device, spans) -> AttnGroup:
+def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, gqa_group, device, spans) -> AttnGroup:
     sel = torch.tensor(idx)
     ql, st, kl, off = q_lens[sel], starts[sel], kv_lens[sel], offsets[sel]
     max_q = int(ql.max())
@@ -195,9 +198,12 @@ def _group(idx, q_lens, starts, kv_lens, offsets, tables, block, windows, gqa_gr
         scatter=None if in_order else (rows_valid.to(**to), targets.to(**to)),
         block_tables=tables[sel, :n_blk].to(**to),
         kv_lens=kl.to(**to),
-        attn_masks={w: build(w) for w in windows if not fresh or w is not None},  # fresh: built if a layer asks
+        attn_masks={},  # built when a layer's attention asks (the kernels need none)
         build_mask=build,
         fresh=fresh,
+        q_start=off.to(**to),
+        q_lens=ql.to(**to),
+        two_way=both is not None,
     )
 
 

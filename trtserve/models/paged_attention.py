@@ -1,10 +1,12 @@
 """One layer's attention over the paged KV cache, for every row of a flat batch (models/batch.py).
 
-A layer attends within its window (ModelConfig.window: Gemma's local layers, Mistral's every layer) by
-its group's mask for that window, or, for decode rows, the in-place decode kernel over the window's keys
-(with the soft-cap and sinks below too, as the one-call decode step computes them). Soft-capped scores (Gemma 2) run as HF's eager attention does: scores scaled,
-capped, masked, softmax in float32; attention sinks (gpt-oss) as its eager attention does too: each head's
-sink logit joins the softmax, and its share is dropped.
+On CPU a layer's rows run on the kernels over the cache in place (kernels/attention.py): decode rows on the
+decode kernel, prompt rows (whole prompts, chunks after cached keys, speculation's verification rows) on the
+prompt kernel, each within the layer's window (ModelConfig.window: Gemma's local layers, Mistral's every layer),
+with the soft-cap and sinks below. Elsewhere, and for rows that attend both ways (Gemma 3's images), torch runs
+each group with its mask for that window. Soft-capped scores (Gemma 2) run as HF's eager attention does: scores
+scaled, capped, masked, softmax in float32; attention sinks (gpt-oss) as its eager attention does too: each
+head's sink logit joins the softmax, and its share is dropped.
 """
 
 from __future__ import annotations
@@ -55,6 +57,13 @@ class LayerAttention:
         in_place = stored[0] is not None and attention.usable(q, stored[0])
         causal_only = kv.kv_quant is None and self.window is None and self.softcap is None and self.sinks is None
         for g in batch.groups:
+            if in_place and g.q_index.shape[1] > 1 and not g.two_way:  # prompt rows, keys read where they lie
+                out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
+                if attention.prompt_attention(
+                    q, *stored, g.block_tables, g.kv_lens, g.q_start, g.q_lens, kv.tokens_per_block, self.scale, out,
+                    self.window, self.softcap, self.sinks_f32,
+                ):  # fmt: skip
+                    continue
             if g.fresh and causal_only:
                 out = q.new_empty(q.shape[0], self.heads * self.head_size) if out is None else out
                 self._fresh(layer, q, g.fresh, batch.slot_mapping, kv, out)

@@ -90,9 +90,7 @@ class ModelRunner:
             n_tokens += c.num_new_tokens
         cfg = self.model.cfg
         group = cfg.num_attention_heads // cfg.num_key_value_heads
-        batch = make_batch(
-            seqs, self.kv.tokens_per_block, cfg.attention_windows, self.model.device, rows_per_seq, group
-        )
+        batch = make_batch(seqs, self.kv.tokens_per_block, self.model.device, rows_per_seq, group)
         if (embeds := self.vision.embeds(step.chunks)) is not None:
             batch = replace(batch, embeds=embeds)
         lora = None

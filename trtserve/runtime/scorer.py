@@ -36,7 +36,6 @@ class WindowScorer:
             batch = make_batch(
                 [SeqChunk(list(tokens), 0, self.blocks.block_table(_REQUEST_ID))],
                 self.tokens_per_block,
-                cfg.attention_windows,
                 self.model.device,
                 [list(rows)],
                 cfg.num_attention_heads // cfg.num_key_value_heads,

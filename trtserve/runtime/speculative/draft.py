@@ -101,7 +101,7 @@ class DraftProposer:
             for _, seq, new, seen in rows
         ]
         group = cfg.num_attention_heads // cfg.num_key_value_heads
-        batch = make_batch(chunks, DRAFT_TOKENS_PER_BLOCK, cfg.attention_windows, self.model.device, None, group)
+        batch = make_batch(chunks, DRAFT_TOKENS_PER_BLOCK, self.model.device, None, group)
         logits = self.model.forward(batch, self.kv)  # (rows, vocab)
         return torch.argmax(logits, dim=-1).tolist()
 
