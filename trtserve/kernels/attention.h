@@ -151,7 +151,8 @@ static inline __attribute__((always_inline)) void value_tile(const void* v, int 
         for (int i = 0; i < nv; i++) vstore(out + j * hd + LANES * i, a[j][i]);
 }
 
-#define PF 32 /* keys ahead whose key and value rows the score loop prefetches */
+#define PF 32 /* keys ahead whose key and value rows the score loop prefetches into L2 */
+#define PF_L1 8 /* and whose key rows it then brings on to L1 (L1's few misses in flight cannot cover DRAM) */
 
 /* Prefetch hd values at off in the cache rows of keys [t0, t1) (row starts at[t]), with `hint`. */
 static inline __attribute__((always_inline)) void prefetch_rows(const void* base, int dt, const int64_t* at, int64_t t0,
@@ -186,8 +187,8 @@ static inline int head_run(int64_t h0, int64_t j, int64_t n, int64_t group) {
 
 /* heads (below) on LANES lanes, hd a multiple of LANES: query heads that share a KV head go through the keys
  * and values HB at a time, so each cache row is loaded once for them and the heads' sums are
- * independent FMA chains; the score loop prefetches the key rows PF keys ahead into L1 and the value
- * rows into L2, and each tile of values prefetches the next: KV read from DRAM streams near memory
+ * independent FMA chains; the score loop prefetches the key and value rows PF keys ahead into L2 and the
+ * key rows PF_L1 ahead on into L1, and each tile of values prefetches the next: KV read from DRAM streams near memory
  * speed. Each score is one LANES-lane FMA chain and a horizontal sum, each output a sum over keys in
  * key order, however the heads are grouped. */
 static inline __attribute__((always_inline)) void heads_v(const void* q, int qdt, const void* k, const void* v, int dt,
@@ -202,7 +203,8 @@ static inline __attribute__((always_inline)) void heads_v(const void* q, int qdt
         const int hb = head_run(h0, j, n, group);
         float* s = scores + j * len;
         for (int64_t t = 0; t < l4; t += 4) {
-            prefetch_rows(k, dt, at, t + PF, t + PF + 4 < len ? t + PF + 4 : len, ko, hd, _MM_HINT_T0);
+            prefetch_rows(k, dt, at, t + PF_L1, t + PF_L1 + 4 < len ? t + PF_L1 + 4 : len, ko, hd, _MM_HINT_T0);
+            prefetch_rows(k, dt, at, t + PF, t + PF + 4 < len ? t + PF + 4 : len, ko, hd, _MM_HINT_T1);
             prefetch_rows(v, dt, at, t + PF, t + PF + 4 < len ? t + PF + 4 : len, ko, hd, _MM_HINT_T1);
 #define SCORE(c) score_tile(q, qdt, qo, k, dt, ko, at, t, hd, c, sc, s, len)
             HB_SWITCH(hb, SCORE)
