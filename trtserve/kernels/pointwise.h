@@ -15,8 +15,18 @@
 static inline __attribute__((always_inline)) void norm_row(void* h, int hdt, const void* delta, int ddt, int64_t row,
                                                           int64_t H, const void* w, int dt, float eps, float offset,
                                                           void* out, int odt) {
-    float ss = 0;
-    for (int64_t i = 0; i < H; i++) {
+    const int64_t h8 = H & ~(int64_t)7;
+    __m256 ss8 = _mm256_setzero_ps(); /* 8 lane sums of squares, then the tail: one fixed order a row */
+    for (int64_t i = 0; i < h8; i += 8) {
+        __m256 x = load8(h, hdt, row + i);
+        if (delta) {
+            x = rnd8(_mm256_add_ps(x, load8(delta, ddt, row + i)), dt);
+            store8(h, hdt, row + i, x);
+        }
+        ss8 = _mm256_add_ps(ss8, _mm256_mul_ps(x, x));
+    }
+    float ss = hsum(ss8);
+    for (int64_t i = h8; i < H; i++) {
         float x = load1(h, hdt, row + i);
         if (delta) {
             x = rnd(x + load1(delta, ddt, row + i), dt);
@@ -25,12 +35,19 @@ static inline __attribute__((always_inline)) void norm_row(void* h, int hdt, con
         ss += x * x;
     }
     const float r = 1.0f / sqrtf(ss / (float)H + eps);
-    if (offset != 0.0f)
-        for (int64_t i = 0; i < H; i++)
+    const __m256 r8 = _mm256_set1_ps(r), o8 = _mm256_set1_ps(offset);
+    if (offset != 0.0f) {
+        for (int64_t i = 0; i < h8; i += 8)
+            store8(out, odt, row + i,
+                   rnd8(_mm256_mul_ps(_mm256_mul_ps(load8(h, hdt, row + i), r8), _mm256_add_ps(o8, load8(w, dt, i))), dt));
+        for (int64_t i = h8; i < H; i++)
             store1(out, odt, row + i, rnd(load1(h, hdt, row + i) * r * (offset + load1(w, dt, i)), dt));
-    else
-        for (int64_t i = 0; i < H; i++)
+    } else {
+        for (int64_t i = 0; i < h8; i += 8)
+            store8(out, odt, row + i, rnd8(_mm256_mul_ps(load8(w, dt, i), rnd8(_mm256_mul_ps(load8(h, hdt, row + i), r8), dt)), dt));
+        for (int64_t i = h8; i < H; i++)
             store1(out, odt, row + i, rnd(load1(w, dt, i) * rnd(load1(h, hdt, row + i) * r, dt), dt));
+    }
 }
 
 /* Whether q/k norm widths are per head (hd) or over all of q's (k's) heads (QK_NORM, QK_NORM_WIDE). */
