@@ -154,3 +154,24 @@ def test_strided_or_integer_batches_go_to_torch():
     assert pointwise.usable(torch.zeros(4096, 8))  # prefill-sized batches run here too
     assert not pointwise.usable(torch.zeros(8, 4).t())
     assert not pointwise.usable(torch.zeros(2, 8, dtype=torch.int8))
+
+
+@needs_kernel
+@pytest.mark.parametrize("vocab", [5, 49152, 49155])  # under one vector; whole vectors; a tail
+def test_argmax_picks_torchs_index_ties_infs_and_nans_included(vocab):
+    g = torch.Generator().manual_seed(vocab)
+    x = torch.randn(6, vocab, generator=g)
+    x[1] = 0.0  # every value tied: the first
+    x[1, vocab - 1] = 0.0
+    x[2] = float("-inf")  # nothing allowed (a fully masked row): index 0, as torch
+    x[3, vocab // 2] = float("nan")  # a NaN wins, as in torch.max
+    x[3, vocab - 1] = float("nan")
+    x[4, vocab - 1] = 1e9  # the maximum in the tail
+    x[5, 0], x[5, vocab - 1] = 1e9, 1e9  # tied at both ends: the first
+    assert pointwise.argmax(x) == x.max(dim=-1).indices.tolist()
+
+
+def test_argmax_leaves_what_it_does_not_take_to_torch():
+    x = torch.randn(4, 64)
+    for other in (x.to(torch.bfloat16), x[:, ::2], x[0], x[:0]):  # another dtype, strided, 1-D, no rows
+        assert pointwise.argmax(other) is None

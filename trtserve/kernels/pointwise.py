@@ -50,7 +50,12 @@ ACTS = {"silu": 0, "gelu_pytorch_tanh": 1}  # act_mul's activations by HF's hidd
 
 
 # each C function's arguments, by native.function's letters
-ARGS = {"trtserve_rms_norm": "ppillpffpi", "trtserve_rope_kv": "piillllpppppppppllffli", "trtserve_act_mul": "pillipi"}
+ARGS = {
+    "trtserve_rms_norm": "ppillpffpi",
+    "trtserve_rope_kv": "piillllpppppppppllffli",
+    "trtserve_act_mul": "pillipi",
+    "trtserve_argmax": "pllpi",
+}
 
 
 @cache
@@ -132,3 +137,16 @@ def act_mul(fc_gate: torch.Tensor, act: str = "silu") -> torch.Tensor | None:
     rc = _fn("trtserve_act_mul")(fc_gate.data_ptr(), DTYPES[fc_gate.dtype], t, i2 // 2, ACTS[act], out.data_ptr(),
                                  torch.get_num_threads())  # fmt: skip
     return out if rc == 0 else None
+
+
+def argmax(logits: torch.Tensor) -> list[int] | None:
+    """Each row's index of its largest value (the first of ties; of its first NaN where it has one), as
+    torch.max(dim=-1).indices gives them; None where the kernel cannot run (then use torch's)."""
+    if not (logits.device.type == "cpu" and logits.dtype == torch.float32 and logits.dim() == 2):
+        return None
+    if logits.shape[0] == 0 or not logits.is_contiguous() or _fn("trtserve_argmax") is None:
+        return None
+    out = torch.empty(logits.shape[0], dtype=torch.long)
+    rc = _fn("trtserve_argmax")(logits.data_ptr(), logits.shape[0], logits.shape[1], out.data_ptr(),
+                                torch.get_num_threads())  # fmt: skip
+    return out.tolist() if rc == 0 else None

@@ -238,7 +238,7 @@ class EngineCore:
         eos = self.engine.eos_token_ids
         try:
             rows = [row_for(r, eos) for r, _ in sampling]
-            tokens, lps = sample(logits.logits[[row for _, row in sampling]], rows) if rows else ([], [])
+            tokens, lps = sample(_take_rows(logits.logits, [row for _, row in sampling]), rows) if rows else ([], [])
         except Exception as err:
             log.exception("sampling failed")
             return [d for r, _ in sampling for d in self._fail(r, err)]
@@ -361,3 +361,11 @@ class EngineCore:
             self.tier.stats(),
             self.engine.vision.stats(),
         )
+
+
+def _take_rows(t: torch.Tensor, rows: list[int]) -> torch.Tensor:
+    """t[rows]: a view where the rows run in order (a decode step's: every row), else a copy (32 rows of a
+    49k vocabulary are a 6 MB copy, ~1 ms of a decode step on 2 CPU cores)."""
+    if rows and rows == list(range(rows[0], rows[0] + len(rows))):
+        return t[rows[0] : rows[0] + len(rows)]
+    return t[rows]
