@@ -74,16 +74,19 @@ typedef struct {
     float* lora_tmp; /* scratch: [M][widest C] */
     void* moe_tmp;   /* scratch: the largest experts_scratch of the layers with experts */
     uint16_t* xv;    /* scratch for amx.h's packed x where bf16 weights run on AMX, else NULL */
+    uint16_t* xb;    /* scratch for x as bf16 where gemv.h's tiles read it so (dot_x), else NULL */
 } step_t;
 
 /* Work-shared y = (x w^T) * scale, y float32 holding dt-rounded values, w dense in wdt; xv: NULL, or scratch
- * for amx.h's packed x, where bf16 weights run on AMX. One copy per weight dtype, not one per call site and
- * model dtype: the GEMM's tiles are most of this file's compile time. */
+ * for amx.h's packed x, where bf16 weights run on AMX; xb: NULL, or scratch for x as bf16 (gemv.h's dot_x). One
+ * copy per weight dtype, not one per call site and model dtype: the GEMM's tiles are most of this file's compile
+ * time. */
 static __attribute__((noinline)) void dense_blocks(const float* x, int64_t M, int64_t K, const void* w, int wdt,
-                                                   const float* scale, int64_t N, float* y, int dt, uint16_t* xv) {
+                                                   const float* scale, int64_t N, float* y, int dt, uint16_t* xv,
+                                                   uint16_t* xb) {
 #define BLOCKS(wt)                                                                                  \
     _Pragma("omp for schedule(static)") for (int64_t b = 0; b < gemm_blocks(N); b++)                \
-        gemm_block(b, x, M, K, w, N, wt, scale, F32, y, dt);
+        gemm_block(b, x, xb, M, K, w, N, wt, scale, F32, y, dt);
     switch (wdt) {
     case F32: BLOCKS(F32) break;
     case BF16:
@@ -93,6 +96,11 @@ static __attribute__((noinline)) void dense_blocks(const float* x, int64_t M, in
             break;
         }
 #endif
+        if (!dot_x(BF16, dt)) xb = NULL;
+        if (xb) { /* x as bf16 once, for every block's tiles */
+#pragma omp for schedule(static)
+            for (int64_t m = 0; m < M; m++) pack_bf16(x, m * K, (m + 1) * K, xb);
+        }
         BLOCKS(BF16) break;
     case F16: BLOCKS(F16) break;
     default: BLOCKS(I8)
@@ -106,7 +114,7 @@ static __attribute__((noinline)) void dense_blocks(const float* x, int64_t M, in
 static inline __attribute__((always_inline)) void linear(const float* x, int64_t M, int64_t K, const void* w,
                                                         int wdt, const float* scale, const void* sz, int64_t gs,
                                                         int64_t bn, int64_t q8, float* xsum, uint16_t* xv,
-                                                        const void* bias, int64_t N, float* y, int dt) {
+                                                        uint16_t* xb, const void* bias, int64_t N, float* y, int dt) {
     if (wdt == I4) {
         const int64_t ng = K / gs;
         q8 = q8 && int4_q8_ok(bn, gs);
@@ -118,7 +126,7 @@ static inline __attribute__((always_inline)) void linear(const float* x, int64_t
         for (int64_t u = 0; u < int4_units(N, bn); u++)
             int4_unit(u, x, xsum, M, K, w, N, bn, sz, dt, gs, y, F32, dt, q8 ? xq : NULL, xqs, xsum);
     } else {
-        dense_blocks(x, M, K, w, wdt, scale, N, y, dt, xv);
+        dense_blocks(x, M, K, w, wdt, scale, N, y, dt, xv, xb);
     }
     if (bias) {
 #pragma omp for schedule(static)
@@ -217,7 +225,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
 #pragma omp for schedule(static)
         for (int64_t m = 0; m < M; m++) /* the last layer's MLP output joins the residual first */
             norm_row(h, dt, l ? d : NULL, F32, m * H, H, w->in_norm, dt, s->eps, s->offset, x, F32);
-        linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_sz, w->gs, w->bn, w->q8, xsum, s->xv, w->qkv_b, width, qkv,
+        linear(x, M, H, w->qkv, wdt, w->qkv_s, w->qkv_sz, w->gs, w->bn, w->q8, xsum, s->xv, s->xb, w->qkv_b, width, qkv,
                dt);
         lora_update(s, l, 0, x, H, qkv, width, dt);
         if (w->q_norm) {
@@ -240,7 +248,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
             }
         }
         attend(s, w, q, k_cache, v_cache, att, att_buf, dt, kdt);
-        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, w->q8, xsum, s->xv, w->dense_b,
+        linear(att, M, n_h * hd, w->dense, wdt, w->dense_s, w->dense_sz, w->gs, w->bn, w->q8, xsum, s->xv, s->xb, w->dense_b,
                H, d, dt);
         lora_update(s, l, 1, att, n_h * hd, d, H, dt);
         block_out(s, w->attn_out_norm, d, dt);
@@ -250,7 +258,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
             experts_any(w->moe, x, M, H, d, F32, s->moe_tmp, dt);
             continue;
         }
-        linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, w->q8, xsum, s->xv, w->fc_gate_b,
+        linear(x, M, H, w->fc_gate, wdt, w->fc_gate_s, w->fc_gate_sz, w->gs, w->bn, w->q8, xsum, s->xv, s->xb, w->fc_gate_b,
                2 * I, fg, dt);
         lora_update(s, l, 2, x, H, fg, 2 * I, dt);
 #pragma omp for schedule(static)
@@ -258,7 +266,7 @@ static inline __attribute__((always_inline)) void layers(const layer_t* L, int64
             const int64_t m = c / silu_chunks, i0 = c % silu_chunks * 64, n = I - i0 < 64 ? I - i0 : 64;
             act_mul_row(fg, F32, m * 2 * I + i0, m * 2 * I + I + i0, a, F32, m * I + i0, n, s->act, dt);
         }
-        linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_sz, w->gs, w->bn, w->q8, xsum, s->xv, w->proj_b, H, d, dt);
+        linear(a, M, I, w->proj, wdt, w->proj_s, w->proj_sz, w->gs, w->bn, w->q8, xsum, s->xv, s->xb, w->proj_b, H, d, dt);
         lora_update(s, l, 3, a, I, d, H, dt);
         block_out(s, w->mlp_out_norm, d, dt);
     }
@@ -315,9 +323,10 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     if (wdt == BF16 && M >= AMX_MIN_M && amx_permitted()) /* NULL if out of memory: gemv.h's tiles run instead */
         xv = malloc(sizeof(uint16_t) * (size_t)amx_pack_size(M, widest_in));
 #endif
+    uint16_t* xb = dot_x(wdt, dt) ? malloc(sizeof(uint16_t) * (size_t)(M * widest_in)) : NULL; /* NULL: converted per block */
     const step_t s = {M,     H,    n_h,   n_kv, hd,  I,    n_slots, n_blk,  bs,    split, eps,          scale,
                       offset, resid, cap, act, rot, rows, pos,     slots, tables, lora, spans, lora_scratch, moe_scratch,
-                      xv};
+                      xv,    xb};
     float* scratch = malloc(sizeof(float) * (size_t)(M * (2 * H + width + 2 * n_h * hd + 3 * I + widest_in)));
     const int64_t att_scratch = head_scratch(split.nr, longest, hd);
     float* att_bufs = malloc(sizeof(float) * (size_t)(threads * att_scratch));
@@ -350,5 +359,6 @@ int trtserve_decode_layers(const layer_t* L, int64_t n_layers, int dt, int wdt, 
     free(lora_scratch);
     free(moe_scratch);
     free(xv);
+    free(xb);
     return 0;
 }

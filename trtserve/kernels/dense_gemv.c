@@ -15,11 +15,11 @@
 #include "amx.h"
 #include "gemv.h"
 
-static inline __attribute__((always_inline)) void gemm(const float* xf, int64_t M, int64_t K, const void* w,
-                                                      int64_t N, int wdt, const float* scale, int ydt, void* y,
-                                                      int threads) {
+static inline __attribute__((always_inline)) void gemm(const float* xf, const uint16_t* xb, int64_t M, int64_t K,
+                                                      const void* w, int64_t N, int wdt, const float* scale, int ydt,
+                                                      void* y, int threads) {
 #pragma omp parallel for schedule(static) num_threads(threads)
-    for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, xf, M, K, w, N, wdt, scale, ydt, y, ydt);
+    for (int64_t b = 0; b < gemm_blocks(N); b++) gemm_block(b, xf, xb, M, K, w, N, wdt, scale, ydt, y, ydt);
 }
 
 /* y = (x w^T) * scale: x [M][K] and y [M][N] in xdt (float32, bf16 or fp16); w [N][K] in wdt (the
@@ -46,10 +46,11 @@ int trtserve_dense_gemm(const void* x, int xdt, int64_t M, int64_t K, const void
         for (int64_t i = 0; i < M * K; i++) buf[i] = load1(x, xdt, i);
         xf = buf;
     }
-    if (wdt == F32) gemm(xf, M, K, w, N, F32, scale, xdt, y, threads);
-    else if (wdt == BF16) gemm(xf, M, K, w, N, BF16, scale, xdt, y, threads);
-    else if (wdt == F16) gemm(xf, M, K, w, N, F16, scale, xdt, y, threads);
-    else gemm(xf, M, K, w, N, I8, scale, xdt, y, threads);
+    const uint16_t* xb = xdt == BF16 ? (const uint16_t*)x : NULL; /* tile_dp's bf16 x, as it came */
+    if (wdt == F32) gemm(xf, NULL, M, K, w, N, F32, scale, xdt, y, threads);
+    else if (wdt == BF16) gemm(xf, xb, M, K, w, N, BF16, scale, xdt, y, threads);
+    else if (wdt == F16) gemm(xf, NULL, M, K, w, N, F16, scale, xdt, y, threads);
+    else gemm(xf, NULL, M, K, w, N, I8, scale, xdt, y, threads);
     free(buf);
     return 0;
 }

@@ -138,8 +138,8 @@ static inline __attribute__((always_inline)) void grouped_block(const experts_t*
     }
     for (int64_t m0 = 0; m0 < rows; m0 += MAX_M) {
         const int64_t n = rows - m0 < MAX_M ? rows - m0 : MAX_M;
-        if (e->wdt == I8) gemm_block(blk, in + m0 * K, n, K, w, N, I8, s, F32, out + m0 * N, dt);
-        else gemm_block(blk, in + m0 * K, n, K, w, N, dt, NULL, F32, out + m0 * N, dt);
+        if (e->wdt == I8) gemm_block(blk, in + m0 * K, NULL, n, K, w, N, I8, s, F32, out + m0 * N, dt);
+        else gemm_block(blk, in + m0 * K, NULL, n, K, w, N, dt, NULL, F32, out + m0 * N, dt);
     }
 }
 
@@ -245,7 +245,7 @@ static inline __attribute__((always_inline)) void experts_block(const experts_t*
 #pragma omp for schedule(static)
     for (int64_t blk = 0; blk < gemm_blocks(G); blk++) /* the router's logits, MAX_M rows at a time */
         for (int64_t r0 = 0; r0 < M; r0 += MAX_M)
-            gemm_block(blk, x + r0 * H, M - r0 < MAX_M ? M - r0 : MAX_M, H, e->gates, G, dt, NULL, F32,
+            gemm_block(blk, x + r0 * H, NULL, M - r0 < MAX_M ? M - r0 : MAX_M, H, e->gates, G, dt, NULL, F32,
                        b.logits + r0 * G, dt);
 #pragma omp for schedule(static)
     for (int64_t m = 0; m < M; m++) route_row(e, b.logits + m * G, b.sel_e + m * k, b.sel_w + m * k, dt);

@@ -87,10 +87,12 @@ static inline __attribute__((always_inline)) void tile_pf(const void* const* w, 
 #define DP_BF16 1
 /* tile_pf for bf16 weights and x whose float32 values are bf16 (a bf16 model's): vdpbf16ps adds two products
  * a lane an instruction, 32 k a step; each (row of x, weight row) still sums in one order whatever M. A last
- * KSTEP of k (kv not a multiple of 2 KSTEP) runs as tile_pf's. */
-static inline __attribute__((always_inline)) void tile_dp(const void* const* w, const float* x, int64_t K, int mr,
-                                                         int64_t k0, int64_t kv, float* o, const int pf, int j0,
-                                                         int js, int64_t nx) {
+ * KSTEP of k (kv not a multiple of 2 KSTEP) runs as tile_pf's. xb: x as bf16 (the same [M][K] layout), packed
+ * once for the whole GEMM, or NULL: x converted here, once per block of weight rows (1.2-1.3x slower at 8-64
+ * rows, docs/performance.md). */
+static inline __attribute__((always_inline)) void tile_dp(const void* const* w, const float* x, const uint16_t* xb,
+                                                         int64_t K, int mr, int64_t k0, int64_t kv, float* o,
+                                                         const int pf, int j0, int js, int64_t nx) {
     __m512 a[MR][ROWS];
 #pragma GCC unroll 8
     for (int i = 0; i < mr; i++)
@@ -103,7 +105,8 @@ static inline __attribute__((always_inline)) void tile_dp(const void* const* w, 
 #pragma GCC unroll 8
         for (int i = 0; i < mr; i++) {
             const float* xi = x + i * K + k0 + k;
-            u[i] = _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xi + KSTEP), _mm512_loadu_ps(xi)); /* exact: bf16 values */
+            u[i] = xb ? (__m512bh)_mm512_loadu_si512(xb + i * K + k0 + k) /* packed once a GEMM: the same values */
+                      : _mm512_cvtne2ps_pbh(_mm512_loadu_ps(xi + KSTEP), _mm512_loadu_ps(xi)); /* exact: bf16 values */
         }
 #pragma GCC unroll 8
         for (int j = 0; j < ROWS; j++) {
@@ -128,19 +131,19 @@ static inline __attribute__((always_inline)) void tile_dp(const void* const* w, 
 #define BF16_DOT 4 /* the tiles' dtype code for bf16 weights times bf16 x on tile_dp (gemm_block picks it) */
 
 /* tile_pf with pf and the weight dtype as constants: a run-time one branches in the inner loop. */
-static inline __attribute__((always_inline)) void tile(const void* const* w, int dt, const float* x, int64_t K, int mr,
-                                                      int64_t k0, int64_t kv, float* o, int pf, int j0, int js,
-                                                      int64_t nx) {
+static inline __attribute__((always_inline)) void tile(const void* const* w, int dt, const float* x,
+                                                      const uint16_t* xb, int64_t K, int mr, int64_t k0, int64_t kv,
+                                                      float* o, int pf, int j0, int js, int64_t nx) {
 #define PF1(d) tile_pf(w, d, x, K, mr, k0, kv, o, 1, 0, 1, nx)
 #define PF3(d) tile_pf(w, d, x, K, mr, k0, kv, o, 3, 0, 1, nx)
 #define PF4(d) tile_pf(w, d, x, K, mr, k0, kv, o, 4, j0, js, nx)
 #define PF0(d) tile_pf(w, d, x, K, mr, k0, kv, o, 0, 0, 1, nx)
 #if DP_BF16
     if (dt == BF16_DOT) {
-        if (pf == 1) tile_dp(w, x, K, mr, k0, kv, o, 1, 0, 1, nx);
-        else if (pf == 3) tile_dp(w, x, K, mr, k0, kv, o, 3, 0, 1, nx);
-        else if (pf == 4) tile_dp(w, x, K, mr, k0, kv, o, 4, j0, js, nx);
-        else tile_dp(w, x, K, mr, k0, kv, o, 0, 0, 1, nx);
+        if (pf == 1) tile_dp(w, x, xb, K, mr, k0, kv, o, 1, 0, 1, nx);
+        else if (pf == 3) tile_dp(w, x, xb, K, mr, k0, kv, o, 3, 0, 1, nx);
+        else if (pf == 4) tile_dp(w, x, xb, K, mr, k0, kv, o, 4, j0, js, nx);
+        else tile_dp(w, x, xb, K, mr, k0, kv, o, 0, 0, 1, nx);
         return;
     }
 #endif
@@ -157,17 +160,19 @@ static inline __attribute__((always_inline)) void tile(const void* const* w, int
 /* acc[m][j] += sum over k in [k0, k0 + kc) of x[m][k] w[j][k] for the ROWS weight rows w[j].
  * next: elements from each row to the next block's, 0 where none follows (its rows are prefetched, by the first
  * tile up to PF_NEXT_M rows of x, else by the others, a share of its rows each). */
-static inline __attribute__((always_inline)) void chunk(const void* const* w, int dt, const float* xf, int64_t M,
-                                                       int64_t K, int64_t k0, int64_t kc, float* acc, int64_t next) {
+static inline __attribute__((always_inline)) void chunk(const void* const* w, int dt, const float* xf,
+                                                       const uint16_t* xb, int64_t M, int64_t K, int64_t k0,
+                                                       int64_t kc, float* acc, int64_t next) {
     const int64_t kv = kc & ~(int64_t)(KSTEP - 1);
     const int64_t tiles = (M + MR - 1) / MR, later = tiles - 1; /* the last M mod MR rows are one tile */
     int64_t m = 0, t = 0;
     const int pf = 1 | (M <= PF_NEXT_M && next ? 2 : 0), spread = M > PF_NEXT_M && next && later > 0;
 #define PF_OF(t) ((t) ? (spread && (t) <= ROWS ? 4 : 0) : pf)
 #define JS (int)(later < ROWS ? later : ROWS)
-    for (; m + MR <= M; m += MR, t++) tile(w, dt, xf + m * K, K, MR, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next);
+    for (; m + MR <= M; m += MR, t++)
+        tile(w, dt, xf + m * K, xb ? xb + m * K : NULL, K, MR, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next);
     if (m < M) {
-#define REST(r) tile(w, dt, xf + m * K, K, r, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next)
+#define REST(r) tile(w, dt, xf + m * K, xb ? xb + m * K : NULL, K, r, k0, kv, acc + m * ROWS, PF_OF(t), (int)t - 1, JS, next)
         switch (M - m) { /* a constant tile height for each */
 #if MR > 3
         case 5: REST(5); break;
@@ -190,6 +195,18 @@ static inline __attribute__((always_inline)) void chunk(const void* const* w, in
 
 static inline int64_t gemm_blocks(int64_t N) { return (N + ROWS - 1) / ROWS; }
 
+/* Whether gemm_block's tiles for weights in wdt, results rounded to rdt, read x as bf16 (tile_dp): pack_bf16 it. */
+static inline int dot_x(int wdt, int rdt) { return DP_BF16 && wdt == BF16 && rdt == BF16; }
+
+/* xb[i] = x[i] for i in [i0, i1), x's float32 values bf16 values (a bf16 model's): exact. */
+static inline void pack_bf16(const float* x, int64_t i0, int64_t i1, uint16_t* xb) {
+    int64_t i = i0;
+#if DP_BF16
+    for (; i + 16 <= i1; i += 16) _mm256_storeu_si256((__m256i*)(xb + i), (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(x + i)));
+#endif
+    for (; i < i1; i++) store1(xb, BF16, i, x[i]);
+}
+
 /* Up to this many rows of x, block b takes outputs b, b + q, b + 2 q and b + 3 q (q = gemm_blocks(N)): a
  * block's next block continues each of its rows' read streams, so a thread's run of blocks reads four long
  * streams, as a STREAM read does (four adjacent rows side by side make four short streams; docs/performance.md
@@ -197,8 +214,9 @@ static inline int64_t gemm_blocks(int64_t N) { return (N + ROWS - 1) / ROWS; }
 #define STREAMS_M 16
 
 /* Outputs of block b (above; else b * ROWS to b * ROWS + ROWS), those below N, of
- * y = (x w^T) * scale for all M rows (one work item), stored in ydt after rounding to rdt. */
-static inline __attribute__((always_inline)) void gemm_block(int64_t b, const float* xf, int64_t M, int64_t K,
+ * y = (x w^T) * scale for all M rows (one work item), stored in ydt after rounding to rdt. xb: NULL, or xf as
+ * bf16 (pack_bf16) where a bf16 model's bf16 weights run on tile_dp. */
+static inline __attribute__((always_inline)) void gemm_block(int64_t b, const float* xf, const uint16_t* xb, int64_t M, int64_t K,
                                                             const void* w, int64_t N, int wdt, const float* scale,
                                                             int ydt, void* y, int rdt) {
     const size_t es = wdt == F32 ? 4 : wdt == I8 ? 1 : 2;
@@ -217,7 +235,8 @@ static inline __attribute__((always_inline)) void gemm_block(int64_t b, const fl
     memset(acc, 0, sizeof(float) * (size_t)(M * ROWS));
     const int64_t parts = (K + KC - 1) / KC, kc = ((K + parts - 1) / parts + KSTEP - 1) & ~(int64_t)(KSTEP - 1);
     const int tdt = DP_BF16 && wdt == BF16 && rdt == BF16 ? BF16_DOT : wdt; /* x of a bf16 model: bf16 values */
-    for (int64_t k0 = 0; k0 < K; k0 += kc) chunk(r, tdt, xf, M, K, k0, K - k0 < kc ? K - k0 : kc, acc, next);
+    for (int64_t k0 = 0; k0 < K; k0 += kc)
+        chunk(r, tdt, xf, tdt == BF16_DOT ? xb : NULL, M, K, k0, K - k0 < kc ? K - k0 : kc, acc, next);
     for (int64_t m = 0; m < M; m++)
         for (int j = 0; j < rows; j++)
             store1(y, ydt, m * N + n[j], rnd(scale ? acc[m * ROWS + j] * scale[n[j]] : acc[m * ROWS + j], rdt));
