@@ -32,6 +32,25 @@ static inline __attribute__((always_inline)) void weigh_values(const void* v, in
     for (int i = 0; i < nv; i++) _mm256_storeu_ps(out + 8 * i, acc[i]);
 }
 
+/* The largest of m8's 8 lanes. */
+static inline __attribute__((always_inline)) float hmax8(__m256 m8) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+
+/* s[0, n) = exp(s - m) rounded to dt (n a multiple of 8); returns the unrounded values' 8 lane sums. */
+static inline __attribute__((always_inline)) __m256 exp_rounded(float* s, int64_t n, float m, int dt) {
+    const __m256 mb = _mm256_set1_ps(m);
+    __m256 sum8 = _mm256_setzero_ps();
+    for (int64_t i = 0; i < n; i += 8) {
+        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mb));
+        _mm256_storeu_ps(s + i, rnd8(e, dt));
+        sum8 = _mm256_add_ps(sum8, e);
+    }
+    return sum8;
+}
+
 /* s[0, len) = exp(s - max s), rounded to dt (as torch's CPU flash attention: the weights meet V in the
  * input dtype, the sum is divided out at the end; this keeps bf16 engines' greedy tokens with HF's);
  * returns 1 / their float32 sum (8 lane sums, then the tail, added in a fixed order). A sink logit (gpt-oss;
@@ -40,18 +59,11 @@ static inline __attribute__((always_inline)) float softmax_row(float* s, int64_t
     const int64_t l8 = len & ~(int64_t)7;
     __m256 mv = _mm256_set1_ps(s[0]);
     for (int64_t i = 0; i < l8; i += 8) mv = _mm256_max_ps(mv, _mm256_loadu_ps(s + i));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(mv), _mm256_extractf128_ps(mv, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    float m = hmax8(mv);
     for (int64_t i = l8; i < len; i++) m = s[i] > m ? s[i] : m;
     m = sink > m ? sink : m;
     const __m256 mb = _mm256_set1_ps(m);
-    __m256 sum8 = _mm256_setzero_ps();
-    for (int64_t i = 0; i < l8; i += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + i), mb));
-        _mm256_storeu_ps(s + i, rnd8(e, dt));
-        sum8 = _mm256_add_ps(sum8, e);
-    }
+    __m256 sum8 = exp_rounded(s, l8, m, dt);
     if (l8 < len) { /* the last len mod 8 scores, padded with -inf (exp8 gives 0 there) */
         float t[8] = {-INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY, -INFINITY};
         memcpy(t, s + l8, sizeof(float) * (size_t)(len - l8));

@@ -121,17 +121,9 @@ static inline __attribute__((always_inline)) void online_softmax(float* s, int64
     for (int64_t j = hi; j < KT; j++) s[j] = -INFINITY;
     __m256 m8 = _mm256_set1_ps(-INFINITY);
     for (int64_t j = 0; j < KT; j += 8) m8 = _mm256_max_ps(m8, _mm256_loadu_ps(s + j));
-    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
-    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-    float m = _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+    float m = hmax8(m8);
     m = *mx > m ? *mx : m;
-    const __m256 mb = _mm256_set1_ps(m);
-    __m256 sum8 = _mm256_setzero_ps();
-    for (int64_t j = 0; j < KT; j += 8) {
-        const __m256 e = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), mb));
-        _mm256_storeu_ps(s + j, rnd8(e, rdt));
-        sum8 = _mm256_add_ps(sum8, e);
-    }
+    const __m256 sum8 = exp_rounded(s, KT, m, rdt);
     if (m != *mx) { /* the running sums were against a smaller max */
         const float corr = expf(*mx - m);
         *l *= corr;
