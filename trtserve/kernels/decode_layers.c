@@ -96,7 +96,6 @@ static __attribute__((noinline)) void dense_blocks(const float* x, int64_t M, in
             break;
         }
 #endif
-        if (!dot_x(BF16, dt)) xb = NULL;
         if (xb) { /* x as bf16 once, for every block's tiles */
 #pragma omp for schedule(static)
             for (int64_t m = 0; m < M; m++) pack_bf16(x, m * K, (m + 1) * K, xb);
